@@ -1,0 +1,23 @@
+"""Sync-Switch: data-parallel training whose synchronization protocol changes while it runs.
+
+Python API::
+
+    from syncswitch import TrainConfig, train
+    result = train(TrainConfig(workers=8, schedule="bsp:0.25,asp"))
+    print(result.summary["final_accuracy"], result.run_dir)
+
+`train` also accepts `model_factory=` (any picklable callable returning an nn.Module),
+`dataset=` (a `syncswitch.workloads.ArrayDataset`) and `loss_fn=`.
+"""
+
+from syncswitch.config import ConfigError, TrainConfig, make_config
+
+__all__ = ["ConfigError", "TrainConfig", "make_config", "train"]
+__version__ = "0.1.0"
+
+
+def train(config: TrainConfig, **kwargs):  # noqa: ANN201 - re-exported, typed at the source
+    """Run one training job (see `syncswitch.runtime.coordinator.train`)."""
+    from syncswitch.runtime.coordinator import train as _train
+
+    return _train(config, **kwargs)

@@ -1,0 +1,1 @@
+"""The `syncswitch` command: thin parsers that build configs and call the library."""

@@ -1,0 +1,38 @@
+"""Entry point: `syncswitch <command> ...`; user mistakes exit 2 with one line, no traceback."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from syncswitch.cli import train as train_command
+from syncswitch.config import ConfigError
+from syncswitch.workloads import WorkloadError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="syncswitch",
+        description="Data-parallel PyTorch training on Ray whose synchronization protocol "
+        "(BSP, ASP, SSP) switches in place while it runs.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    train_command.add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except (ConfigError, WorkloadError) as error:
+        print(f"syncswitch: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("syncswitch: interrupted; results so far are in the run directory", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""The training job's configuration: one typed dataclass, validated before anything starts.
+
+Every field is also a `syncswitch train` flag (underscores become dashes) and a key of a
+`--config` YAML/TOML file, so the three ways of setting a value cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from syncswitch.core.emulation import EmulationConfig
+from syncswitch.core.hyperparams import LrSchedule, LrScheduleKind, MomentumPolicy
+from syncswitch.core.protocol import Schedule, ScheduleError
+
+DATASETS = ("mnist1d", "cifar10", "cifar100")
+MODELS = ("cnn1d", "resnet20", "resnet32")
+DEFAULT_MODEL = {"mnist1d": "cnn1d", "cifar10": "resnet20", "cifar100": "resnet32"}
+
+
+class ConfigError(ValueError):
+    """A user mistake in the job description; the message names the value and what is allowed."""
+
+
+def _opt(default: Any, help: str, **extra: Any) -> Any:
+    return field(default=default, metadata={"help": help, **extra})
+
+
+@dataclass
+class TrainConfig:
+    # The job: what is trained, by how many workers, under which protocols.
+    workers: int = _opt(8, "number of worker actors (data-parallel replicas)")
+    servers: int = _opt(1, "parameter-server actors; parameters are sharded evenly over them")
+    schedule: str = _opt(
+        "bsp:0.25,asp",
+        "protocol phases PROTOCOL[:END],...: PROTOCOL is bsp, asp or ssp-S; END is the fraction "
+        "of total training samples where the phase ends; the last phase runs to the end",
+    )
+    epochs: float = _opt(40.0, "total training workload, in passes over the training set")
+    batch_size: int = _opt(32, "per-worker batch size (a BSP update consumes workers x this)")
+    lr: float = _opt(
+        0.2, "learning rate of one BSP update; ASP/SSP updates use lr/workers (linear scaling)"
+    )
+    momentum: float = _opt(0.9, "SGD momentum (used as is in BSP phases)")
+    momentum_at_switch: str = _opt(
+        "scale",
+        "momentum in ASP/SSP phases: keep, scale (momentum/workers), zero, or ramp "
+        "(momentum/workers at the switch, back to momentum over --momentum-ramp)",
+        choices=[p.value for p in MomentumPolicy],
+    )
+    momentum_ramp: float = _opt(0.1, "fraction of training over which 'ramp' restores momentum")
+    weight_decay: float = _opt(0.0, "L2 weight decay")
+    lr_schedule: str = _opt(
+        "cosine",
+        "learning-rate schedule over training progress (fraction of samples)",
+        choices=[k.value for k in LrScheduleKind],
+    )
+    warmup: float = _opt(0.0, "linear learning-rate warmup, as a fraction of training")
+    lr_milestones: list[float] = _opt(
+        None, "for --lr-schedule step: fractions where lr is multiplied by --lr-gamma"
+    )
+    lr_gamma: float = _opt(0.1, "for --lr-schedule step: factor applied at each milestone")
+    # Data and model.
+    dataset: str = _opt("mnist1d", "dataset", choices=list(DATASETS))
+    data_dir: str | None = _opt(None, "directory holding CIFAR files (never downloaded)")
+    model: str | None = _opt(
+        None, "model (default: cnn1d for mnist1d, resnet20 for cifar10, resnet32 for cifar100)",
+        choices=list(MODELS),
+    )
+    mnist1d_samples: int = _opt(10000, "MNIST-1D samples to generate (80% train, 20% test)")
+    seed: int = _opt(0, "seed for model init, data order and emulated jitter")
+    # Measurement and output.
+    eval_every: float = _opt(0.05, "evaluate test accuracy every this fraction of training")
+    out: str | None = _opt(None, "run directory for results (default: runs/<time>-<schedule>)")
+    progress: bool = _opt(True, "show a live progress display")
+    # Where it runs.
+    ray_address: str | None = _opt(
+        None, "Ray cluster to join (or set RAY_ADDRESS); default starts a local Ray instance"
+    )
+    # Cluster emulation (sleep-padded device time); recorded in every result file.
+    step_time_ms: float = _opt(0.0, "emulated device time per worker step in ms; 0 = off")
+    speed_factors: list[float] = _opt(
+        None, "per-worker multipliers of the emulated step time, e.g. 1,1,1,2"
+    )
+    jitter_sigma: float = _opt(0.0, "sigma of mean-one lognormal jitter on emulated step time")
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # -- validation ---------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        _require(self.workers >= 1, "workers", self.workers, "an integer >= 1")
+        _require(self.servers >= 1, "servers", self.servers, "an integer >= 1")
+        _require(math.isfinite(self.epochs) and self.epochs > 0, "epochs", self.epochs, "> 0")
+        _require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
+        _require(math.isfinite(self.lr) and self.lr > 0, "lr", self.lr, "> 0")
+        _require(0 <= self.momentum < 1, "momentum", self.momentum, "in [0, 1)")
+        _require(0 <= self.momentum_ramp <= 1, "momentum_ramp", self.momentum_ramp, "in [0, 1]")
+        _require(self.weight_decay >= 0, "weight_decay", self.weight_decay, ">= 0")
+        _require(0 < self.eval_every <= 1, "eval_every", self.eval_every, "in (0, 1]")
+        _require(self.mnist1d_samples >= 100, "mnist1d_samples", self.mnist1d_samples, ">= 100")
+        self._check_choice("momentum_at_switch")
+        self._check_choice("lr_schedule")
+        self._check_choice("dataset")
+        if self.model is not None:
+            self._check_choice("model")
+        try:
+            Schedule.parse(self.schedule)
+            self.lr_schedule_spec()
+            self.emulation()
+        except (ScheduleError, ValueError) as error:
+            raise ConfigError(str(error)) from None
+        if self.speed_factors and len(self.speed_factors) != self.workers:
+            raise ConfigError(
+                f"speed_factors has {len(self.speed_factors)} values but workers is "
+                f"{self.workers}: give one factor per worker"
+            )
+
+    def _check_choice(self, name: str) -> None:
+        value = getattr(self, name)
+        allowed = next(f for f in fields(self) if f.name == name).metadata["choices"]
+        if value not in allowed:
+            raise ConfigError(f"{name} {value!r} is not allowed; choose one of {', '.join(allowed)}")
+
+    # -- derived views ----------------------------------------------------------------------
+
+    @property
+    def model_name(self) -> str:
+        return self.model or DEFAULT_MODEL[self.dataset]
+
+    def parsed_schedule(self) -> Schedule:
+        return Schedule.parse(self.schedule)
+
+    def lr_schedule_spec(self) -> LrSchedule:
+        milestones = tuple(self.lr_milestones) if self.lr_milestones else (0.5, 0.75)
+        return LrSchedule(
+            kind=LrScheduleKind(self.lr_schedule),
+            warmup_fraction=self.warmup,
+            milestones=milestones,
+            gamma=self.lr_gamma,
+        )
+
+    def emulation(self) -> EmulationConfig:
+        return EmulationConfig(
+            step_time_ms=self.step_time_ms,
+            speed_factors=tuple(self.speed_factors or ()),
+            jitter_sigma=self.jitter_sigma,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _require(ok: bool, name: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name} = {value!r} is not allowed; it must be {allowed}")
+
+
+def config_fields() -> list:
+    return list(fields(TrainConfig))
+
+
+def field_default(f: Any) -> Any:
+    return None if f.default is MISSING else f.default
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML or TOML job file into a dict of TrainConfig keys (dashes allowed)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    text = path.read_text()
+    try:
+        if path.suffix == ".toml":
+            data = tomllib.loads(text)
+        elif path.suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text) or {}
+        else:
+            raise ConfigError(f"config file {str(path)!r}: use a .yaml, .yml or .toml file")
+    except (yaml.YAMLError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"config file {str(path)!r} cannot be parsed: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of options")
+    known = {f.name for f in fields(TrainConfig)}
+    normalised = {str(key).replace("-", "_"): value for key, value in data.items()}
+    unknown = sorted(set(normalised) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {', '.join(unknown)} in {str(path)!r}; allowed keys are the "
+            "`syncswitch train` options, e.g. workers, schedule, epochs, lr"
+        )
+    return normalised
+
+
+def parse_value(name: str, type_name: str, value: Any) -> Any:
+    """Coerce a flag string or file value to the field's type, or fail naming both."""
+    optional = type_name.endswith("| None")
+    base = type_name.replace("| None", "").strip()
+    if value is None or (optional and isinstance(value, str) and value.lower() == "none"):
+        return None
+    try:
+        if base == "bool":
+            if isinstance(value, bool):
+                return value
+            text = str(value).lower()
+            if text in ("true", "yes", "1", "on"):
+                return True
+            if text in ("false", "no", "0", "off"):
+                return False
+            raise ValueError
+        if base == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if base == "float":
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if base == "list[float]":
+            items = value.split(",") if isinstance(value, str) else list(value)
+            return [float(item) for item in items if str(item).strip()]
+        return str(value)
+    except (TypeError, ValueError):
+        kind = {
+            "list[float]": "a comma-separated list of numbers",
+            "int": "an integer",
+            "float": "a number",
+            "bool": "true or false",
+        }.get(base, f"a {base}")
+        raise ConfigError(f"{name} = {value!r} is not allowed; it must be {kind}") from None
+
+
+def make_config(values: dict[str, Any]) -> TrainConfig:
+    """Build a validated TrainConfig from loosely typed values (flags or file entries)."""
+    by_name = {f.name: f for f in fields(TrainConfig)}
+    typed = {}
+    for name, value in values.items():
+        if name not in by_name:
+            raise ConfigError(f"unknown option {name!r}")
+        typed[name] = parse_value(name, str(by_name[name].type), value)
+    return TrainConfig(**typed)

@@ -1,0 +1,1 @@
+"""The engine-agnostic core: protocols, parameter update, policies, records. No Ray here."""

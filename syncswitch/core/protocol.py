@@ -1,0 +1,163 @@
+"""Synchronization protocols as two numbers, and schedules of them over training progress.
+
+A protocol is described by (k, s): an update aggregates k worker gradients, and a worker may
+run at most s steps ahead of the slowest one (a bound on clock spread, as in stale synchronous
+parallel). BSP = (n, 0) with a barrier, ASP = (1, unbounded), SSP = (1, s).
+
+Progress is always a fraction of the total training workload (samples), never a step count,
+because one BSP update and one ASP update consume different amounts of data.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+
+class ScheduleError(ValueError):
+    """A schedule string or phase list that cannot describe a run."""
+
+
+class Protocol(str, Enum):
+    BSP = "bsp"
+    ASP = "asp"
+    SSP = "ssp"
+
+    @property
+    def is_async(self) -> bool:
+        return self is not Protocol.BSP
+
+
+@dataclass(frozen=True)
+class ProtocolSpec:
+    """One protocol with its parameters: SSP carries its staleness bound."""
+
+    protocol: Protocol
+    staleness_bound: int | None = None  # only for SSP: max steps ahead of the slowest worker
+
+    def __post_init__(self) -> None:
+        if self.protocol is Protocol.SSP:
+            if self.staleness_bound is None or self.staleness_bound < 0:
+                raise ScheduleError(
+                    f"SSP needs a staleness bound >= 0, got {self.staleness_bound!r}"
+                )
+        elif self.staleness_bound is not None:
+            raise ScheduleError(f"{self.protocol.value} takes no staleness bound")
+
+    @property
+    def name(self) -> str:
+        if self.protocol is Protocol.SSP:
+            return f"ssp-{self.staleness_bound}"
+        return self.protocol.value
+
+    @classmethod
+    def parse(cls, text: str) -> ProtocolSpec:
+        text = text.strip().lower()
+        if text in ("bsp", "asp"):
+            return cls(Protocol(text))
+        match = re.fullmatch(r"ssp-(\d+)", text)
+        if match:
+            return cls(Protocol.SSP, int(match.group(1)))
+        raise ScheduleError(
+            f"unknown protocol {text!r}: allowed are 'bsp', 'asp' and 'ssp-S' with S an integer >= 0"
+        )
+
+    def gradients_per_update(self, active_workers: int) -> int:
+        """k: how many worker gradients one update aggregates."""
+        return active_workers if self.protocol is Protocol.BSP else 1
+
+
+BSP = ProtocolSpec(Protocol.BSP)
+ASP = ProtocolSpec(Protocol.ASP)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A protocol that runs until `end` (fraction of total samples); the last phase ends at 1."""
+
+    spec: ProtocolSpec
+    end: float
+
+
+@dataclass(frozen=True)
+class Schedule:
+    phases: tuple[Phase, ...]
+
+    def __post_init__(self) -> None:
+        if not self.phases:
+            raise ScheduleError("a schedule needs at least one phase")
+        previous = 0.0
+        for index, phase in enumerate(self.phases):
+            last = index == len(self.phases) - 1
+            if last and phase.end != 1.0:
+                raise ScheduleError("the last phase must run to the end of training")
+            if not last and not 0.0 < phase.end < 1.0:
+                raise ScheduleError(
+                    f"phase {index + 1} ({phase.spec.name}) ends at {phase.end}: "
+                    "a phase end must be a fraction strictly between 0 and 1"
+                )
+            if phase.end <= previous:
+                raise ScheduleError(
+                    f"phase ends must increase: {phase.end} comes after {previous}"
+                )
+            previous = phase.end
+
+    @classmethod
+    def parse(cls, text: str) -> Schedule:
+        """Parse `PROTOCOL[:END],...`, e.g. 'bsp:0.25,asp' or 'bsp:0.1,asp:0.8,bsp'."""
+        parts = [part.strip() for part in text.split(",")]
+        if not text.strip() or any(not part for part in parts):
+            raise ScheduleError(f"empty phase in schedule {text!r}; expected e.g. 'bsp:0.25,asp'")
+        phases = []
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            name, sep, end_text = part.partition(":")
+            spec = ProtocolSpec.parse(name)
+            if last:
+                if sep:
+                    end = _parse_fraction(end_text, part)
+                    if end != 1.0:
+                        raise ScheduleError(
+                            f"the last phase {part!r} must run to the end; drop ':{end_text}'"
+                        )
+                phases.append(Phase(spec, 1.0))
+            else:
+                if not sep:
+                    raise ScheduleError(
+                        f"phase {part!r} needs an end fraction (e.g. '{name}:0.25'); "
+                        "only the last phase may omit it"
+                    )
+                phases.append(Phase(spec, _parse_fraction(end_text, part)))
+        return cls(tuple(phases))
+
+    @classmethod
+    def single(cls, spec: ProtocolSpec) -> Schedule:
+        return cls((Phase(spec, 1.0),))
+
+    def spec_at(self, progress: float) -> ProtocolSpec:
+        """The protocol in force at a progress fraction (a phase owns [start, end))."""
+        for phase in self.phases:
+            if progress < phase.end:
+                return phase.spec
+        return self.phases[-1].spec
+
+    def phase_index_at(self, progress: float) -> int:
+        for index, phase in enumerate(self.phases):
+            if progress < phase.end:
+                return index
+        return len(self.phases) - 1
+
+    def __str__(self) -> str:
+        parts = [f"{p.spec.name}:{p.end:g}" for p in self.phases[:-1]]
+        return ",".join([*parts, self.phases[-1].spec.name])
+
+
+def _parse_fraction(text: str, part: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ScheduleError(
+            f"phase end {text!r} in {part!r} is not a number; use a fraction in (0, 1)"
+        ) from None
+    return value

@@ -1,0 +1,103 @@
+"""Plain facts exchanged between the synchronizer and whatever runtime drives it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Gradient:
+    """One worker's gradient, computed on the weights of `computed_version`."""
+
+    worker: int
+    sequence: int  # per-worker counter, so each gradient can be named exactly once
+    computed_version: int
+    values: torch.Tensor  # flat float32, mean over the worker's batch
+    samples: int
+    loss: float
+    step_time_s: float  # the worker's step: real compute plus any emulated device time
+
+
+@dataclass(frozen=True)
+class UpdateRecord:
+    """One gradient applied to the weights (a BSP update yields one record per gradient)."""
+
+    version: int  # weights version after the update
+    worker: int
+    sequence: int
+    computed_version: int
+    staleness: int  # version it was applied to minus version it was computed on
+    protocol: str
+    samples: int  # samples applied so far, including this update
+    progress: float
+    time_s: float  # since the run began
+    loss: float
+    step_time_s: float
+    lr: float
+    momentum: float
+
+
+@dataclass(frozen=True)
+class DropRecord:
+    worker: int
+    sequence: int
+    computed_version: int
+    reason: str
+    time_s: float
+
+
+@dataclass(frozen=True)
+class SwitchEvent:
+    at_fraction: float
+    at_samples: int
+    version: int
+    from_protocol: str
+    to_protocol: str
+    time_s: float
+    overhead_s: float  # wall time to put the new rule in force, in place
+    reason: str
+
+    def to_summary(self) -> dict:
+        return {
+            "at_fraction": round(self.at_fraction, 6),
+            "at_samples": self.at_samples,
+            "version": self.version,
+            "from": self.from_protocol,
+            "to": self.to_protocol,
+            "time_s": round(self.time_s, 6),
+            "overhead_s": self.overhead_s,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class EvalPoint:
+    """A progress mark crossed by an update: the runtime evaluates the weights as of now."""
+
+    fraction: float
+    samples: int
+    version: int
+    time_s: float
+    protocol: str
+
+
+@dataclass
+class Outcome:
+    """What a runtime must do after handing the synchronizer a gradient."""
+
+    released: list[int] = field(default_factory=list)  # workers that may pull and go on
+    applied: list[UpdateRecord] = field(default_factory=list)
+    dropped: list[DropRecord] = field(default_factory=list)
+    switches: list[SwitchEvent] = field(default_factory=list)
+    evaluations: list[EvalPoint] = field(default_factory=list)
+    done: bool = False
+
+    def merge(self, other: Outcome) -> None:
+        self.released.extend(w for w in other.released if w not in self.released)
+        self.applied.extend(other.applied)
+        self.dropped.extend(other.dropped)
+        self.switches.extend(other.switches)
+        self.evaluations.extend(other.evaluations)
+        self.done = self.done or other.done

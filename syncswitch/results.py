@@ -1,0 +1,104 @@
+"""The run directory: every result written as it is produced, so a crash loses nothing made.
+
+Files: config.json (resolved job, emulation included), summary.json (rewritten atomically as the
+run goes, final at the end), metrics.csv (test accuracy/loss and train loss over time and
+samples), updates.csv (one row per applied gradient), drops.csv, events.jsonl (switches and
+other decisions) and worker_steps.csv (per-worker step-time statistics). Each CSV row carries
+an `emulated` column so no figure can be mistaken for real-hardware timing.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import IO, Any
+
+from syncswitch.core.records import DropRecord, UpdateRecord
+
+METRIC_COLUMNS = (
+    "time_s", "samples", "fraction", "version", "protocol",
+    "test_accuracy", "test_loss", "train_loss", "samples_per_s", "emulated",
+)
+WORKER_COLUMNS = (
+    "worker", "steps", "step_time_mean_s", "step_time_p50_s", "step_time_p90_s",
+    "step_time_max_s", "compute_mean_s", "wait_mean_s", "emulated",
+)
+
+
+class CsvLog:
+    def __init__(self, path: Path, columns: tuple[str, ...]) -> None:
+        self.path = path
+        self.columns = columns
+        fresh = not path.exists()
+        self._file: IO[str] = path.open("a", newline="")
+        self._writer = csv.writer(self._file)
+        if fresh:
+            self._writer.writerow(columns)
+
+    def write(self, rows: list[tuple | list]) -> None:
+        if rows:
+            self._writer.writerows(rows)
+            self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class RunWriter:
+    def __init__(self, out_dir: str | Path, config: dict[str, Any], emulation: dict) -> None:
+        self.dir = Path(out_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._emulated = bool(emulation.get("enabled"))
+        write_json_atomic(self.dir / "config.json", {**config, "emulation": emulation})
+        update_cols = tuple(f.name for f in fields(UpdateRecord)) + ("emulated",)
+        drop_cols = tuple(f.name for f in fields(DropRecord))
+        self._updates = CsvLog(self.dir / "updates.csv", update_cols)
+        self._drops = CsvLog(self.dir / "drops.csv", drop_cols)
+        self._metrics = CsvLog(self.dir / "metrics.csv", METRIC_COLUMNS)
+        self._events = (self.dir / "events.jsonl").open("a")
+
+    def updates(self, records: list[UpdateRecord]) -> None:
+        self._updates.write([(*_row(r), self._emulated) for r in records])
+
+    def drops(self, records: list[DropRecord]) -> None:
+        self._drops.write([_row(r) for r in records])
+
+    def metric(self, row: dict[str, Any]) -> None:
+        self._metrics.write([[row.get(c, "") for c in METRIC_COLUMNS[:-1]] + [self._emulated]])
+
+    def event(self, kind: str, payload: dict[str, Any]) -> None:
+        self._events.write(json.dumps({"event": kind, **payload}) + "\n")
+        self._events.flush()
+
+    def worker_stats(self, rows: list[dict[str, Any]]) -> None:
+        path = self.dir / "worker_steps.csv"
+        with path.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(WORKER_COLUMNS)
+            for row in rows:
+                writer.writerow([row.get(c, "") for c in WORKER_COLUMNS[:-1]] + [self._emulated])
+
+    def summary(self, summary: dict[str, Any]) -> None:
+        write_json_atomic(self.dir / "summary.json", summary)
+
+    def close(self) -> None:
+        for log in (self._updates, self._drops, self._metrics):
+            log.close()
+        self._events.close()
+
+
+def _row(record: Any) -> tuple:
+    return tuple(asdict(record).values())
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so a reader never sees a half-written file (temp file, fsync, rename)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w") as handle:
+        json.dump(data, handle, indent=2, default=str)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)

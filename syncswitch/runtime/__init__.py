@@ -1,0 +1,1 @@
+"""The Ray runtime: parameter-server, worker and evaluator actors and the coordinator."""

@@ -1,0 +1,55 @@
+"""Live progress on the terminal: protocol, samples, test accuracy and throughput."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+class ProgressDisplay:
+    def __init__(self, enabled: bool, total_samples: int) -> None:
+        self._enabled = enabled
+        self._total = total_samples
+        self._progress: Progress | None = None
+        self._task: Any = None
+
+    def __enter__(self) -> ProgressDisplay:
+        if self._enabled:
+            self._progress = Progress(
+                TextColumn("[bold]{task.fields[protocol]:>6}"),
+                BarColumn(),
+                TextColumn("{task.completed:>9,.0f}/{task.total:,.0f} samples"),
+                TextColumn("acc {task.fields[accuracy]}"),
+                TextColumn("{task.fields[rate]} samples/s"),
+                TimeElapsedColumn(),
+            )
+            self._progress.__enter__()
+            self._task = self._progress.add_task(
+                "train", total=self._total, protocol="", accuracy="  -  ", rate="-"
+            )
+        return self
+
+    def update(self, state: dict[str, Any], last_metric: dict[str, Any] | None) -> None:
+        if self._progress is None:
+            return
+        time_s = state.get("time_s") or 0.0
+        rate = f"{state['samples'] / time_s:,.0f}" if time_s > 0 else "-"
+        accuracy = f"{100 * last_metric['test_accuracy']:5.1f}%" if last_metric else "  -  "
+        self._progress.update(
+            self._task,
+            completed=min(state["samples"], self._total),
+            protocol=state["protocol"],
+            accuracy=accuracy,
+            rate=rate,
+        )
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(exc_type, exc, tb)

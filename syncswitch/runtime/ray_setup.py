@@ -1,0 +1,38 @@
+"""Joining or starting Ray: a local instance by default, a cluster when given an address."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import ray
+
+# Workers mostly sleep (emulated device time) or wait on the server, so on one machine the
+# actors are scheduled on logical CPUs, not one physical core each.
+_LOCAL_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "RAY_DEDUP_LOGS": "0"}
+
+
+def connect(address: str | None, min_cpus: int) -> bool:
+    """Make sure Ray is up; return True when this call started it (and should stop it)."""
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, logging_level=logging.WARNING)
+        return True
+    ray.init(**local_init_kwargs(min_cpus))
+    return True
+
+
+def local_init_kwargs(min_cpus: int) -> dict:
+    return {
+        "num_cpus": max(os.cpu_count() or 1, min_cpus),
+        "include_dashboard": False,
+        "_node_ip_address": "127.0.0.1",  # a local instance listens on loopback only
+        "logging_level": logging.WARNING,
+        "runtime_env": {"env_vars": _LOCAL_ENV},
+    }
+
+
+def actor_options() -> dict:
+    return {"num_cpus": 1}

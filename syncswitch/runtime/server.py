@@ -1,0 +1,135 @@
+"""The parameter-server actor: a thin asyncio shell around the core Synchronizer.
+
+Each worker makes one call per step, `push_pull`, which carries its gradient and returns the
+weights it should compute on next. A call that must wait (at a BSP barrier, or held by an SSP
+bound) simply does not return yet: its future is resolved when the synchronizer releases that
+worker. All protocol decisions are the synchronizer's; this class only maps them to futures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import numpy as np
+import ray
+import torch
+
+from syncswitch.core.optimizer import FlatSGD
+from syncswitch.core.protocol import ProtocolSpec
+from syncswitch.core.records import Gradient, Outcome
+from syncswitch.core.synchronizer import SyncConfig, Synchronizer
+
+# Above this size one shared object-store copy per version beats inlining weights into every
+# reply (small models are faster inline: no second fetch).
+_SHARED_WEIGHTS_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class WeightsReply:
+    version: int
+    weights: np.ndarray | list  # the array, or [ObjectRef] for large models
+    done: bool
+
+
+class ParameterServer:
+    def __init__(self, config: SyncConfig, initial: np.ndarray, weight_decay: float) -> None:
+        torch.set_num_threads(1)
+        optimizer = FlatSGD(torch.from_numpy(np.array(initial)), weight_decay=weight_decay)
+        self.sync = Synchronizer(config, optimizer)
+        self._futures: dict[int, asyncio.Future] = {}
+        self._snapshot: WeightsReply | None = None
+        self._applied: list[tuple] = []
+        self._dropped: list[tuple] = []
+        self._switches: list = []
+        self._evaluations: list[tuple] = []
+
+    async def begin(self) -> None:
+        self.sync.restart_clock()
+
+    async def pull(self, worker: int) -> WeightsReply:
+        return self._reply()
+
+    async def push_pull(
+        self,
+        worker: int,
+        sequence: int,
+        computed_version: int,
+        values: np.ndarray,
+        samples: int,
+        loss: float,
+        step_time_s: float,
+    ) -> WeightsReply:
+        gradient = Gradient(
+            worker=worker,
+            sequence=sequence,
+            computed_version=computed_version,
+            values=torch.from_numpy(np.array(values, dtype=np.float32)),
+            samples=samples,
+            loss=loss,
+            step_time_s=step_time_s,
+        )
+        outcome = self.sync.submit(gradient)
+        self._absorb(outcome)
+        if worker in outcome.released:
+            return self._reply()
+        future = asyncio.get_running_loop().create_future()
+        self._futures[worker] = future
+        return await future
+
+    async def switch_to(self, protocol: str, reason: str) -> None:
+        """An out-of-schedule switch, decided by a policy outside the server."""
+        self._absorb(self.sync.switch_to(ProtocolSpec.parse(protocol), reason))
+
+    async def drain(self) -> dict:
+        """Everything recorded since the last drain, for the coordinator to write and act on."""
+        out = {
+            "applied": self._applied,
+            "dropped": self._dropped,
+            "switches": self._switches,
+            "evaluations": self._evaluations,
+            "state": self.state(),
+        }
+        self._applied, self._dropped, self._switches, self._evaluations = [], [], [], []
+        return out
+
+    def state(self) -> dict:
+        sync = self.sync
+        return {
+            "version": sync.version,
+            "samples": sync.samples,
+            "progress": sync.progress,
+            "protocol": sync.spec.name,
+            "done": sync.done,
+            "time_s": sync.now_s(),
+            "time_by_protocol": dict(sync.time_by_protocol),
+            "accounting": sync.accounting(),
+        }
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _absorb(self, outcome: Outcome) -> None:
+        self._applied.extend(outcome.applied)
+        self._dropped.extend(outcome.dropped)
+        self._switches.extend(outcome.switches)
+        for point in outcome.evaluations:
+            # Copy now: the weights change in place with the next update.
+            self._evaluations.append((point, self.sync.weights.numpy().copy()))
+        if outcome.released:
+            reply = self._reply()
+            for worker in outcome.released:
+                future = self._futures.pop(worker, None)
+                if future is not None and not future.done():
+                    future.set_result(reply)
+
+    def _reply(self) -> WeightsReply:
+        sync = self.sync
+        snap = self._snapshot
+        if snap is None or snap.version != sync.version or snap.done != sync.done:
+            weights = sync.weights.numpy().copy()
+            payload: np.ndarray | list = weights
+            if weights.nbytes > _SHARED_WEIGHTS_BYTES:
+                payload = [ray.put(weights)]
+            snap = WeightsReply(sync.version, payload, sync.done)
+            self._snapshot = snap
+        return snap

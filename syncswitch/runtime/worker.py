@@ -1,0 +1,142 @@
+"""The worker actor: computes real PyTorch gradients on its own shard, one call per step."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import ray
+import torch
+
+from syncswitch.core.emulation import EmulationConfig, StepTimeModel
+from syncswitch.core.optimizer import flat_gradient, load_flat_parameters
+from syncswitch.core.sharding import BatchStream, worker_shard
+from syncswitch.workloads import ArrayDataset, prepare_batch
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    worker: int
+    workers: int
+    batch_size: int
+    seed: int
+    emulation: EmulationConfig
+    model_factory: Callable[[], torch.nn.Module]
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    shards: tuple[slice, ...]  # the flat-parameter slice each server holds
+
+
+class Worker:
+    def __init__(self, spec: WorkerSpec, dataset: ArrayDataset, servers: list) -> None:
+        torch.set_num_threads(1)
+        torch.manual_seed(spec.seed * 7919 + spec.worker)
+        self.spec = spec
+        self.dataset = dataset
+        self.servers = servers
+        self.model = spec.model_factory()
+        self.model.train()
+        shard = worker_shard(len(dataset.y_train), spec.worker, spec.workers, spec.seed)
+        self.batches = BatchStream(shard, spec.batch_size, spec.seed, spec.worker)
+        self.step_time_model = StepTimeModel(spec.emulation, spec.worker, spec.seed)
+        self.generator = torch.Generator().manual_seed(spec.seed * 104729 + spec.worker)
+        self._step_times: list[float] = []
+        self._compute_times: list[float] = []
+        self._wait_times: list[float] = []
+
+    def ready(self) -> int:
+        return self.spec.worker
+
+    def run(self) -> dict:
+        """Train until the server says the workload is done; return step-time statistics."""
+        versions, weights, done = self._pull()
+        sequence = 0
+        while not done:
+            started = time.perf_counter()
+            gradient, loss = self._gradient(weights)
+            compute_s = time.perf_counter() - started
+            # Emulated device time: pad the real compute up to the modelled step time.
+            target_s = self.step_time_model.next_step_s()
+            if target_s > compute_s:
+                time.sleep(target_s - compute_s)
+            step_s = time.perf_counter() - started
+            sent = time.perf_counter()
+            versions, weights, done = self._push_pull(
+                sequence, versions, gradient, loss, step_s
+            )
+            self._wait_times.append(time.perf_counter() - sent)
+            self._compute_times.append(compute_s)
+            self._step_times.append(step_s)
+            sequence += 1
+        return self._stats()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _gradient(self, weights: np.ndarray) -> tuple[np.ndarray, float]:
+        # Replies arrive read-only; the model gets its own copy of the values anyway.
+        load_flat_parameters(self.model, torch.tensor(weights))
+        indices = self.batches.next_indices()
+        x, y = prepare_batch(
+            self.dataset,
+            self.dataset.x_train[indices],
+            self.dataset.y_train[indices],
+            train=True,
+            generator=self.generator,
+        )
+        self.model.zero_grad(set_to_none=True)
+        loss = self.spec.loss_fn(self.model(x), y)
+        loss.backward()
+        return flat_gradient(self.model).numpy(), float(loss.detach())
+
+    def _pull(self) -> tuple[list[int], np.ndarray, bool]:
+        replies = ray.get([s.pull.remote(self.spec.worker) for s in self.servers])
+        return _join(replies)
+
+    def _push_pull(
+        self,
+        sequence: int,
+        versions: list[int],
+        gradient: np.ndarray,
+        loss: float,
+        step_s: float,
+    ) -> tuple[list[int], np.ndarray, bool]:
+        spec = self.spec
+        batch = spec.batch_size
+        replies = ray.get(
+            [
+                server.push_pull.remote(
+                    spec.worker, sequence, version, gradient[shard], batch, loss, step_s
+                )
+                for server, shard, version in zip(
+                    self.servers, spec.shards, versions, strict=True
+                )
+            ]
+        )
+        return _join(replies)
+
+    def _stats(self) -> dict:
+        steps = np.array(self._step_times) if self._step_times else np.zeros(1)
+        return {
+            "worker": self.spec.worker,
+            "steps": len(self._step_times),
+            "step_time_mean_s": float(steps.mean()),
+            "step_time_p50_s": float(np.percentile(steps, 50)),
+            "step_time_p90_s": float(np.percentile(steps, 90)),
+            "step_time_max_s": float(steps.max()),
+            "compute_mean_s": float(np.mean(self._compute_times or [0.0])),
+            "wait_mean_s": float(np.mean(self._wait_times or [0.0])),
+        }
+
+
+def _join(replies: list) -> tuple[list[int], np.ndarray, bool]:
+    """Concatenate per-server replies into one flat weight vector."""
+    parts = []
+    for reply in replies:
+        weights = reply.weights
+        if isinstance(weights, list):  # large models: one shared object-store copy
+            weights = ray.get(weights[0])
+        parts.append(weights)
+    flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    # Shards may be at different versions in ASP: each gradient slice names its own.
+    return [r.version for r in replies], flat, any(r.done for r in replies)
