@@ -16,7 +16,7 @@ __all__ = ["ConfigError", "TrainConfig", "make_config", "train"]
 __version__ = "0.1.0"
 
 
-def train(config: TrainConfig, **kwargs):  # noqa: ANN201 - re-exported, typed at the source
+def train(config: TrainConfig, **kwargs):
     """Run one training job (see `syncswitch.runtime.coordinator.train`)."""
     from syncswitch.runtime.coordinator import train as _train
 

@@ -61,7 +61,7 @@ class TrainConfig:
         choices=[k.value for k in LrScheduleKind],
     )
     warmup: float = _opt(0.0, "linear learning-rate warmup, as a fraction of training")
-    lr_milestones: list[float] = _opt(
+    lr_milestones: list[float] | None = _opt(
         None, "for --lr-schedule step: fractions where lr is multiplied by --lr-gamma"
     )
     lr_gamma: float = _opt(0.1, "for --lr-schedule step: factor applied at each milestone")
@@ -84,7 +84,7 @@ class TrainConfig:
     )
     # Cluster emulation (sleep-padded device time); recorded in every result file.
     step_time_ms: float = _opt(0.0, "emulated device time per worker step in ms; 0 = off")
-    speed_factors: list[float] = _opt(
+    speed_factors: list[float] | None = _opt(
         None, "per-worker multipliers of the emulated step time, e.g. 1,1,1,2"
     )
     jitter_sigma: float = _opt(0.0, "sigma of mean-one lognormal jitter on emulated step time")
@@ -126,7 +126,9 @@ class TrainConfig:
         value = getattr(self, name)
         allowed = next(f for f in fields(self) if f.name == name).metadata["choices"]
         if value not in allowed:
-            raise ConfigError(f"{name} {value!r} is not allowed; choose one of {', '.join(allowed)}")
+            raise ConfigError(
+                f"{name} {value!r} is not allowed; choose one of {', '.join(allowed)}"
+            )
 
     # -- derived views ----------------------------------------------------------------------
 

@@ -53,7 +53,7 @@ class RunWriter:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._emulated = bool(emulation.get("enabled"))
         write_json_atomic(self.dir / "config.json", {**config, "emulation": emulation})
-        update_cols = tuple(f.name for f in fields(UpdateRecord)) + ("emulated",)
+        update_cols = (*tuple(f.name for f in fields(UpdateRecord)), "emulated")
         drop_cols = tuple(f.name for f in fields(DropRecord))
         self._updates = CsvLog(self.dir / "updates.csv", update_cols)
         self._drops = CsvLog(self.dir / "drops.csv", drop_cols)

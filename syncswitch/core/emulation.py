@@ -42,7 +42,9 @@ class EmulationConfig:
             "kind": "sleep-padded device time per step (real gradients computed inside it)",
             "step_time_ms": self.step_time_ms,
             "speed_factors": list(self.speed_factors) or "all 1.0",
-            "jitter": f"lognormal, sigma={self.jitter_sigma}, mean 1" if self.jitter_sigma else "none",
+            "jitter": (
+                f"lognormal, sigma={self.jitter_sigma}, mean 1" if self.jitter_sigma else "none"
+            ),
         }
 
 

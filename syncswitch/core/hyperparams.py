@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class LrScheduleKind(str, Enum):
+class LrScheduleKind(StrEnum):
     CONSTANT = "constant"
     STEP = "step"
     COSINE = "cosine"
 
 
-class MomentumPolicy(str, Enum):
+class MomentumPolicy(StrEnum):
     """What momentum an asynchronous phase uses; asynchrony itself acts like extra momentum."""
 
     KEEP = "keep"  # the configured momentum, unchanged

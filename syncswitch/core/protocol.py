@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
 class ScheduleError(ValueError):
     """A schedule string or phase list that cannot describe a run."""
 
 
-class Protocol(str, Enum):
+class Protocol(StrEnum):
     BSP = "bsp"
     ASP = "asp"
     SSP = "ssp"
@@ -60,7 +60,8 @@ class ProtocolSpec:
         if match:
             return cls(Protocol.SSP, int(match.group(1)))
         raise ScheduleError(
-            f"unknown protocol {text!r}: allowed are 'bsp', 'asp' and 'ssp-S' with S an integer >= 0"
+            f"unknown protocol {text!r}: allowed are 'bsp', 'asp' and 'ssp-S' "
+            "with S an integer >= 0"
         )
 
     def gradients_per_update(self, active_workers: int) -> int:

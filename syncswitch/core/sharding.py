@@ -8,6 +8,8 @@ their concatenation).
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 
@@ -19,7 +21,7 @@ def worker_shard(num_samples: int, worker: int, workers: int, seed: int) -> np.n
 def parameter_shards(num_parameters: int, servers: int) -> list[slice]:
     """Contiguous, near-equal slices of the flat parameter vector, one per server."""
     bounds = np.linspace(0, num_parameters, servers + 1).round().astype(int)
-    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
 
 
 class BatchStream:

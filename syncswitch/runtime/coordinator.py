@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from syncswitch.config import TrainConfig
-from syncswitch.core.optimizer import flatten_parameters
 from syncswitch.core.hyperparams import MomentumPolicy
+from syncswitch.core.optimizer import flatten_parameters
 from syncswitch.core.records import EvalPoint
 from syncswitch.core.sharding import parameter_shards
 from syncswitch.core.synchronizer import SyncConfig
@@ -95,7 +95,7 @@ class _Run:
         self.model_factory = model_factory
         self.loss_fn = loss_fn
         self.writer = writer
-        self.total_samples = int(round(config.epochs * len(dataset.y_train)))
+        self.total_samples = round(config.epochs * len(dataset.y_train))
         self.metrics: list[dict[str, Any]] = []
         self.switches: list[dict[str, Any]] = []
         self.staleness: dict[str, list[int]] = {}

@@ -1,0 +1,22 @@
+"""Datasets and models the trainer can run: MNIST-1D with a small CNN, CIFAR with ResNets."""
+
+from syncswitch.workloads.datasets import (
+    DATASETS,
+    ArrayDataset,
+    WorkloadError,
+    load_dataset,
+    prepare_batch,
+)
+from syncswitch.workloads.models import MODELS, CifarResNet, Cnn1d, build_model
+
+__all__ = [
+    "DATASETS",
+    "MODELS",
+    "ArrayDataset",
+    "CifarResNet",
+    "Cnn1d",
+    "WorkloadError",
+    "build_model",
+    "load_dataset",
+    "prepare_batch",
+]

@@ -1,0 +1,250 @@
+"""Reader for local copies of CIFAR-10/100 in the official binary or python layouts.
+
+Nothing is ever downloaded. The python layout is pickled, so it is read with an unpickler
+that can only rebuild numpy arrays: a pickle names arbitrary callables to run, and a data
+file from an untrusted source must not be able to execute code.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from syncswitch.workloads.datasets import WorkloadError
+
+_IMAGE_SHAPE = (3, 32, 32)
+_IMAGE_BYTES = 3 * 32 * 32
+
+
+@dataclass(frozen=True)
+class _Layout:
+    title: str
+    num_classes: int
+    binary_dir: str
+    binary_train: tuple[str, ...]
+    binary_test: tuple[str, ...]
+    # CIFAR-100 records start with a coarse and a fine label byte; the fine one is last.
+    label_bytes: int
+    python_dir: str
+    python_train: tuple[str, ...]
+    python_test: tuple[str, ...]
+    label_key: str
+
+
+_CIFAR10_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
+
+_LAYOUTS: dict[str, _Layout] = {
+    "cifar10": _Layout(
+        title="CIFAR-10",
+        num_classes=10,
+        binary_dir="cifar-10-batches-bin",
+        binary_train=tuple(f"{b}.bin" for b in _CIFAR10_BATCHES),
+        binary_test=("test_batch.bin",),
+        label_bytes=1,
+        python_dir="cifar-10-batches-py",
+        python_train=_CIFAR10_BATCHES,
+        python_test=("test_batch",),
+        label_key="labels",
+    ),
+    "cifar100": _Layout(
+        title="CIFAR-100",
+        num_classes=100,
+        binary_dir="cifar-100-binary",
+        binary_train=("train.bin",),
+        binary_test=("test.bin",),
+        label_bytes=2,
+        python_dir="cifar-100-python",
+        python_train=("train",),
+        python_test=("test",),
+        label_key="fine_labels",
+    ),
+}
+
+
+@dataclass(frozen=True, eq=False)
+class CifarArrays:
+    """Images as uint8 ``(N, 3, 32, 32)``, labels as int64 ``(N,)``."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+
+
+def read_cifar(name: str, data_dir: str | Path | None) -> CifarArrays:
+    """Read ``name`` ("cifar10" or "cifar100") from ``data_dir``.
+
+    ``data_dir`` may hold the extracted archive folder (e.g. ``cifar-10-batches-bin/``) or be
+    that folder itself. The binary layout wins when both are present, as it needs no pickle.
+    """
+    layout = _LAYOUTS.get(name)
+    if layout is None:
+        raise WorkloadError(f"unknown CIFAR dataset {name!r}; allowed: {', '.join(_LAYOUTS)}")
+    kind, folder = _locate(layout, data_dir)
+    if kind == "binary":
+        train = [_read_binary(folder / f, layout) for f in layout.binary_train]
+        test = [_read_binary(folder / f, layout) for f in layout.binary_test]
+    else:
+        train = [_read_python(folder / f, layout) for f in layout.python_train]
+        test = [_read_python(folder / f, layout) for f in layout.python_test]
+    return CifarArrays(
+        x_train=np.concatenate([x for x, _ in train]),
+        y_train=np.concatenate([y for _, y in train]),
+        x_test=np.concatenate([x for x, _ in test]),
+        y_test=np.concatenate([y for _, y in test]),
+        num_classes=layout.num_classes,
+    )
+
+
+def _locate(layout: _Layout, data_dir: str | Path | None) -> tuple[str, Path]:
+    layouts = f"'{layout.binary_dir}/' (binary version) or '{layout.python_dir}/' (python version)"
+    never = "syncswitch never downloads datasets"
+    if data_dir is None:
+        raise WorkloadError(f"{layout.title} needs a data directory holding {layouts}; {never}")
+    root = Path(data_dir).expanduser()
+    for kind, sub in (("binary", layout.binary_dir), ("python", layout.python_dir)):
+        if (root / sub).is_dir():
+            return kind, root / sub
+        if root.name == sub and root.is_dir():
+            return kind, root
+    raise WorkloadError(f"{layout.title} not found in '{root}': expected {layouts} there; {never}")
+
+
+def _require_file(path: Path) -> None:
+    if not path.is_file():
+        raise WorkloadError(f"missing CIFAR file '{path}'; is the archive fully extracted?")
+
+
+def _read_binary(path: Path, layout: _Layout) -> tuple[np.ndarray, np.ndarray]:
+    _require_file(path)
+    record = layout.label_bytes + _IMAGE_BYTES
+    try:
+        raw = np.fromfile(path, dtype=np.uint8)
+    except OSError as exc:
+        raise WorkloadError(f"cannot read '{path}': {exc}") from exc
+    if raw.size == 0 or raw.size % record:
+        raise WorkloadError(
+            f"'{path}' is truncated or corrupt: {raw.size} bytes is not a positive multiple "
+            f"of the {record}-byte {layout.title} record"
+        )
+    rows = raw.reshape(-1, record)
+    labels = rows[:, layout.label_bytes - 1].astype(np.int64)
+    images = np.ascontiguousarray(rows[:, layout.label_bytes :]).reshape(-1, *_IMAGE_SHAPE)
+    _check_labels(path, labels, layout.num_classes)
+    return images, labels
+
+
+def _read_python(path: Path, layout: _Layout) -> tuple[np.ndarray, np.ndarray]:
+    _require_file(path)
+    try:
+        with path.open("rb") as handle:
+            batch = _ArrayOnlyUnpickler(handle).load()
+    except WorkloadError as exc:
+        raise WorkloadError(f"refusing to load '{path}': {exc}") from None
+    except Exception as exc:  # any unpickling failure means the file is unusable
+        raise WorkloadError(
+            f"'{path}' is truncated or corrupt ({type(exc).__name__}: {exc})"
+        ) from exc
+    if not isinstance(batch, dict):
+        raise WorkloadError(f"'{path}' is not a CIFAR batch: expected a dict, got {type(batch)}")
+    data = _get(batch, "data", path)
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.size == 0:
+        raise WorkloadError(f"'{path}' is corrupt: 'data' must be a non-empty uint8 array")
+    if data.size % _IMAGE_BYTES:
+        raise WorkloadError(f"'{path}' is corrupt: 'data' has shape {data.shape}")
+    images = np.ascontiguousarray(data).reshape(-1, *_IMAGE_SHAPE)
+    try:
+        labels = np.asarray(_get(batch, layout.label_key, path), dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise WorkloadError(f"'{path}' is corrupt: bad '{layout.label_key}': {exc}") from exc
+    if len(labels) != len(images):
+        raise WorkloadError(f"'{path}' is corrupt: {len(images)} images but {len(labels)} labels")
+    _check_labels(path, labels, layout.num_classes)
+    return images, labels
+
+
+def _get(batch: dict[Any, Any], key: str, path: Path) -> Any:
+    # The official files were pickled by Python 2 and load with bytes keys; a copy re-pickled
+    # under Python 3 has str keys. Both hold the same data.
+    for candidate in (key.encode(), key):
+        if candidate in batch:
+            return batch[candidate]
+    raise WorkloadError(f"'{path}' is not a CIFAR batch: it has no '{key}' entry")
+
+
+def _check_labels(path: Path, labels: np.ndarray, num_classes: int) -> None:
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        raise WorkloadError(
+            f"'{path}' is corrupt: labels must lie in [0, {num_classes}), "
+            f"found {labels.min()}..{labels.max()}"
+        )
+
+
+def _latin1_encode(text: object, encoding: object = "latin1") -> bytes:
+    # Protocol-2 pickles written by Python 3 store bytes as _codecs.encode(str, "latin1");
+    # only that exact use is honoured instead of exposing the whole codec machinery.
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise WorkloadError("the pickle calls _codecs.encode other than to rebuild bytes")
+    return text.encode("latin-1")
+
+
+class _Frozen:
+    """Callable wrapper that a pickle's BUILD opcode cannot modify.
+
+    BUILD applies attacker-chosen state to whatever object it is given, and setattr on a
+    plain function (e.g. its __defaults__) would alter numpy for the rest of the process.
+    """
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Any) -> None:
+        self._fn = fn
+
+    def __call__(self, *args: Any) -> Any:
+        return self._fn(*args)
+
+    def __setstate__(self, state: object) -> None:
+        raise WorkloadError("the pickle tries to modify an array rebuilder")
+
+
+def _numpy_rebuilders() -> dict[tuple[str, str], Any]:
+    # Take the callables numpy itself pickles with instead of importing its private modules,
+    # whose names differ between numpy 1.x (numpy.core) and 2.x (numpy._core).
+    sample = np.zeros(1, dtype=np.uint8)
+    reconstruct = _Frozen(sample.__reduce__()[0])
+    frombuffer = _Frozen(sample.__reduce_ex__(5)[0])
+    allowed: dict[tuple[str, str], Any] = {
+        # Types are passed on unwrapped: _reconstruct needs the real ndarray class, and
+        # BUILD on a type fails instead of changing it.
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+        ("_codecs", "encode"): _Frozen(_latin1_encode),
+    }
+    for core in ("numpy.core", "numpy._core"):
+        allowed[(f"{core}.multiarray", "_reconstruct")] = reconstruct
+        allowed[(f"{core}.numeric", "_frombuffer")] = frombuffer
+    return allowed
+
+
+_ALLOWED_GLOBALS = _numpy_rebuilders()
+
+
+class _ArrayOnlyUnpickler(pickle.Unpickler):
+    """Unpickler whose only reachable globals are numpy's array and dtype rebuilders."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        super().__init__(handle, encoding="bytes")
+
+    def find_class(self, module: str, name: str) -> Any:
+        allowed = _ALLOWED_GLOBALS.get((module, name))
+        if allowed is None:
+            raise WorkloadError(
+                f"it references {module}.{name}, but only numpy arrays may be rebuilt from a "
+                "CIFAR file (it may be malicious or not a CIFAR batch)"
+            )
+        return allowed
