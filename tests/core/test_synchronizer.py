@@ -1,0 +1,168 @@
+"""The protocol engine driven by scripted gradients: no processes, milliseconds per test."""
+
+import itertools
+
+import pytest
+import torch
+
+from syncswitch.core.hyperparams import MomentumPolicy
+from syncswitch.core.optimizer import FlatSGD, flat_gradient, flatten_parameters
+from syncswitch.core.protocol import Schedule
+from syncswitch.core.records import Gradient
+from syncswitch.core.synchronizer import SyncConfig, Synchronizer
+
+BATCH = 4
+
+
+def make_sync(schedule: str, workers: int = 4, total: int = 10_000, **kw) -> Synchronizer:
+    ticks = itertools.count()
+    config = SyncConfig(
+        workers=workers,
+        total_samples=total,
+        schedule=Schedule.parse(schedule),
+        lr=0.4,
+        momentum=0.9,
+        **kw,
+    )
+    return Synchronizer(config, FlatSGD(torch.zeros(3)), clock=lambda: next(ticks) * 0.001)
+
+
+def grad(sync: Synchronizer, worker: int, version: int | None = None, seq: int = 0) -> Gradient:
+    return Gradient(
+        worker=worker,
+        sequence=seq,
+        computed_version=sync.version if version is None else version,
+        values=torch.full((3,), float(worker + 1)),
+        samples=BATCH,
+        loss=1.0,
+        step_time_s=0.01,
+    )
+
+
+def test_bsp_waits_for_all_workers_then_releases_them_with_zero_staleness() -> None:
+    sync = make_sync("bsp")
+    for worker in range(3):
+        outcome = sync.submit(grad(sync, worker))
+        assert outcome.released == [] and outcome.applied == []
+    assert sync.waiting == {0, 1, 2}
+    outcome = sync.submit(grad(sync, 3))
+    assert outcome.released == [0, 1, 2, 3]
+    assert [r.staleness for r in outcome.applied] == [0, 0, 0, 0]
+    assert sync.version == 1 and sync.samples == 4 * BATCH
+    assert outcome.applied[0].lr == pytest.approx(0.4)  # full global batch: the BSP lr
+
+
+def test_asp_applies_on_arrival_and_counts_staleness() -> None:
+    sync = make_sync("asp")
+    records = []
+    for worker in range(4):  # all computed on version 0
+        outcome = sync.submit(grad(sync, worker, version=0))
+        assert outcome.released == [worker]
+        records += outcome.applied
+    assert [r.staleness for r in records] == [0, 1, 2, 3]
+    assert all(r.lr == pytest.approx(0.1) for r in records)  # lr / workers
+    assert all(r.momentum == pytest.approx(0.9 / 4) for r in records)  # scaled by default
+
+
+def test_ssp_holds_a_worker_that_runs_more_than_s_steps_ahead() -> None:
+    sync = make_sync("ssp-1", workers=2)
+    assert sync.submit(grad(sync, 0, seq=0)).released == [0]  # clock 1 vs 0: within bound
+    outcome = sync.submit(grad(sync, 0, seq=1))  # clock 2 vs 0: more than 1 ahead
+    assert outcome.released == [] and len(outcome.applied) == 1
+    assert sync.waiting == {0}
+    outcome = sync.submit(grad(sync, 1, version=0))  # the slow worker catches up to clock 1
+    assert sorted(outcome.released) == [0, 1]
+
+
+def test_bsp_to_asp_switch_happens_in_place_at_the_phase_end() -> None:
+    sync = make_sync("bsp:0.5,asp", total=16 * BATCH, momentum_policy=MomentumPolicy.SCALE)
+    switches = []
+    for step in range(2):  # two BSP updates: 8 of 16 batches, half the workload
+        for worker in range(4):
+            switches += sync.submit(grad(sync, worker, seq=step)).switches
+    assert len(switches) == 1
+    event = switches[0]
+    assert (event.from_protocol, event.to_protocol) == ("bsp", "asp")
+    assert event.at_fraction == pytest.approx(0.5)
+    assert event.overhead_s >= 0
+    after = sync.submit(grad(sync, 0, seq=2)).applied[0]
+    assert after.protocol == "asp"
+    assert after.lr == pytest.approx(0.1) and after.momentum == pytest.approx(0.9 / 4)
+
+
+def test_bsp_asp_bsp_returns_to_the_barrier_and_full_lr() -> None:
+    sync = make_sync("bsp:0.25,asp:0.5,bsp", total=16 * BATCH)
+    protocols = []
+    seq = 0
+    while not sync.done:
+        for worker in range(4):
+            if sync.done:
+                break
+            outcome = sync.submit(grad(sync, worker, seq=seq))
+            protocols += [(r.protocol, r.lr, r.momentum) for r in outcome.applied]
+        seq += 1
+    names = [p for p, _, _ in protocols]
+    assert names[0] == "bsp" and "asp" in names and names[-1] == "bsp"
+    assert [s.to_protocol for s in sync.switches] == ["asp", "bsp"]
+    last_bsp = protocols[-1]
+    assert last_bsp[1] == pytest.approx(0.4) and last_bsp[2] == pytest.approx(0.9)
+
+
+def test_switch_mid_barrier_applies_caught_gradients_under_the_new_rule() -> None:
+    sync = make_sync("bsp")
+    sync.submit(grad(sync, 0))
+    sync.submit(grad(sync, 1))
+    outcome = sync.switch_to(Schedule.parse("asp").phases[0].spec, reason="test")
+    assert sorted(outcome.released) == [0, 1]
+    assert [r.protocol for r in outcome.applied] == ["asp", "asp"]
+    assert sync.accounting()["applied"] == 2
+
+
+def test_accounting_and_late_gradients_after_completion() -> None:
+    sync = make_sync("asp", total=2 * BATCH)
+    sync.submit(grad(sync, 0))
+    outcome = sync.submit(grad(sync, 1))
+    assert outcome.done and outcome.evaluations[-1].fraction == 1.0
+    late = sync.submit(grad(sync, 2))
+    assert late.dropped[0].reason == "training_complete" and late.released == [2]
+    acct = sync.accounting()
+    assert acct["sent"] == acct["applied"] + sum(acct["dropped"].values()) == 3
+
+
+def test_evaluation_points_follow_progress() -> None:
+    sync = make_sync("asp", total=10 * BATCH, eval_every=0.25)
+    fractions = []
+    while not sync.done:
+        fractions += [p.fraction for p in sync.submit(grad(sync, 0)).evaluations]
+    assert fractions == [0.25, 0.5, 0.75, 1.0]
+
+
+def test_bsp_equals_single_process_sgd_on_the_concatenated_batch() -> None:
+    """The oracle: n workers under BSP == one SGD step on all n batches at once."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
+    reference = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
+    reference.load_state_dict(model.state_dict())
+    workers, steps = 4, 3
+    config = SyncConfig(
+        workers=workers, total_samples=10**6, schedule=Schedule.parse("bsp"), lr=0.3,
+        momentum=0.9,
+    )
+    sync = Synchronizer(config, FlatSGD(flatten_parameters(model), weight_decay=1e-3))
+    sgd = torch.optim.SGD(reference.parameters(), lr=0.3, momentum=0.9, weight_decay=1e-3)
+    loss_fn = torch.nn.functional.cross_entropy
+    for step in range(steps):
+        batches = [(torch.randn(BATCH, 5), torch.randint(0, 3, (BATCH,))) for _ in range(workers)]
+        for worker, (x, y) in enumerate(batches):
+            torch.nn.utils.vector_to_parameters(sync.weights.clone(), model.parameters())
+            model.zero_grad()
+            loss_fn(model(x), y).backward()
+            sync.submit(
+                Gradient(worker, step, sync.version, flat_gradient(model), BATCH, 0.0, 0.0)
+            )
+        sgd.zero_grad()
+        x = torch.cat([b[0] for b in batches])
+        y = torch.cat([b[1] for b in batches])
+        loss_fn(reference(x), y).backward()
+        sgd.step()
+    torch.testing.assert_close(sync.weights, flatten_parameters(reference), rtol=1e-5, atol=1e-6)

@@ -1,0 +1,147 @@
+"""End-to-end runs on a real local Ray with real PyTorch gradients."""
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from syncswitch.config import TrainConfig
+from syncswitch.core.sharding import BatchStream, worker_shard
+from syncswitch.runtime.coordinator import train
+from syncswitch.workloads import build_model, load_dataset, prepare_batch
+
+pytestmark = pytest.mark.ray
+
+LR = 0.2
+
+
+@pytest.fixture(scope="module")
+def small_mnist():
+    return load_dataset("mnist1d", mnist1d_samples=400)  # 320 train, 80 test
+
+
+def run(tmp_path: Path, dataset, **overrides):
+    values = dict(
+        workers=3, batch_size=8, epochs=1.0, lr=LR, momentum=0.9, lr_schedule="constant",
+        progress=False, eval_every=0.25, out=str(tmp_path / "run"), mnist1d_samples=400,
+    )
+    values.update(overrides)
+    return train(TrainConfig(**values), dataset=dataset)
+
+
+def read_updates(run_dir: Path) -> list[dict]:
+    with (run_dir / "updates.csv").open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_bsp_equals_single_process_sgd_on_concatenated_batches(ray_session, small_mnist, tmp_path):
+    workers, batch, seed = 3, 8, 5
+    result = run(tmp_path, small_mnist, workers=workers, batch_size=batch, seed=seed,
+                 schedule="bsp", epochs=0.3, weight_decay=1e-4)
+    updates = result.summary["updates"]
+    assert updates >= 3
+
+    torch.manual_seed(seed)
+    model = build_model("cnn1d", small_mnist)
+    sgd = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9, weight_decay=1e-4)
+    streams = [
+        BatchStream(worker_shard(len(small_mnist.y_train), w, workers, seed), batch, seed, w)
+        for w in range(workers)
+    ]
+    for _ in range(updates):
+        idx = np.concatenate([s.next_indices() for s in streams])
+        x, y = prepare_batch(small_mnist, small_mnist.x_train[idx], small_mnist.y_train[idx],
+                             train=True)
+        sgd.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        sgd.step()
+    expected = torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()
+    np.testing.assert_allclose(result.final_weights, expected, rtol=1e-4, atol=1e-5)
+    rows = read_updates(result.run_dir)
+    assert {r["staleness"] for r in rows} == {"0"}
+
+
+def test_asp_records_staleness_and_accounts_for_every_gradient(ray_session, small_mnist, tmp_path):
+    result = run(tmp_path, small_mnist, schedule="asp", workers=4)
+    summary = result.summary
+    rows = read_updates(result.run_dir)
+    acct = summary["gradients"]
+    assert acct["sent"] == acct["applied"] + sum(acct["dropped"].values())
+    assert acct["applied"] == len(rows) == summary["updates"]
+    assert max(int(r["staleness"]) for r in rows) > 0
+    assert all(float(r["lr"]) == pytest.approx(LR / 4) for r in rows)
+    assert summary["final_accuracy"] is not None and summary["status"] == "complete"
+
+
+def clock_spread(rows: list[dict], workers: int) -> int:
+    clocks = [0] * workers
+    spread = 0
+    for row in sorted(rows, key=lambda r: int(r["version"])):
+        clocks[int(row["worker"])] += 1
+        spread = max(spread, max(clocks) - min(clocks))
+    return spread
+
+
+def test_ssp_bounds_how_far_a_worker_runs_ahead(ray_session, small_mnist, tmp_path):
+    # One worker three times slower: under ASP the others run far ahead, under SSP-1 they wait.
+    slow = dict(workers=3, step_time_ms=4.0, speed_factors=[1.0, 1.0, 3.0], epochs=1.0)
+    asp = run(tmp_path / "asp", small_mnist, schedule="asp", **slow)
+    ssp = run(tmp_path / "ssp", small_mnist, schedule="ssp-1", **slow)
+    asp_spread = clock_spread(read_updates(asp.run_dir), 3)
+    ssp_rows = read_updates(ssp.run_dir)
+    assert clock_spread(ssp_rows, 3) <= 2  # s + 1: a worker at the bound finishes its step
+    assert asp_spread > 4
+    assert max(int(r["staleness"]) for r in ssp_rows) <= (3 - 1) * (2 * 1 + 1)
+    assert ssp.summary["emulation"]["enabled"] is True
+
+
+def test_bsp_to_asp_switch_changes_lr_and_momentum_in_place(ray_session, small_mnist, tmp_path):
+    result = run(tmp_path, small_mnist, schedule="bsp:0.5,asp", workers=4,
+                 momentum_at_switch="scale")
+    switches = result.summary["switches"]
+    assert len(switches) == 1 and switches[0]["from"] == "bsp" and switches[0]["to"] == "asp"
+    assert 0.5 <= switches[0]["at_fraction"] < 0.5 + 4 * 8 / 320 + 1e-9
+    assert switches[0]["overhead_s"] < 0.05
+    rows = read_updates(result.run_dir)
+    bsp = [r for r in rows if r["protocol"] == "bsp"]
+    asp = [r for r in rows if r["protocol"] == "asp"]
+    assert bsp and asp
+    assert all(float(r["lr"]) == pytest.approx(LR) for r in bsp)
+    assert all(float(r["momentum"]) == pytest.approx(0.9) for r in bsp)
+    assert all(float(r["lr"]) == pytest.approx(LR / 4) for r in asp)
+    assert all(float(r["momentum"]) == pytest.approx(0.9 / 4) for r in asp)
+    assert {r["staleness"] for r in bsp} == {"0"}
+    time_by_protocol = result.summary["time_by_protocol"]
+    assert time_by_protocol["bsp"] > 0 and time_by_protocol["asp"] > 0
+
+
+def test_bsp_asp_bsp_and_the_run_directory(ray_session, small_mnist, tmp_path):
+    result = run(tmp_path, small_mnist, schedule="bsp:0.3,asp:0.6,bsp", workers=3,
+                 momentum_at_switch="keep")
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert [(s["from"], s["to"]) for s in summary["switches"]] == [("bsp", "asp"), ("asp", "bsp")]
+    rows = read_updates(result.run_dir)
+    assert rows[0]["protocol"] == "bsp" and rows[-1]["protocol"] == "bsp"
+    assert all(float(r["momentum"]) == pytest.approx(0.9) for r in rows)  # keep
+    for key in ("final_accuracy", "best_accuracy", "wall_time_s", "samples", "samples_per_s",
+                "time_by_protocol", "switches", "emulation"):
+        assert key in summary
+    assert summary["samples"] >= 320
+    names = {p.name for p in result.run_dir.iterdir()}
+    assert {"config.json", "summary.json", "metrics.csv", "updates.csv", "worker_steps.csv",
+            "events.jsonl", "drops.csv"} <= names
+    with (result.run_dir / "metrics.csv").open() as handle:
+        metrics = list(csv.DictReader(handle))
+    assert [float(m["fraction"]) for m in metrics] == [0.25, 0.5, 0.75, 1.0]
+    assert json.loads((result.run_dir / "config.json").read_text())["emulation"] == {
+        "enabled": False
+    }
+
+
+def test_sharded_servers_train_the_same_model_as_one(ray_session, small_mnist, tmp_path):
+    one = run(tmp_path / "one", small_mnist, schedule="bsp", epochs=0.3)
+    two = run(tmp_path / "two", small_mnist, schedule="bsp", epochs=0.3, servers=2)
+    np.testing.assert_allclose(one.final_weights, two.final_weights, rtol=1e-5, atol=1e-6)
