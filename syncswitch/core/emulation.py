@@ -39,7 +39,10 @@ class EmulationConfig:
             return {"enabled": False}
         return {
             "enabled": True,
-            "kind": "sleep-padded device time per step (real gradients computed inside it)",
+            "kind": (
+                "emulated device time per step: the real gradient is computed inside it and "
+                "applied by the server when the step's time has elapsed"
+            ),
             "step_time_ms": self.step_time_ms,
             "speed_factors": list(self.speed_factors) or "all 1.0",
             "jitter": (

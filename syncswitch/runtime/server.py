@@ -9,6 +9,7 @@ worker. All protocol decisions are the synchronizer's; this class only maps them
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,7 +60,13 @@ class ParameterServer:
         samples: int,
         loss: float,
         step_time_s: float,
+        ready_at: float | None = None,
     ) -> WeightsReply:
+        if ready_at is not None:
+            # Emulation: the gradient counts as arrived when its emulated step ends.
+            delay_s = ready_at - time.time()
+            if delay_s > 0:
+                await asyncio.sleep(delay_s)
         gradient = Gradient(
             worker=worker,
             sequence=sequence,

@@ -53,19 +53,18 @@ class Worker:
         versions, weights, done = self._pull()
         sequence = 0
         while not done:
-            started = time.perf_counter()
+            started_wall, started = time.time(), time.perf_counter()
             gradient, loss = self._gradient(weights)
             compute_s = time.perf_counter() - started
-            # Emulated device time: pad the real compute up to the modelled step time.
-            target_s = self.step_time_model.next_step_s()
-            if target_s > compute_s:
-                time.sleep(target_s - compute_s)
-            step_s = time.perf_counter() - started
-            sent = time.perf_counter()
+            # Emulated device time: the step lasts the modelled time, or the real compute if
+            # longer. The gradient is handed over now and the server applies it when the step
+            # ends, so the transfer overlaps the emulated compute instead of a sleep here.
+            step_s = max(self.step_time_model.next_step_s(), compute_s)
+            ready_at = started_wall + step_s if self.spec.emulation.enabled else None
             versions, weights, done = self._push_pull(
-                sequence, versions, gradient, loss, step_s
+                sequence, versions, gradient, loss, step_s, ready_at
             )
-            self._wait_times.append(time.perf_counter() - sent)
+            self._wait_times.append(time.perf_counter() - started - step_s)
             self._compute_times.append(compute_s)
             self._step_times.append(step_s)
             sequence += 1
@@ -100,13 +99,15 @@ class Worker:
         gradient: np.ndarray,
         loss: float,
         step_s: float,
+        ready_at: float | None,
     ) -> tuple[list[int], np.ndarray, bool]:
         spec = self.spec
         batch = spec.batch_size
         replies = ray.get(
             [
                 server.push_pull.remote(
-                    spec.worker, sequence, version, gradient[shard], batch, loss, step_s
+                    spec.worker, sequence, version, gradient[shard], batch, loss, step_s,
+                    ready_at,
                 )
                 for server, shard, version in zip(
                     self.servers, spec.shards, versions, strict=True
