@@ -44,7 +44,7 @@ class TrainConfig:
     epochs: float = _opt(40.0, "total training workload, in passes over the training set")
     batch_size: int = _opt(32, "per-worker batch size (a BSP update consumes workers x this)")
     lr: float = _opt(
-        0.2, "learning rate of one BSP update; ASP/SSP updates use lr/workers (linear scaling)"
+        0.4, "learning rate of one BSP update; ASP/SSP updates use lr/workers (linear scaling)"
     )
     momentum: float = _opt(0.9, "SGD momentum (used as is in BSP phases)")
     momentum_at_switch: str = _opt(
@@ -69,7 +69,8 @@ class TrainConfig:
     dataset: str = _opt("mnist1d", "dataset", choices=list(DATASETS))
     data_dir: str | None = _opt(None, "directory holding CIFAR files (never downloaded)")
     model: str | None = _opt(
-        None, "model (default: cnn1d for mnist1d, resnet20 for cifar10, resnet32 for cifar100)",
+        None,
+        "model (default: cnn1d for mnist1d, resnet20 for cifar10, resnet32 for cifar100)",
         choices=list(MODELS),
     )
     mnist1d_samples: int = _opt(10000, "MNIST-1D samples to generate (80% train, 20% test)")
@@ -186,7 +187,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         else:
             raise ConfigError(f"config file {str(path)!r}: use a .yaml, .yml or .toml file")
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"config file {str(path)!r} cannot be parsed: {error}") from None
+        detail = " ".join(str(error).split())  # one line, however the parser formats it
+        raise ConfigError(f"config file {str(path)!r} cannot be parsed: {detail}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of options")
     known = {f.name for f in fields(TrainConfig)}

@@ -19,12 +19,27 @@ from typing import IO, Any
 from syncswitch.core.records import DropRecord, UpdateRecord
 
 METRIC_COLUMNS = (
-    "time_s", "samples", "fraction", "version", "protocol",
-    "test_accuracy", "test_loss", "train_loss", "samples_per_s", "emulated",
+    "time_s",
+    "samples",
+    "fraction",
+    "version",
+    "protocol",
+    "test_accuracy",
+    "test_loss",
+    "train_loss",
+    "samples_per_s",
+    "emulated",
 )
 WORKER_COLUMNS = (
-    "worker", "steps", "step_time_mean_s", "step_time_p50_s", "step_time_p90_s",
-    "step_time_max_s", "compute_mean_s", "wait_mean_s", "emulated",
+    "worker",
+    "steps",
+    "step_time_mean_s",
+    "step_time_p50_s",
+    "step_time_p90_s",
+    "step_time_max_s",
+    "compute_mean_s",
+    "wait_mean_s",
+    "emulated",
 )
 
 

@@ -42,7 +42,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help_text = f.metadata["help"].replace("%", "%%")
         if str(f.type) == "bool":
             parser.add_argument(
-                flag, action=argparse.BooleanOptionalAction, default=None,
+                flag,
+                action=argparse.BooleanOptionalAction,
+                default=None,
                 help=f"{help_text} (default: {default})",
             )
             continue

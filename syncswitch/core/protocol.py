@@ -99,9 +99,7 @@ class Schedule:
                     "a phase end must be a fraction strictly between 0 and 1"
                 )
             if phase.end <= previous:
-                raise ScheduleError(
-                    f"phase ends must increase: {phase.end} comes after {previous}"
-                )
+                raise ScheduleError(f"phase ends must increase: {phase.end} comes after {previous}")
             previous = phase.end
 
     @classmethod

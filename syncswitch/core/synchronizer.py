@@ -249,9 +249,7 @@ class Synchronizer:
         if self.spec.protocol is Protocol.SSP:
             bound = self.spec.staleness_bound or 0
             slowest = min(self._clocks.get(w, 0) for w in self.active)
-            released = sorted(
-                w for w in self._waiting if self._clocks.get(w, 0) - slowest <= bound
-            )
+            released = sorted(w for w in self._waiting if self._clocks.get(w, 0) - slowest <= bound)
         else:
             released = sorted(self._waiting)
         self._waiting -= set(released)
@@ -264,9 +262,7 @@ class Synchronizer:
             self._next_eval_index * cfg.eval_every < 1.0 - 1e-9
             and self.progress >= self._next_eval_index * cfg.eval_every - 1e-12
         ):
-            outcome.evaluations.append(
-                self._eval_point(self._next_eval_index * cfg.eval_every)
-            )
+            outcome.evaluations.append(self._eval_point(self._next_eval_index * cfg.eval_every))
             self._next_eval_index += 1
         if self.samples >= cfg.total_samples:
             self._finish(outcome)

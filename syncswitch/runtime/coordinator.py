@@ -129,8 +129,10 @@ class _Run:
             )
             for shard in shards
         ]
-        evaluator = ray.remote(Evaluator).options(**actor_options()).remote(
-            dataset_ref, self.model_factory, self.loss_fn
+        evaluator = (
+            ray.remote(Evaluator)
+            .options(**actor_options())
+            .remote(dataset_ref, self.model_factory, self.loss_fn)
         )
         worker_cls = ray.remote(Worker)
         workers = [
@@ -154,6 +156,17 @@ class _Run:
         try:
             _wait_ready([w.ready.remote() for w in workers] + [evaluator.ready.remote()])
             setup_s = time.perf_counter() - setup_started
+            self.writer.event(
+                "run_started",
+                {
+                    "workers": cfg.workers,
+                    "servers": cfg.servers,
+                    "schedule": cfg.schedule,
+                    "total_samples": self.total_samples,
+                    "parameters": len(initial),
+                    "emulation": cfg.emulation().describe(),
+                },
+            )
             ray.get([s.begin.remote() for s in servers])
             runs = [w.run.remote() for w in workers]
             with ProgressDisplay(enabled=cfg.progress, total_samples=self.total_samples) as show:
@@ -163,8 +176,10 @@ class _Run:
             final_weights = self._final_weights(servers)
             summary = self._summary(setup_s, worker_stats, status="complete")
             self.writer.summary(summary)
-            torch.save({"flat_weights": torch.from_numpy(final_weights)},
-                       self.writer.dir / "final_weights.pt")
+            torch.save(
+                {"flat_weights": torch.from_numpy(final_weights)},
+                self.writer.dir / "final_weights.pt",
+            )
             return RunResult(summary, self.writer.dir, final_weights)
         except BaseException as error:
             # Whatever was produced stays on disk; the summary says how the run ended.
@@ -243,8 +258,9 @@ class _Run:
 
     def _final_weights(self, servers: list) -> np.ndarray:
         replies = ray.get([s.pull.remote(-1) for s in servers])
-        parts = [r.weights if not isinstance(r.weights, list) else ray.get(r.weights[0])
-                 for r in replies]
+        parts = [
+            r.weights if not isinstance(r.weights, list) else ray.get(r.weights[0]) for r in replies
+        ]
         return np.concatenate(parts)
 
     # -- the summary ------------------------------------------------------------------------
@@ -277,7 +293,8 @@ class _Run:
             "workers": self.config.workers,
             "worker_step_time_mean_s": (
                 float(np.mean([w["step_time_mean_s"] for w in worker_stats]))
-                if worker_stats else None
+                if worker_stats
+                else None
             ),
             "emulation": self.config.emulation().describe(),
             "run_dir": str(self.writer.dir),

@@ -43,7 +43,9 @@ class Evaluator:
         with torch.no_grad():
             for start in range(0, len(y_test), _BATCH):
                 x, y = prepare_batch(
-                    self.dataset, x_test[start : start + _BATCH], y_test[start : start + _BATCH],
+                    self.dataset,
+                    x_test[start : start + _BATCH],
+                    y_test[start : start + _BATCH],
                     train=False,
                 )
                 logits = self.model(x)

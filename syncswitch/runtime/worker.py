@@ -106,12 +106,16 @@ class Worker:
         replies = ray.get(
             [
                 server.push_pull.remote(
-                    spec.worker, sequence, version, gradient[shard], batch, loss, step_s,
+                    spec.worker,
+                    sequence,
+                    version,
+                    gradient[shard],
+                    batch,
+                    loss,
+                    step_s,
                     ready_at,
                 )
-                for server, shard, version in zip(
-                    self.servers, spec.shards, versions, strict=True
-                )
+                for server, shard, version in zip(self.servers, spec.shards, versions, strict=True)
             ]
         )
         return _join(replies)

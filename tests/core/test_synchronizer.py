@@ -145,7 +145,10 @@ def test_bsp_equals_single_process_sgd_on_the_concatenated_batch() -> None:
     reference.load_state_dict(model.state_dict())
     workers, steps = 4, 3
     config = SyncConfig(
-        workers=workers, total_samples=10**6, schedule=Schedule.parse("bsp"), lr=0.3,
+        workers=workers,
+        total_samples=10**6,
+        schedule=Schedule.parse("bsp"),
+        lr=0.3,
         momentum=0.9,
     )
     sync = Synchronizer(config, FlatSGD(flatten_parameters(model), weight_decay=1e-3))
@@ -157,9 +160,7 @@ def test_bsp_equals_single_process_sgd_on_the_concatenated_batch() -> None:
             torch.nn.utils.vector_to_parameters(sync.weights.clone(), model.parameters())
             model.zero_grad()
             loss_fn(model(x), y).backward()
-            sync.submit(
-                Gradient(worker, step, sync.version, flat_gradient(model), BATCH, 0.0, 0.0)
-            )
+            sync.submit(Gradient(worker, step, sync.version, flat_gradient(model), BATCH, 0.0, 0.0))
         sgd.zero_grad()
         x = torch.cat([b[0] for b in batches])
         y = torch.cat([b[1] for b in batches])

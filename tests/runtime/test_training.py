@@ -25,8 +25,16 @@ def small_mnist():
 
 def run(tmp_path: Path, dataset, **overrides):
     values = dict(
-        workers=3, batch_size=8, epochs=1.0, lr=LR, momentum=0.9, lr_schedule="constant",
-        progress=False, eval_every=0.25, out=str(tmp_path / "run"), mnist1d_samples=400,
+        workers=3,
+        batch_size=8,
+        epochs=1.0,
+        lr=LR,
+        momentum=0.9,
+        lr_schedule="constant",
+        progress=False,
+        eval_every=0.25,
+        out=str(tmp_path / "run"),
+        mnist1d_samples=400,
     )
     values.update(overrides)
     return train(TrainConfig(**values), dataset=dataset)
@@ -39,8 +47,16 @@ def read_updates(run_dir: Path) -> list[dict]:
 
 def test_bsp_equals_single_process_sgd_on_concatenated_batches(ray_session, small_mnist, tmp_path):
     workers, batch, seed = 3, 8, 5
-    result = run(tmp_path, small_mnist, workers=workers, batch_size=batch, seed=seed,
-                 schedule="bsp", epochs=0.3, weight_decay=1e-4)
+    result = run(
+        tmp_path,
+        small_mnist,
+        workers=workers,
+        batch_size=batch,
+        seed=seed,
+        schedule="bsp",
+        epochs=0.3,
+        weight_decay=1e-4,
+    )
     updates = result.summary["updates"]
     assert updates >= 3
 
@@ -53,8 +69,9 @@ def test_bsp_equals_single_process_sgd_on_concatenated_batches(ray_session, smal
     ]
     for _ in range(updates):
         idx = np.concatenate([s.next_indices() for s in streams])
-        x, y = prepare_batch(small_mnist, small_mnist.x_train[idx], small_mnist.y_train[idx],
-                             train=True)
+        x, y = prepare_batch(
+            small_mnist, small_mnist.x_train[idx], small_mnist.y_train[idx], train=True
+        )
         sgd.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         sgd.step()
@@ -99,8 +116,9 @@ def test_ssp_bounds_how_far_a_worker_runs_ahead(ray_session, small_mnist, tmp_pa
 
 
 def test_bsp_to_asp_switch_changes_lr_and_momentum_in_place(ray_session, small_mnist, tmp_path):
-    result = run(tmp_path, small_mnist, schedule="bsp:0.5,asp", workers=4,
-                 momentum_at_switch="scale")
+    result = run(
+        tmp_path, small_mnist, schedule="bsp:0.5,asp", workers=4, momentum_at_switch="scale"
+    )
     switches = result.summary["switches"]
     assert len(switches) == 1 and switches[0]["from"] == "bsp" and switches[0]["to"] == "asp"
     assert 0.5 <= switches[0]["at_fraction"] < 0.5 + 4 * 8 / 320 + 1e-9
@@ -119,20 +137,36 @@ def test_bsp_to_asp_switch_changes_lr_and_momentum_in_place(ray_session, small_m
 
 
 def test_bsp_asp_bsp_and_the_run_directory(ray_session, small_mnist, tmp_path):
-    result = run(tmp_path, small_mnist, schedule="bsp:0.3,asp:0.6,bsp", workers=3,
-                 momentum_at_switch="keep")
+    result = run(
+        tmp_path, small_mnist, schedule="bsp:0.3,asp:0.6,bsp", workers=3, momentum_at_switch="keep"
+    )
     summary = json.loads((result.run_dir / "summary.json").read_text())
     assert [(s["from"], s["to"]) for s in summary["switches"]] == [("bsp", "asp"), ("asp", "bsp")]
     rows = read_updates(result.run_dir)
     assert rows[0]["protocol"] == "bsp" and rows[-1]["protocol"] == "bsp"
     assert all(float(r["momentum"]) == pytest.approx(0.9) for r in rows)  # keep
-    for key in ("final_accuracy", "best_accuracy", "wall_time_s", "samples", "samples_per_s",
-                "time_by_protocol", "switches", "emulation"):
+    for key in (
+        "final_accuracy",
+        "best_accuracy",
+        "wall_time_s",
+        "samples",
+        "samples_per_s",
+        "time_by_protocol",
+        "switches",
+        "emulation",
+    ):
         assert key in summary
     assert summary["samples"] >= 320
     names = {p.name for p in result.run_dir.iterdir()}
-    assert {"config.json", "summary.json", "metrics.csv", "updates.csv", "worker_steps.csv",
-            "events.jsonl", "drops.csv"} <= names
+    assert {
+        "config.json",
+        "summary.json",
+        "metrics.csv",
+        "updates.csv",
+        "worker_steps.csv",
+        "events.jsonl",
+        "drops.csv",
+    } <= names
     with (result.run_dir / "metrics.csv").open() as handle:
         metrics = list(csv.DictReader(handle))
     assert [float(m["fraction"]) for m in metrics] == [0.25, 0.5, 0.75, 1.0]
@@ -145,3 +179,39 @@ def test_sharded_servers_train_the_same_model_as_one(ray_session, small_mnist, t
     one = run(tmp_path / "one", small_mnist, schedule="bsp", epochs=0.3)
     two = run(tmp_path / "two", small_mnist, schedule="bsp", epochs=0.3, servers=2)
     np.testing.assert_allclose(one.final_weights, two.final_weights, rtol=1e-5, atol=1e-6)
+
+
+class TinyMlp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def test_python_api_trains_a_user_model_on_a_user_dataset(ray_session, tmp_path):
+    from syncswitch.workloads import ArrayDataset
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(600, 1, 6)).astype(np.float32)
+    y = (x[:, 0, 0] + x[:, 0, 1] > 0).astype(np.int64)  # linearly separable
+    data = ArrayDataset("toy", x[:500], y[:500], x[500:], y[500:], num_classes=2)
+    result = train(
+        TrainConfig(
+            workers=2,
+            batch_size=16,
+            epochs=4,
+            lr=0.5,
+            schedule="bsp:0.5,asp",
+            progress=False,
+            out=str(tmp_path / "toy"),
+            eval_every=0.5,
+        ),
+        model_factory=TinyMlp,
+        dataset=data,
+    )
+    assert result.summary["final_accuracy"] > 0.9
+    assert len(result.final_weights) == sum(p.numel() for p in TinyMlp().parameters())
