@@ -41,10 +41,10 @@ class TrainConfig:
         "protocol phases PROTOCOL[:END],...: PROTOCOL is bsp, asp or ssp-S; END is the fraction "
         "of total training samples where the phase ends; the last phase runs to the end",
     )
-    epochs: float = _opt(40.0, "total training workload, in passes over the training set")
+    epochs: float = _opt(80.0, "total training workload, in passes over the training set")
     batch_size: int = _opt(32, "per-worker batch size (a BSP update consumes workers x this)")
     lr: float = _opt(
-        0.4, "learning rate of one BSP update; ASP/SSP updates use lr/workers (linear scaling)"
+        0.2, "learning rate of one BSP update; ASP/SSP updates use lr/workers (linear scaling)"
     )
     momentum: float = _opt(0.9, "SGD momentum (used as is in BSP phases)")
     momentum_at_switch: str = _opt(

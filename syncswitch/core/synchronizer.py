@@ -197,6 +197,8 @@ class Synchronizer:
 
     def _apply(self, gradients: list[Gradient]) -> list[UpdateRecord]:
         cfg = self.config
+        # A fixed summation order keeps BSP bit-for-bit reproducible whatever the arrival order.
+        gradients = sorted(gradients, key=lambda g: g.worker)
         total = sum(g.samples for g in gradients)
         if len(gradients) == 1:
             mean = gradients[0].values
