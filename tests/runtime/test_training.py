@@ -104,7 +104,8 @@ def clock_spread(rows: list[dict], workers: int) -> int:
 
 def test_ssp_bounds_how_far_a_worker_runs_ahead(ray_session, small_mnist, tmp_path):
     # One worker three times slower: under ASP the others run far ahead, under SSP-1 they wait.
-    slow = dict(workers=3, step_time_ms=4.0, speed_factors=[1.0, 1.0, 3.0], epochs=1.0)
+    # Steps long enough that the emulated times, not real compute on a busy machine, set pace.
+    slow = dict(workers=3, step_time_ms=10.0, speed_factors=[1.0, 1.0, 3.0], epochs=1.0)
     asp = run(tmp_path / "asp", small_mnist, schedule="asp", **slow)
     ssp = run(tmp_path / "ssp", small_mnist, schedule="ssp-1", **slow)
     asp_spread = clock_spread(read_updates(asp.run_dir), 3)
