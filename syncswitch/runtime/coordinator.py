@@ -31,7 +31,7 @@ from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
 from syncswitch.runtime.ray_setup import actor_options, connect
 from syncswitch.runtime.server import ParameterServer
-from syncswitch.runtime.worker import Worker, WorkerSpec
+from syncswitch.runtime.worker import Worker, WorkerSpec, join_replies
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset
 
 _POLL_S = 0.1
@@ -257,11 +257,8 @@ class _Run:
             self.writer.summary(self._summary(0.0, [], status="running"))
 
     def _final_weights(self, servers: list) -> np.ndarray:
-        replies = ray.get([s.pull.remote(-1) for s in servers])
-        parts = [
-            r.weights if not isinstance(r.weights, list) else ray.get(r.weights[0]) for r in replies
-        ]
-        return np.concatenate(parts)
+        _, weights, _ = join_replies(ray.get([s.pull.remote(-1) for s in servers]))
+        return weights
 
     # -- the summary ------------------------------------------------------------------------
 

@@ -90,7 +90,7 @@ class Worker:
 
     def _pull(self) -> tuple[list[int], np.ndarray, bool]:
         replies = ray.get([s.pull.remote(self.spec.worker) for s in self.servers])
-        return _join(replies)
+        return join_replies(replies)
 
     def _push_pull(
         self,
@@ -118,7 +118,7 @@ class Worker:
                 for server, shard, version in zip(self.servers, spec.shards, versions, strict=True)
             ]
         )
-        return _join(replies)
+        return join_replies(replies)
 
     def _stats(self) -> dict:
         steps = np.array(self._step_times) if self._step_times else np.zeros(1)
@@ -134,7 +134,7 @@ class Worker:
         }
 
 
-def _join(replies: list) -> tuple[list[int], np.ndarray, bool]:
+def join_replies(replies: list) -> tuple[list[int], np.ndarray, bool]:
     """Concatenate per-server replies into one flat weight vector."""
     parts = []
     for reply in replies:
