@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import ray
@@ -24,6 +25,20 @@ from syncswitch.core.synchronizer import SyncConfig, Synchronizer
 # Above this size one shared object-store copy per version beats inlining weights into every
 # reply (small models are faster inline: no second fetch).
 _SHARED_WEIGHTS_BYTES = 1 << 20
+
+
+class GradientMessage(NamedTuple):
+    """One worker step, sent as a single call argument: Ray serializes each argument
+    separately, and eight arguments cost about 0.2 ms more per call on each side than one."""
+
+    worker: int
+    sequence: int
+    computed_version: int
+    values: np.ndarray  # this server's slice of the flat gradient
+    samples: int
+    loss: float
+    step_time_s: float
+    ready_at: float | None  # emulation: wall time at which the emulated step ends
 
 
 @dataclass(frozen=True)
@@ -57,30 +72,22 @@ class ParameterServer:
         with self._lock:
             return self._reply()
 
-    def push_pull(
-        self,
-        worker: int,
-        sequence: int,
-        computed_version: int,
-        values: np.ndarray,
-        samples: int,
-        loss: float,
-        step_time_s: float,
-        ready_at: float | None = None,
-    ) -> WeightsReply:
-        if ready_at is not None:
+    def push_pull(self, message: GradientMessage) -> WeightsReply:
+        if message.ready_at is not None:
             # Emulation: the gradient counts as arrived when its emulated step ends.
-            delay_s = ready_at - time.time()
+            delay_s = message.ready_at - time.time()
             if delay_s > 0:
                 time.sleep(delay_s)
+        worker = message.worker
         gradient = Gradient(
             worker=worker,
-            sequence=sequence,
-            computed_version=computed_version,
-            values=torch.from_numpy(np.array(values, dtype=np.float32)),
-            samples=samples,
-            loss=loss,
-            step_time_s=step_time_s,
+            sequence=message.sequence,
+            computed_version=message.computed_version,
+            # Arguments arrive read-only; the copy is the server's own.
+            values=torch.from_numpy(np.array(message.values, dtype=np.float32)),
+            samples=message.samples,
+            loss=message.loss,
+            step_time_s=message.step_time_s,
         )
         with self._lock:
             outcome = self.sync.submit(gradient)

@@ -11,8 +11,9 @@ import ray
 import torch
 
 from syncswitch.core.emulation import EmulationConfig, StepTimeModel
-from syncswitch.core.optimizer import flat_gradient, load_flat_parameters
+from syncswitch.core.optimizer import FlatParameters
 from syncswitch.core.sharding import BatchStream, worker_shard
+from syncswitch.runtime.server import GradientMessage
 from syncswitch.workloads import ArrayDataset, prepare_batch
 
 
@@ -37,6 +38,7 @@ class Worker:
         self.servers = servers
         self.model = spec.model_factory()
         self.model.train()
+        self.flat = FlatParameters(self.model)
         shard = worker_shard(len(dataset.y_train), spec.worker, spec.workers, spec.seed)
         self.batches = BatchStream(shard, spec.batch_size, spec.seed, spec.worker)
         self.step_time_model = StepTimeModel(spec.emulation, spec.worker, spec.seed)
@@ -73,8 +75,7 @@ class Worker:
     # -- internals --------------------------------------------------------------------------
 
     def _gradient(self, weights: np.ndarray) -> tuple[np.ndarray, float]:
-        # Replies arrive read-only; the model gets its own copy of the values anyway.
-        load_flat_parameters(self.model, torch.tensor(weights))
+        self.flat.load(weights)
         indices = self.batches.next_indices()
         x, y = prepare_batch(
             self.dataset,
@@ -83,10 +84,11 @@ class Worker:
             train=True,
             generator=self.generator,
         )
-        self.model.zero_grad(set_to_none=True)
+        self.flat.zero_grad()
         loss = self.spec.loss_fn(self.model(x), y)
         loss.backward()
-        return flat_gradient(self.model).numpy(), float(loss.detach())
+        # The buffer is reused next step; Ray copies call arguments when the call is made.
+        return self.flat.gradient.numpy(), float(loss.detach())
 
     def _pull(self) -> tuple[list[int], np.ndarray, bool]:
         replies = ray.get([s.pull.remote(self.spec.worker) for s in self.servers])
@@ -106,14 +108,16 @@ class Worker:
         replies = ray.get(
             [
                 server.push_pull.remote(
-                    spec.worker,
-                    sequence,
-                    version,
-                    gradient[shard],
-                    batch,
-                    loss,
-                    step_s,
-                    ready_at,
+                    GradientMessage(
+                        spec.worker,
+                        sequence,
+                        version,
+                        gradient[shard],
+                        batch,
+                        loss,
+                        step_s,
+                        ready_at,
+                    )
                 )
                 for server, shard, version in zip(self.servers, spec.shards, versions, strict=True)
             ]
