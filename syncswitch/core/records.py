@@ -101,3 +101,32 @@ class Outcome:
         self.switches.extend(other.switches)
         self.evaluations.extend(other.evaluations)
         self.done = self.done or other.done
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What an online policy decided, and why; the synchronizer carries it out in place.
+
+    Actions: `switch` (greedy: leave BSP for the asynchronous protocol now), `return` (greedy
+    with return: back to the scheduled protocol), `exclude` and `readmit` (elastic: a worker
+    leaves or rejoins the BSP barrier).
+    """
+
+    action: str
+    policy: str
+    reason: str
+    time_s: float
+    progress: float
+    worker: int | None = None
+    protocol: str | None = None  # the protocol a switch or return puts in force
+
+    def to_record(self) -> dict:
+        return {
+            "action": self.action,
+            "policy": self.policy,
+            "worker": self.worker,
+            "protocol": self.protocol,
+            "time_s": round(self.time_s, 6),
+            "progress": round(self.progress, 6),
+            "reason": self.reason,
+        }

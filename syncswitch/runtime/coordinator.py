@@ -62,8 +62,13 @@ def train(
     model_factory: Callable[[], torch.nn.Module] | None = None,
     dataset: ArrayDataset | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
+    schedule_source: dict[str, Any] | None = None,
 ) -> RunResult:
-    """Train one job and return its summary; results are written to the run directory."""
+    """Train one job and return its summary; results are written to the run directory.
+
+    `schedule_source` says where the schedule came from (e.g. a stored timing decision); it
+    is written to summary.json as is, and defaults to `{"kind": "given"}`.
+    """
     config.validate()
     dataset = dataset or load_dataset(
         config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
@@ -74,7 +79,9 @@ def train(
     writer = RunWriter(run_dir, config.to_dict(), config.emulation().describe())
     started_ray = connect(config.ray_address, min_cpus=config.workers + config.servers + 1)
     try:
-        return _Run(config, dataset, model_factory, loss_fn, writer).execute()
+        run = _Run(config, dataset, model_factory, loss_fn, writer)
+        run.schedule_source = schedule_source or {"kind": "given"}
+        return run.execute()
     finally:
         writer.close()
         if started_ray:
@@ -103,6 +110,7 @@ class _Run:
         self._pending_evals: dict[Any, EvalPoint] = {}
         self._eval_train_loss: dict[Any, float] = {}  # mean train loss since the previous point
         self.state: dict[str, Any] = {}
+        self.schedule_source: dict[str, Any] = {"kind": "given"}
 
     def execute(self) -> RunResult:
         cfg = self.config
@@ -280,6 +288,7 @@ class _Run:
             "updates": state.get("version", 0),
             "updates_per_s": state.get("version", 0) / wall_s if wall_s else None,
             "schedule": self.config.schedule,
+            "schedule_source": self.schedule_source,
             "time_by_protocol": state.get("time_by_protocol", {}),
             "switches": self.switches,
             "staleness": {
