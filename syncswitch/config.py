@@ -21,6 +21,9 @@ from syncswitch.core.protocol import Schedule, ScheduleError
 DATASETS = ("mnist1d", "cifar10", "cifar100")
 MODELS = ("cnn1d", "resnet20", "resnet32")
 DEFAULT_MODEL = {"mnist1d": "cnn1d", "cifar10": "resnet20", "cifar100": "resnet32"}
+# `schedule: auto` names the job's stored timing decision; it is resolved from the registry
+# (syncswitch.timing.auto) before training, so a run never sees it.
+AUTO_SCHEDULE = "auto"
 
 
 class ConfigError(ValueError):
@@ -39,7 +42,8 @@ class TrainConfig:
     schedule: str = _opt(
         "bsp:0.25,asp",
         "protocol phases PROTOCOL[:END],...: PROTOCOL is bsp, asp or ssp-S; END is the fraction "
-        "of total training samples where the phase ends; the last phase runs to the end",
+        "of total training samples where the phase ends; the last phase runs to the end; "
+        "'auto': this job's stored switch point (from `syncswitch search`), else bsp:0.25,asp",
     )
     epochs: float = _opt(80.0, "total training workload, in passes over the training set")
     batch_size: int = _opt(32, "per-worker batch size (a BSP update consumes workers x this)")
@@ -112,7 +116,8 @@ class TrainConfig:
         if self.model is not None:
             self._check_choice("model")
         try:
-            Schedule.parse(self.schedule)
+            if not self.schedule_is_auto:
+                Schedule.parse(self.schedule)
             self.lr_schedule_spec()
             self.emulation()
         except (ScheduleError, ValueError) as error:
@@ -137,7 +142,16 @@ class TrainConfig:
     def model_name(self) -> str:
         return self.model or DEFAULT_MODEL[self.dataset]
 
+    @property
+    def schedule_is_auto(self) -> bool:
+        return self.schedule.strip().lower() == AUTO_SCHEDULE
+
     def parsed_schedule(self) -> Schedule:
+        if self.schedule_is_auto:
+            raise ConfigError(
+                "schedule 'auto' must be resolved before training: use `syncswitch train` or "
+                "syncswitch.timing.resolve_auto_schedule(config)"
+            )
         return Schedule.parse(self.schedule)
 
     def lr_schedule_spec(self) -> LrSchedule:

@@ -1,0 +1,146 @@
+"""Job identity: which runs are "the same job", so a stored timing decision may be reused.
+
+The fingerprint is the SHA-256 of the canonical JSON (sorted keys, no spaces) of
+`{"v": FINGERPRINT_VERSION, "job": describe_job(config)}`: the fields below, normalised so
+that two spellings of one job hash alike (the default model named or not, 80 vs 80.0 epochs,
+settings that the chosen options make irrelevant left out).
+
+What is *not* part of it: `schedule` (what the search decides), `seed` (a recurring job is
+retrained with new seeds), `out`, `progress`, `ray_address` (where and how a run is watched,
+not what it computes), `data_dir` (where a dataset is stored, not which one), `eval_every`
+(evaluation copies the weights off the critical path; the final accuracy is measured at the
+end whatever the cadence).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import MISSING, Field, asdict, fields, is_dataclass
+from enum import Enum
+from typing import Any
+
+from syncswitch.config import TrainConfig
+
+FINGERPRINT_VERSION = 1
+
+# The job: what is trained on what, by how many workers, with which optimizer settings and
+# how much work, on which (emulated) cluster. Emulation is part of the job: the speed of the
+# workers shapes the staleness ASP sees, and so the accuracy after the switch.
+JOB_FIELDS: tuple[str, ...] = (
+    "model",
+    "dataset",
+    "mnist1d_samples",
+    "workers",
+    "servers",
+    "batch_size",
+    "epochs",
+    "lr",
+    "momentum",
+    "momentum_at_switch",
+    "momentum_ramp",
+    "weight_decay",
+    "lr_schedule",
+    "warmup",
+    "lr_milestones",
+    "lr_gamma",
+    "step_time_ms",
+    "speed_factors",
+    "jitter_sigma",
+)
+
+# Fields added to TrainConfig after fingerprint version 1 (the emulated stragglers and the
+# online straggler policies). They are part of the job only when set to something other than
+# their default, so that jobs stored before a field existed keep their fingerprint. Any
+# TrainConfig field named in neither list is treated the same way: a field nobody classified
+# is assumed to change the job, so a decision is never reused for a job it was not made for.
+LATER_JOB_FIELDS: tuple[str, ...] = (
+    "stragglers",
+    "online_policy",
+    "greedy_return",
+    "straggler_threshold",
+    "straggler_recover_threshold",
+    "straggler_window",
+)
+
+NOT_JOB_FIELDS: tuple[str, ...] = (
+    "schedule",
+    "seed",
+    "out",
+    "progress",
+    "ray_address",
+    "data_dir",
+    "eval_every",
+)
+
+
+def describe_job(config: TrainConfig) -> dict[str, Any]:
+    """The normalised job fields that the fingerprint hashes (also stored with the job)."""
+    by_name = {f.name: f for f in fields(config)}
+    job: dict[str, Any] = {}
+    for name in JOB_FIELDS:
+        if name in by_name:
+            job[name] = _normalise(getattr(config, name), str(by_name[name].type))
+    for name, f in by_name.items():
+        if name in JOB_FIELDS or name in NOT_JOB_FIELDS:
+            continue
+        value = getattr(config, name)
+        if value != _default_of(f):
+            job[name] = _normalise(value, str(f.type))
+    # The model the run actually builds, whether or not it was named.
+    job["model"] = config.model_name
+    # Settings the other options make irrelevant would split one job into several.
+    if config.dataset != "mnist1d":
+        job["mnist1d_samples"] = None
+    if config.lr_schedule == "step":
+        job["lr_milestones"] = [float(m) for m in config.lr_schedule_spec().milestones]
+    else:
+        job["lr_milestones"] = job["lr_gamma"] = None
+    if config.momentum_at_switch != "ramp":
+        job["momentum_ramp"] = None
+    if not job.get("speed_factors"):
+        job["speed_factors"] = None
+    return job
+
+
+def fingerprint(config: TrainConfig) -> str:
+    return fingerprint_of(describe_job(config))
+
+
+def fingerprint_of(job: dict[str, Any]) -> str:
+    canonical = json.dumps(
+        {"v": FINGERPRINT_VERSION, "job": job},
+        sort_keys=True,
+        separators=(",", ":"),
+        default=_jsonable,
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _default_of(f: Field) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return MISSING
+
+
+def _normalise(value: Any, type_name: str) -> Any:
+    if value is None:
+        return None
+    base = type_name.replace("| None", "").strip()
+    if base == "float":
+        return float(value)
+    if base == "list[float]":
+        return [float(v) for v in value]
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, (tuple, set, frozenset)):
+        return sorted(value) if isinstance(value, (set, frozenset)) else list(value)
+    return str(value)

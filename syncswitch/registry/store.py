@@ -1,0 +1,568 @@
+"""The job registry: every search trial and every timing decision, in a SQL database.
+
+Default: an embedded SQLite file in the user's data directory. Any SQLAlchemy URL (for
+example `postgresql+psycopg://user@host/db`) works too, so a team can share decisions. The
+location comes from `--registry`, else `SYNCSWITCH_REGISTRY`, else the default file.
+
+Tables:
+  registry_meta  (key, value): the schema version
+  jobs           one row per fingerprint, with the normalised job description
+  trials         one row per (job, fraction, seed): final accuracy, wall time, run directory
+  decisions      the chosen fraction per search, with tolerance, repeats, evidence and reason
+
+Several searches may write one SQLite file at once: it is put in WAL mode, every write is
+one `BEGIN IMMEDIATE` transaction (a writer waits for the lock up front rather than failing
+half-way when it upgrades a read lock), and a busy timeout makes writers queue instead of
+erroring. A file that is not a SQLite database, or a database that is not a registry, is
+refused with one line and never written to.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from sqlalchemy import (
+    JSON,
+    Column,
+    DateTime,
+    Engine,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    func,
+    inspect,
+    select,
+)
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQLAlchemyError
+
+from syncswitch.config import ConfigError
+
+ENV_VAR = "SYNCSWITCH_REGISTRY"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 60.0
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+metadata = MetaData()
+registry_meta = Table(
+    "registry_meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+jobs_table = Table(
+    "jobs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("fingerprint", String(64), nullable=False, unique=True),
+    Column("description", JSON, nullable=False),
+    Column("created", DateTime, nullable=False),
+)
+trials_table = Table(
+    "trials",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("fraction", Float, nullable=False),
+    Column("seed", Integer, nullable=False),
+    Column("schedule", String(200), nullable=False),
+    Column("status", String(200), nullable=False),
+    Column("final_accuracy", Float),
+    Column("wall_time_s", Float),
+    Column("run_dir", Text),
+    Column("created", DateTime, nullable=False),
+    UniqueConstraint("job_id", "fraction", "seed", name="uq_trials_job_fraction_seed"),
+)
+decisions_table = Table(
+    "decisions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("fraction", Float, nullable=False),
+    Column("tolerance", Float, nullable=False),
+    Column("repeats", Integer, nullable=False),
+    Column("evidence", JSON, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("created", DateTime, nullable=False),
+)
+
+
+class RegistryError(ConfigError):
+    """The registry cannot be opened, read or written; the message says which and why."""
+
+
+class TrialStatus:
+    COMPLETE = "complete"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: int
+    fingerprint: str
+    description: dict[str, Any]
+    created: datetime
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    fraction: float
+    seed: int
+    schedule: str
+    status: str
+    final_accuracy: float | None
+    wall_time_s: float | None
+    run_dir: str | None
+    created: datetime | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.status == TrialStatus.COMPLETE and self.final_accuracy is not None
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    id: int
+    fingerprint: str
+    fraction: float
+    tolerance: float
+    repeats: int
+    evidence: dict[str, Any]
+    reason: str
+    created: datetime
+
+
+@dataclass(frozen=True)
+class JobOverview:
+    job: JobRecord
+    trials: int
+    complete_trials: int
+    decisions: int
+    latest: DecisionRecord | None
+
+
+@dataclass(frozen=True)
+class RegistryLocation:
+    """Where the registry lives: a SQLAlchemy URL, and the file when it is SQLite."""
+
+    url: str
+    sqlite_path: Path | None
+
+    @classmethod
+    def resolve(cls, given: str | None = None) -> RegistryLocation:
+        text = (given or os.environ.get(ENV_VAR) or "").strip() or str(default_path())
+        if "://" not in text:
+            path = Path(text).expanduser().absolute()
+            return cls(f"sqlite:///{path}", path)
+        try:
+            url = make_url(text)
+        except ArgumentError:
+            raise RegistryError(
+                f"registry {text!r} is not a database URL or a file path; use e.g. "
+                "sqlite:////path/registry.db, postgresql+psycopg://user@host/db, or a file path"
+            ) from None
+        path = None
+        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+            path = Path(url.database).expanduser().absolute()
+        return cls(text, path)
+
+    @property
+    def display(self) -> str:
+        if self.sqlite_path is not None:
+            return str(self.sqlite_path)
+        return make_url(self.url).render_as_string(hide_password=True)
+
+    def exists(self) -> bool:
+        """False only for a SQLite file that is not there yet (other databases: assumed)."""
+        return self.sqlite_path is None or self.sqlite_path.exists()
+
+
+def default_path() -> Path:
+    return Path(platformdirs.user_data_dir("syncswitch")) / "registry.db"
+
+
+class Registry:
+    """The registry's operations; each one is a single short transaction."""
+
+    def __init__(self, location: str | RegistryLocation | None = None) -> None:
+        self.location = (
+            location
+            if isinstance(location, RegistryLocation)
+            else RegistryLocation.resolve(location)
+        )
+        if self.location.sqlite_path is not None:
+            _check_sqlite_file(self.location.sqlite_path)
+        self._engine = self._create_engine()
+        try:
+            self._prepare()
+        except BaseException:
+            self._engine.dispose()
+            raise
+
+    # -- opening --------------------------------------------------------------------------
+
+    def _create_engine(self) -> Engine:
+        url = self.location.url
+        try:
+            if self.location.sqlite_path is None and not url.startswith("sqlite"):
+                return create_engine(url, pool_pre_ping=True)
+            engine = create_engine(
+                url,
+                connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False},
+            )
+        except (NoSuchModuleError, ModuleNotFoundError, ArgumentError) as error:
+            raise RegistryError(
+                f"registry {self.location.display}: cannot use this database URL "
+                f"({_one_line(error)}); is its driver installed?"
+            ) from None
+        _make_sqlite_transactions_explicit(engine)
+        return engine
+
+    def _prepare(self) -> None:
+        # Look before writing anything: a database of some other program is left alone.
+        with self._errors("read it"), self._engine.connect() as conn:
+            names = set(inspect(conn).get_table_names())
+            if names and registry_meta.name not in names:
+                raise RegistryError(
+                    f"registry {self.location.display} is a database but not a syncswitch "
+                    f"registry (it has tables {', '.join(sorted(names)[:5])}); it was left "
+                    "untouched: use another file or URL"
+                )
+            if registry_meta.name in names:
+                self._check_version(conn)
+                if self._is_current(names):
+                    return
+        if self.location.sqlite_path is not None:
+            # Outside any transaction (SQLite refuses to change the journal mode inside one);
+            # the mode is stored in the file, so every later connection uses it.
+            with self._errors("switch it to WAL mode"), self._engine.connect() as conn:
+                conn.connection.dbapi_connection.execute("PRAGMA journal_mode=WAL").close()
+        try:
+            with self._write("create its tables") as conn:
+                metadata.create_all(conn)
+                if conn.execute(select(registry_meta.c.value)).first() is None:
+                    conn.execute(
+                        registry_meta.insert().values(
+                            key="schema_version", value=str(SCHEMA_VERSION)
+                        )
+                    )
+        except RegistryError:
+            # Another process may have created the tables at the same moment (databases
+            # without SQLite's write lock); that is fine if they are there now.
+            with self._errors("read it"), self._engine.connect() as conn:
+                if not self._is_current(set(inspect(conn).get_table_names())):
+                    raise
+
+    @staticmethod
+    def _is_current(names: set[str]) -> bool:
+        return {t.name for t in metadata.sorted_tables} <= names
+
+    def _check_version(self, conn: Connection) -> None:
+        row = conn.execute(
+            select(registry_meta.c.value).where(registry_meta.c.key == "schema_version")
+        ).first()
+        if row is not None and int(row.value) > SCHEMA_VERSION:
+            raise RegistryError(
+                f"registry {self.location.display} has schema version {row.value}, newer than "
+                f"this syncswitch understands ({SCHEMA_VERSION}); upgrade syncswitch"
+            )
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Registry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    def ensure_job(self, fingerprint: str, description: dict[str, Any]) -> JobRecord:
+        """The job's row, created on first use."""
+        for _attempt in range(2):
+            try:
+                with self._write("store the job") as conn:
+                    found = self._job_where(conn, jobs_table.c.fingerprint == fingerprint)
+                    if found:
+                        return found[0]
+                    conn.execute(
+                        jobs_table.insert().values(
+                            fingerprint=fingerprint, description=description, created=_now()
+                        )
+                    )
+                    return self._job_where(conn, jobs_table.c.fingerprint == fingerprint)[0]
+            except RegistryError as error:
+                # A concurrent writer on a server database inserted it first: read it back.
+                if not isinstance(error.__cause__, IntegrityError):
+                    raise
+        raise RegistryError(f"registry {self.location.display}: cannot store job {fingerprint}")
+
+    def job(self, fingerprint: str) -> JobRecord | None:
+        with self._read() as conn:
+            found = self._job_where(conn, jobs_table.c.fingerprint == fingerprint)
+        return found[0] if found else None
+
+    def find_jobs(self, prefix: str) -> list[JobRecord]:
+        with self._read() as conn:
+            return self._job_where(conn, jobs_table.c.fingerprint.startswith(prefix.lower()))
+
+    def overview(self) -> list[JobOverview]:
+        with self._read() as conn:
+            jobs = self._job_where(conn, None)
+            counts = {
+                (row.job_id, row.status): row.n
+                for row in conn.execute(
+                    select(
+                        trials_table.c.job_id,
+                        trials_table.c.status,
+                        func.count().label("n"),
+                    ).group_by(trials_table.c.job_id, trials_table.c.status)
+                )
+            }
+            decisions = {
+                row.job_id: row.n
+                for row in conn.execute(
+                    select(decisions_table.c.job_id, func.count().label("n")).group_by(
+                        decisions_table.c.job_id
+                    )
+                )
+            }
+            result = []
+            for job in jobs:
+                total = sum(n for (job_id, _), n in counts.items() if job_id == job.id)
+                result.append(
+                    JobOverview(
+                        job=job,
+                        trials=total,
+                        complete_trials=counts.get((job.id, TrialStatus.COMPLETE), 0),
+                        decisions=decisions.get(job.id, 0),
+                        latest=self._latest_decision(conn, job),
+                    )
+                )
+        return result
+
+    # -- trials ---------------------------------------------------------------------------
+
+    def trials(self, job: JobRecord) -> list[TrialRecord]:
+        with self._read() as conn:
+            rows = conn.execute(
+                select(trials_table)
+                .where(trials_table.c.job_id == job.id)
+                .order_by(trials_table.c.fraction.desc(), trials_table.c.seed)
+            )
+            return [_trial(row) for row in rows]
+
+    def record_trial(self, job: JobRecord, trial: TrialRecord) -> None:
+        """Store a trial; a later record of the same (fraction, seed) replaces the earlier."""
+        values = {
+            "schedule": trial.schedule,
+            "status": trial.status,
+            "final_accuracy": trial.final_accuracy,
+            "wall_time_s": trial.wall_time_s,
+            "run_dir": trial.run_dir,
+            "created": _now(),
+        }
+        key = (
+            (trials_table.c.job_id == job.id)
+            & (trials_table.c.fraction == trial.fraction)
+            & (trials_table.c.seed == trial.seed)
+        )
+        for _attempt in range(2):
+            try:
+                with self._write("store a trial") as conn:
+                    updated = conn.execute(trials_table.update().where(key).values(**values))
+                    if updated.rowcount == 0:
+                        conn.execute(
+                            trials_table.insert().values(
+                                job_id=job.id, fraction=trial.fraction, seed=trial.seed, **values
+                            )
+                        )
+                return
+            except RegistryError as error:
+                if not isinstance(error.__cause__, IntegrityError):
+                    raise
+
+    # -- decisions ------------------------------------------------------------------------
+
+    def record_decision(
+        self,
+        job: JobRecord,
+        *,
+        fraction: float,
+        tolerance: float,
+        repeats: int,
+        evidence: dict[str, Any],
+        reason: str,
+    ) -> DecisionRecord:
+        """Store a decision; the same decision as the job's latest is not stored twice."""
+        with self._write("store the decision") as conn:
+            latest = self._latest_decision(conn, job)
+            if latest is not None and (
+                (latest.fraction, latest.tolerance, latest.repeats, latest.evidence)
+                == (fraction, tolerance, repeats, evidence)
+            ):
+                return latest
+            conn.execute(
+                decisions_table.insert().values(
+                    job_id=job.id,
+                    fraction=fraction,
+                    tolerance=tolerance,
+                    repeats=repeats,
+                    evidence=evidence,
+                    reason=reason,
+                    created=_now(),
+                )
+            )
+            stored = self._latest_decision(conn, job)
+        assert stored is not None
+        return stored
+
+    def latest_decision(self, job: JobRecord) -> DecisionRecord | None:
+        with self._read() as conn:
+            return self._latest_decision(conn, job)
+
+    def decisions(self, job: JobRecord) -> list[DecisionRecord]:
+        with self._read() as conn:
+            rows = conn.execute(
+                select(decisions_table)
+                .where(decisions_table.c.job_id == job.id)
+                .order_by(decisions_table.c.id)
+            )
+            return [_decision(row, job.fingerprint) for row in rows]
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    @staticmethod
+    def _job_where(conn: Connection, condition: Any) -> list[JobRecord]:
+        query = select(jobs_table).order_by(jobs_table.c.id)
+        if condition is not None:
+            query = query.where(condition)
+        return [
+            JobRecord(row.id, row.fingerprint, dict(row.description), row.created)
+            for row in conn.execute(query)
+        ]
+
+    @staticmethod
+    def _latest_decision(conn: Connection, job: JobRecord) -> DecisionRecord | None:
+        row = conn.execute(
+            select(decisions_table)
+            .where(decisions_table.c.job_id == job.id)
+            .order_by(decisions_table.c.id.desc())
+            .limit(1)
+        ).first()
+        return _decision(row, job.fingerprint) if row is not None else None
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self._errors("read it"), self._engine.connect() as conn:
+            yield conn
+
+    @contextmanager
+    def _write(self, action: str) -> Iterator[Connection]:
+        with (
+            self._errors(action),
+            self._engine.connect().execution_options(registry_write=True) as conn,
+            conn.begin(),
+        ):
+            yield conn
+
+    @contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except SQLAlchemyError as error:
+            detail = _one_line(getattr(error, "orig", None) or error)
+            raise RegistryError(
+                f"registry {self.location.display}: cannot {action}: {detail}"
+            ) from error
+
+
+def _make_sqlite_transactions_explicit(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event (below) issue BEGIN, instead of the driver's implicit
+        # deferred BEGIN, so that writers can take the write lock up front.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get("registry_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _check_sqlite_file(path: Path) -> None:
+    """Refuse, before SQLite opens it, a file that is not a SQLite database."""
+    if path.is_dir():
+        raise RegistryError(f"registry {path} is a directory; give a file path or a URL")
+    if not path.exists():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise RegistryError(
+                f"registry {path}: cannot create its directory: {error.strerror}"
+            ) from None
+        return
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(len(_SQLITE_HEADER))
+    except OSError as error:
+        raise RegistryError(f"registry {path} cannot be read: {error.strerror}") from None
+    if header and header != _SQLITE_HEADER:
+        raise RegistryError(
+            f"registry {path} is not a SQLite database (unknown file header); it was left "
+            f"untouched: move it away or point --registry / {ENV_VAR} at another file"
+        )
+
+
+def _trial(row: Any) -> TrialRecord:
+    return TrialRecord(
+        fraction=row.fraction,
+        seed=row.seed,
+        schedule=row.schedule,
+        status=row.status,
+        final_accuracy=row.final_accuracy,
+        wall_time_s=row.wall_time_s,
+        run_dir=row.run_dir,
+        created=row.created,
+    )
+
+
+def _decision(row: Any, fingerprint: str) -> DecisionRecord:
+    return DecisionRecord(
+        id=row.id,
+        fingerprint=fingerprint,
+        fraction=row.fraction,
+        tolerance=row.tolerance,
+        repeats=row.repeats,
+        evidence=dict(row.evidence),
+        reason=row.reason,
+        created=row.created,
+    )
+
+
+def _now() -> datetime:
+    # Naive UTC: the same on every backend (SQLite stores no time zone).
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _one_line(error: object) -> str:
+    return " ".join(str(error).split())
