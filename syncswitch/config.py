@@ -16,7 +16,11 @@ import yaml
 
 from syncswitch.core.emulation import EmulationConfig
 from syncswitch.core.hyperparams import LrSchedule, LrScheduleKind, MomentumPolicy
-from syncswitch.core.protocol import Schedule, ScheduleError
+from syncswitch.core.online import OnlineConfig
+from syncswitch.core.policies import OnlinePolicyKind
+from syncswitch.core.protocol import Protocol, Schedule, ScheduleError
+from syncswitch.core.scenarios import StragglerScenario, build_scenario
+from syncswitch.core.stragglers import DetectorConfig
 
 DATASETS = ("mnist1d", "cifar10", "cifar100")
 MODELS = ("cnn1d", "resnet20", "resnet32")
@@ -93,6 +97,32 @@ class TrainConfig:
         None, "per-worker multipliers of the emulated step time, e.g. 1,1,1,2"
     )
     jitter_sigma: float = _opt(0.0, "sigma of mean-one lognormal jitter on emulated step time")
+    stragglers: list | None = _opt(
+        None,
+        "emulated transient stragglers: a YAML/TOML FILE holding a list of episodes {workers, "
+        "start|start_s, duration|duration_s, delay_ms|factor} and generators {random: {count, "
+        "stragglers, duration, delay_ms|factor, window, seed}} or {paper: {stragglers, "
+        "delay_ms, occurrences, seed}} (placed in the first BSP phase); in a --config file, "
+        "the list itself",
+        from_file=True,
+    )
+    # Online reaction to stragglers (detection runs whenever a policy or stragglers are set).
+    online_policy: str = _opt(
+        "none",
+        "reaction to detected stragglers: none (log only), greedy (switch to ASP at once) or "
+        "elastic (the BSP barrier stops waiting for them until they recover)",
+        choices=[k.value for k in OnlinePolicyKind],
+    )
+    greedy_return: bool = _opt(
+        False, "greedy only: back to BSP after recovery until the planned BSP samples are done"
+    )
+    straggler_threshold: float = _opt(
+        1.5, "a worker is a straggler when its median step > this x the others' median"
+    )
+    straggler_recover_threshold: float = _opt(
+        1.2, "a straggler has recovered when its ratio drops below this (hysteresis)"
+    )
+    straggler_window: int = _opt(9, "recent steps per worker the straggler detector considers")
 
     def __post_init__(self) -> None:
         self.validate()
@@ -111,6 +141,7 @@ class TrainConfig:
         _require(0 < self.eval_every <= 1, "eval_every", self.eval_every, "in (0, 1]")
         _require(self.mnist1d_samples >= 100, "mnist1d_samples", self.mnist1d_samples, ">= 100")
         self._check_choice("momentum_at_switch")
+        self._check_choice("online_policy")
         self._check_choice("lr_schedule")
         self._check_choice("dataset")
         if self.model is not None:
@@ -122,11 +153,28 @@ class TrainConfig:
             self.emulation()
         except (ScheduleError, ValueError) as error:
             raise ConfigError(str(error)) from None
+        self._validate_online()
         if self.speed_factors and len(self.speed_factors) != self.workers:
             raise ConfigError(
                 f"speed_factors has {len(self.speed_factors)} values but workers is "
                 f"{self.workers}: give one factor per worker"
             )
+
+    def _validate_online(self) -> None:
+        if self.greedy_return and self.online_policy != OnlinePolicyKind.GREEDY:
+            raise ConfigError(
+                f"greedy_return applies to online_policy greedy, not {self.online_policy!r}"
+            )
+        if self.online_policy != OnlinePolicyKind.NONE and self.servers != 1:
+            raise ConfigError(
+                f"online_policy {self.online_policy!r} needs servers = 1, got {self.servers}: "
+                "each server shard would decide on its own and the shards could disagree"
+            )
+        try:
+            self.detector_config()
+            self.scenario()
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
 
     def _check_choice(self, name: str) -> None:
         value = getattr(self, name)
@@ -168,7 +216,40 @@ class TrainConfig:
             step_time_ms=self.step_time_ms,
             speed_factors=tuple(self.speed_factors or ()),
             jitter_sigma=self.jitter_sigma,
+            stragglers=self.scenario(),
         )
+
+    def scenario(self) -> StragglerScenario:
+        if not self.stragglers:
+            return StragglerScenario()
+        return build_scenario(self.stragglers, workers=self.workers, bsp_end=self._first_bsp_end())
+
+    def _first_bsp_end(self) -> float | None:
+        try:
+            phases = Schedule.parse(self.schedule).phases
+        except ScheduleError:
+            return None  # e.g. a schedule still to be resolved; checked where it is parsed
+        return next((p.end for p in phases if p.spec.protocol is Protocol.BSP), None)
+
+    def detector_config(self) -> DetectorConfig:
+        return DetectorConfig(
+            window=self.straggler_window,
+            threshold=self.straggler_threshold,
+            recover_threshold=self.straggler_recover_threshold,
+            min_steps=min(DetectorConfig.min_steps, self.straggler_window),
+        )
+
+    def online(self) -> OnlineConfig:
+        return OnlineConfig(
+            policy=OnlinePolicyKind(self.online_policy),
+            greedy_return=self.greedy_return,
+            detector=self.detector_config(),
+        )
+
+    @property
+    def watches_stragglers(self) -> bool:
+        """Whether the run detects stragglers: a policy acts on them or they are emulated."""
+        return self.online_policy != OnlinePolicyKind.NONE or bool(self.stragglers)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -187,22 +268,26 @@ def field_default(f: Any) -> Any:
     return None if f.default is MISSING else f.default
 
 
-def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML or TOML job file into a dict of TrainConfig keys (dashes allowed)."""
+def _read_structured_file(path: str | Path, what: str) -> Any:
+    """Parse a YAML or TOML file (YAML loaded safely: no tags that build objects)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist")
+        raise ConfigError(f"{what} {str(path)!r} does not exist")
     text = path.read_text()
     try:
         if path.suffix == ".toml":
-            data = tomllib.loads(text)
-        elif path.suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text) or {}
-        else:
-            raise ConfigError(f"config file {str(path)!r}: use a .yaml, .yml or .toml file")
+            return tomllib.loads(text)
+        if path.suffix in (".yaml", ".yml"):
+            return yaml.safe_load(text)
+        raise ConfigError(f"{what} {str(path)!r}: use a .yaml, .yml or .toml file")
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as error:
         detail = " ".join(str(error).split())  # one line, however the parser formats it
-        raise ConfigError(f"config file {str(path)!r} cannot be parsed: {detail}") from None
+        raise ConfigError(f"{what} {str(path)!r} cannot be parsed: {detail}") from None
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML or TOML job file into a dict of TrainConfig keys (dashes allowed)."""
+    data = _read_structured_file(path, "config file") or {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of options")
     known = {f.name for f in fields(TrainConfig)}
@@ -214,6 +299,22 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
             "`syncswitch train` options, e.g. workers, schedule, epochs, lr"
         )
     return normalised
+
+
+def load_list_file(path: str | Path, key: str) -> list:
+    """Read a list option from its own file: the list itself, or a mapping holding `key`.
+
+    TOML cannot hold a bare list, so there it is `key = [...]` (an array of tables).
+    """
+    data = _read_structured_file(path, f"{key} file")
+    if isinstance(data, dict) and set(data) == {key}:
+        data = data[key]
+    if not isinstance(data, list):
+        raise ConfigError(
+            f"{key} file {str(path)!r} must hold a list, or a mapping with the single key "
+            f"{key!r}, got {type(data).__name__}"
+        )
+    return data
 
 
 def parse_value(name: str, type_name: str, value: Any) -> Any:
@@ -240,6 +341,10 @@ def parse_value(name: str, type_name: str, value: Any) -> Any:
             if isinstance(value, bool):
                 raise ValueError
             return float(value)
+        if base == "list":
+            if not isinstance(value, list):
+                raise ValueError
+            return value
         if base == "list[float]":
             items = value.split(",") if isinstance(value, str) else list(value)
             return [float(item) for item in items if str(item).strip()]
@@ -250,6 +355,7 @@ def parse_value(name: str, type_name: str, value: Any) -> Any:
             "int": "an integer",
             "float": "a number",
             "bool": "true or false",
+            "list": "a list",
         }.get(base, f"a {base}")
         raise ConfigError(f"{name} = {value!r} is not allowed; it must be {kind}") from None
 

@@ -11,6 +11,7 @@ from syncswitch.config import (
     config_fields,
     field_default,
     load_config_file,
+    load_list_file,
     make_config,
 )
 
@@ -19,6 +20,7 @@ _EXAMPLES = """examples:
   syncswitch train --schedule bsp                    # pure BSP baseline
   syncswitch train --schedule bsp:0.1,asp:0.8,bsp --momentum-at-switch ramp
   syncswitch train --step-time-ms 20 --jitter-sigma 0.2   # emulate 20 ms GPU steps
+  syncswitch train --step-time-ms 20 --stragglers slow.yaml --online-policy elastic
   syncswitch train --config job.yaml --seed 3        # file values, overridden by flags
 """
 
@@ -53,7 +55,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         parser.add_argument(
             flag,
             default=None,
-            metavar=_metavar(str(f.type), choices),
+            metavar="FILE" if f.metadata.get("from_file") else _metavar(str(f.type), choices),
             help=help_text + shown,
         )
     parser.set_defaults(handler=run)
@@ -72,7 +74,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     for f in config_fields():
         given = getattr(args, f.name)
         if given is not None:
-            values[f.name] = given
+            values[f.name] = load_list_file(given, f.name) if f.metadata.get("from_file") else given
     return make_config(values)
 
 

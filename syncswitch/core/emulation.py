@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from syncswitch.core.scenarios import StragglerScenario
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,7 @@ class EmulationConfig:
     step_time_ms: float = 0.0  # 0 turns emulation off
     speed_factors: tuple[float, ...] = ()  # per worker; empty means all 1.0
     jitter_sigma: float = 0.0  # sigma of the mean-one lognormal multiplier; 0 = no jitter
+    stragglers: StragglerScenario = field(default_factory=StragglerScenario)
 
     def __post_init__(self) -> None:
         if self.step_time_ms < 0:
@@ -29,7 +32,8 @@ class EmulationConfig:
 
     @property
     def enabled(self) -> bool:
-        return self.step_time_ms > 0
+        """Whether any step time is emulated: a device time, or transient stragglers."""
+        return self.step_time_ms > 0 or bool(self.stragglers.episodes)
 
     def speed_factor(self, worker: int) -> float:
         return self.speed_factors[worker] if self.speed_factors else 1.0
@@ -43,11 +47,12 @@ class EmulationConfig:
                 "emulated device time per step: the real gradient is computed inside it and "
                 "applied by the server when the step's time has elapsed"
             ),
-            "step_time_ms": self.step_time_ms,
+            "step_time_ms": self.step_time_ms or "off (real compute time)",
             "speed_factors": list(self.speed_factors) or "all 1.0",
             "jitter": (
                 f"lognormal, sigma={self.jitter_sigma}, mean 1" if self.jitter_sigma else "none"
             ),
+            "stragglers": self.stragglers.describe() or "none",
         }
 
 
@@ -61,7 +66,7 @@ class StepTimeModel:
 
     def next_step_s(self) -> float:
         cfg = self._config
-        if not cfg.enabled:
+        if cfg.step_time_ms <= 0:
             return 0.0
         jitter = 1.0
         if cfg.jitter_sigma > 0:

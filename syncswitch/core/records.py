@@ -92,6 +92,8 @@ class Outcome:
     dropped: list[DropRecord] = field(default_factory=list)
     switches: list[SwitchEvent] = field(default_factory=list)
     evaluations: list[EvalPoint] = field(default_factory=list)
+    straggler_events: list[dict] = field(default_factory=list)  # detections, scored if emulated
+    decisions: list[Decision] = field(default_factory=list)  # what online policies decided
     done: bool = False
 
     def merge(self, other: Outcome) -> None:
@@ -100,6 +102,8 @@ class Outcome:
         self.dropped.extend(other.dropped)
         self.switches.extend(other.switches)
         self.evaluations.extend(other.evaluations)
+        self.straggler_events.extend(other.straggler_events)
+        self.decisions.extend(other.decisions)
         self.done = self.done or other.done
 
 

@@ -324,3 +324,110 @@ def paper_scenario(
         for index in range(occurrences)
     )
     return StragglerScenario(episodes)
+
+
+# Generator items in a `stragglers:` list: the arguments each takes, with their defaults.
+_REQUIRED = object()
+_GENERATOR_ARGS: dict[str, dict[str, object]] = {
+    "random": {
+        "count": _REQUIRED,
+        "stragglers": 1,
+        "duration": _REQUIRED,
+        "delay_ms": None,  # exactly one of delay_ms and factor
+        "factor": None,
+        "window": (0.0, 1.0),
+        "seed": 0,
+    },
+    "paper": {
+        "stragglers": _REQUIRED,
+        "delay_ms": _REQUIRED,
+        "occurrences": _REQUIRED,
+        "seed": 0,
+        "coverage": 0.5,
+    },
+}
+
+
+def build_scenario(data: object, *, workers: int, bsp_end: float | None) -> StragglerScenario:
+    """Reads a config's `stragglers:` value: episodes and generator items, checked for `workers`.
+
+    Besides episodes, an item may be `{random: {count, stragglers, duration, delay_ms|factor,
+    window, seed}}` (non-overlapping episodes drawn at random) or `{paper: {stragglers,
+    delay_ms, occurrences, seed, coverage}}` (the Sync-Switch paper's family, placed inside
+    the first BSP phase, which ends at `bsp_end`).
+    """
+    if not isinstance(data, list | tuple):
+        return _checked(parse_scenario(data), workers)
+    episodes: list[StragglerEpisode] = []
+    plain: list[object] = []
+    for index, item in enumerate(data):
+        kind = _generator_kind(item)
+        if kind is None:
+            plain.append(item)
+            continue
+        assert isinstance(item, Mapping)
+        where = f"stragglers[{index}].{kind}"
+        episodes.extend(_generate(where, kind, item[kind], workers, bsp_end))
+    episodes.extend(parse_scenario(plain).episodes)
+    return _checked(StragglerScenario(tuple(episodes)), workers)
+
+
+def _checked(scenario: StragglerScenario, workers: int) -> StragglerScenario:
+    scenario.validate(workers)
+    return scenario
+
+
+def _generator_kind(item: object) -> str | None:
+    if isinstance(item, Mapping) and len(item) == 1:
+        (key,) = item
+        if key in _GENERATOR_ARGS:
+            return str(key)
+    return None
+
+
+def _generate(
+    where: str, kind: str, args: object, workers: int, bsp_end: float | None
+) -> tuple[StragglerEpisode, ...]:
+    allowed = _GENERATOR_ARGS[kind]
+    if not isinstance(args, Mapping):
+        raise ScenarioError(f"{where}: expected a mapping of {', '.join(allowed)}, got {args!r}")
+    unknown = sorted(set(map(str, args)) - set(allowed))
+    if unknown:
+        raise ScenarioError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; allowed are {', '.join(allowed)}"
+        )
+    values = {**allowed, **args}
+    missing = [name for name, value in values.items() if value is _REQUIRED]
+    if missing:
+        raise ScenarioError(f"{where}: missing {', '.join(missing)}")
+    for name, value in values.items():
+        if name != "window" and value is not None and not _is_number(value):
+            raise ScenarioError(f"{where}: '{name}' must be a number, got {value!r}")
+    if kind == "random":
+        window = values.pop("window")
+        if not (isinstance(window, list | tuple) and len(window) == 2):
+            raise ScenarioError(f"{where}: window must be [low, high], got {window!r}")
+        return random_scenario(
+            count=int(values["count"]),
+            workers=workers,
+            stragglers_per_episode=int(values["stragglers"]),
+            duration=float(values["duration"]),
+            delay_ms=values["delay_ms"],
+            factor=values["factor"],
+            window=(float(window[0]), float(window[1])),
+            seed=int(values["seed"]),
+        ).episodes
+    if bsp_end is None:
+        raise ScenarioError(
+            f"{where}: the paper's stragglers are placed in the BSP phase, and the schedule "
+            "has none"
+        )
+    return paper_scenario(
+        stragglers=int(values["stragglers"]),
+        delay_ms=float(values["delay_ms"]),
+        occurrences=int(values["occurrences"]),
+        bsp_end=bsp_end,
+        workers=workers,
+        seed=int(values["seed"]),
+        coverage=float(values["coverage"]),
+    ).episodes

@@ -15,6 +15,14 @@ A switch happens in place after the update that crosses a phase end. Gradients c
 barrier by a switch to an asynchronous protocol are applied one by one under the new rule;
 gradients that arrive after the workload is complete are dropped with reason
 `training_complete`. Nothing is lost silently: sent = applied + dropped + waiting.
+
+Online policies act through three more entry points, each taking effect from the next
+gradient: `exclude` / `readmit` change who the BSP barrier (and the SSP bound) waits for, and
+`switch_to` leaves or resumes BSP out of schedule. An excluded worker keeps training; under
+BSP its gradients are dropped as `straggler_excluded` and it goes on at once with the newest
+weights. With `count_bsp_by_work`, a scheduled BSP phase ends when its planned samples have
+been applied under BSP, so a detour through ASP postpones the planned switch instead of
+eating into the BSP prefix.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ class SyncConfig:
     momentum_ramp_fraction: float = 0.1
     lr_schedule: LrSchedule = LrSchedule()
     eval_every: float = 0.05  # evaluate each time progress crosses a multiple of this
+    count_bsp_by_work: bool = False  # a BSP phase ends on its planned BSP samples, not progress
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -78,18 +87,20 @@ class Synchronizer:
         self.samples = 0
         self.phase_index = 0
         self.spec: ProtocolSpec = config.schedule.phases[0].spec
-        self.active: set[int] = set(range(config.workers))
+        self.excluded: set[int] = set()  # workers the barrier and the SSP bound do not wait for
         self.done = False
         self.sent = 0
         self.applied_count = 0
         self.dropped: Counter[str] = Counter()
         self.time_by_protocol: Counter[str] = Counter()
+        self.samples_by_protocol: Counter[str] = Counter()
         self.switches: list[SwitchEvent] = []
+        self._phase_bsp_samples = 0  # samples applied under BSP in the current phase
         self._phase_started_s = 0.0
         self._async_start = 0.0
         self._pending: list[Gradient] = []  # gradients at the BSP barrier
         self._waiting: set[int] = set()  # workers told to wait (barrier or SSP bound)
-        self._clocks: dict[int, int] = {w: 0 for w in self.active}
+        self._clocks: dict[int, int] = {w: 0 for w in range(config.workers)}
         self._next_eval_index = 1
 
     # -- reading state ----------------------------------------------------------------------
@@ -97,6 +108,16 @@ class Synchronizer:
     @property
     def progress(self) -> float:
         return min(self.samples / self.config.total_samples, 1.0)
+
+    @property
+    def active(self) -> frozenset[int]:
+        """Workers the BSP barrier and the SSP bound wait for."""
+        return frozenset(range(self.config.workers)) - self.excluded
+
+    @property
+    def scheduled_spec(self) -> ProtocolSpec:
+        """The protocol the schedule asks for now (an online policy may have overridden it)."""
+        return self.config.schedule.phases[self.phase_index].spec
 
     @property
     def weights(self) -> torch.Tensor:
@@ -135,20 +156,42 @@ class Synchronizer:
             return outcome
         self._clocks[gradient.worker] = self._clocks.get(gradient.worker, 0) + 1
         if self.spec.protocol is Protocol.BSP:
+            if gradient.worker in self.excluded:
+                # The barrier no longer waits for this worker; it goes on with the newest weights.
+                outcome.dropped.append(self._drop(gradient, "straggler_excluded"))
+                outcome.released.append(gradient.worker)
+                return outcome
             self._pending.append(gradient)
             self._waiting.add(gradient.worker)
-            if len(self._pending) >= len(self.active):
-                outcome.applied.extend(self._apply(self._pending))
-                self._pending = []
-                outcome.released.extend(sorted(self._waiting))
-                self._waiting.clear()
+            outcome.merge(self._complete_barrier())
         else:
             outcome.applied.extend(self._apply([gradient]))
             self._waiting.add(gradient.worker)
             outcome.released.extend(self._release_within_bound())
-        if outcome.applied:
             outcome.merge(self._after_update())
         return outcome
+
+    def exclude(self, worker: int) -> Outcome:
+        """Stop waiting for `worker` at the barrier (elastic BSP); it may complete a barrier."""
+        self._check_worker(worker)
+        self.excluded.add(worker)
+        outcome = Outcome()
+        if self.spec.protocol is Protocol.BSP:
+            # Its gradient may already sit at the barrier: it stays, computed on this version.
+            outcome.merge(self._complete_barrier())
+        elif self.spec.protocol is Protocol.SSP:
+            outcome.released.extend(self._release_within_bound())
+        return outcome
+
+    def readmit(self, worker: int) -> Outcome:
+        """Wait for `worker` again from its next gradient on."""
+        self._check_worker(worker)
+        if worker in self.excluded:
+            # It rejoins the SSP bound level with the slowest of the others, so they are not
+            # held back for the steps it missed while excluded.
+            self._clocks[worker] = max(self._clocks.get(worker, 0), self._slowest_clock())
+            self.excluded.discard(worker)
+        return Outcome()
 
     def switch_to(self, spec: ProtocolSpec, reason: str) -> Outcome:
         """Put a new protocol in force now, in place, at the current version."""
@@ -160,7 +203,7 @@ class Synchronizer:
             self._async_start = self.progress
         if spec.protocol is Protocol.SSP:
             # Clocks count steps within the phase, so an SSP phase starts with no one ahead.
-            self._clocks = {w: 0 for w in self.active}
+            self._clocks = {w: 0 for w in range(self.config.workers)}
         if spec.protocol.is_async and self._pending:
             # A barrier cut short by the switch: each caught gradient is applied under ASP/SSP.
             caught, self._pending = self._pending, []
@@ -192,6 +235,25 @@ class Synchronizer:
 
     # -- internals --------------------------------------------------------------------------
 
+    def _complete_barrier(self) -> Outcome:
+        """Apply the barrier's update if every active worker's gradient is in."""
+        outcome = Outcome()
+        if not self._pending or not self.active <= self._pending_workers():
+            return outcome
+        outcome.applied.extend(self._apply(self._pending))
+        self._pending = []
+        outcome.released.extend(sorted(self._waiting))
+        self._waiting.clear()
+        outcome.merge(self._after_update())
+        return outcome
+
+    def _check_worker(self, worker: int) -> None:
+        if not 0 <= worker < self.config.workers:
+            raise ValueError(f"worker {worker} out of range 0..{self.config.workers - 1}")
+
+    def _slowest_clock(self) -> int:
+        return min((self._clocks.get(w, 0) for w in self.active), default=0)
+
     def _pending_workers(self) -> set[int]:
         return {g.worker for g in self._pending}
 
@@ -212,6 +274,9 @@ class Synchronizer:
         applied_to = self.version
         self.version += 1
         self.samples += total
+        self.samples_by_protocol[self.spec.protocol.value] += total
+        if self.spec.protocol is Protocol.BSP:
+            self._phase_bsp_samples += total
         self.applied_count += len(gradients)
         now_s = self.now_s()
         return [
@@ -250,7 +315,7 @@ class Synchronizer:
         """Waiting workers allowed to go on under the current asynchronous rule."""
         if self.spec.protocol is Protocol.SSP:
             bound = self.spec.staleness_bound or 0
-            slowest = min(self._clocks.get(w, 0) for w in self.active)
+            slowest = self._slowest_clock()
             released = sorted(w for w in self._waiting if self._clocks.get(w, 0) - slowest <= bound)
         else:
             released = sorted(self._waiting)
@@ -269,13 +334,27 @@ class Synchronizer:
         if self.samples >= cfg.total_samples:
             self._finish(outcome)
             return outcome
-        index = cfg.schedule.phase_index_at(self.progress)
+        index = self.phase_index
+        while index < len(cfg.schedule.phases) - 1 and self._phase_finished(index):
+            index += 1
         if index != self.phase_index:
             self.phase_index = index
+            self._phase_bsp_samples = 0
             new_spec = cfg.schedule.phases[index].spec
             if new_spec != self.spec:
                 outcome.merge(self.switch_to(new_spec, reason="schedule"))
         return outcome
+
+    def _phase_finished(self, index: int) -> bool:
+        cfg = self.config
+        phase = cfg.schedule.phases[index]
+        if cfg.count_bsp_by_work and phase.spec.protocol is Protocol.BSP:
+            start = cfg.schedule.phases[index - 1].end if index else 0.0
+            planned = (phase.end - start) * cfg.total_samples
+            # A phase entered late (after an earlier detour) still gets its planned BSP work.
+            done = self._phase_bsp_samples if index == self.phase_index else 0
+            return done >= planned - 1e-9
+        return self.progress >= phase.end
 
     def _finish(self, outcome: Outcome) -> None:
         self.done = True

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from syncswitch.config import TrainConfig
 from syncswitch.core.hyperparams import MomentumPolicy
+from syncswitch.core.online import OnlineMonitor
 from syncswitch.core.optimizer import flatten_parameters
 from syncswitch.core.records import EvalPoint
 from syncswitch.core.sharding import parameter_shards
@@ -106,6 +107,8 @@ class _Run:
         self.metrics: list[dict[str, Any]] = []
         self.switches: list[dict[str, Any]] = []
         self.staleness: dict[str, list[int]] = {}
+        self.straggler_events: list[dict[str, Any]] = []
+        self.decisions: list[dict[str, Any]] = []
         self._losses: list[float] = []
         self._pending_evals: dict[Any, EvalPoint] = {}
         self._eval_train_loss: dict[Any, float] = {}  # mean train loss since the previous point
@@ -128,12 +131,22 @@ class _Run:
             momentum_ramp_fraction=cfg.momentum_ramp,
             lr_schedule=cfg.lr_schedule_spec(),
             eval_every=cfg.eval_every,
+            count_bsp_by_work=cfg.greedy_return,
+        )
+        monitor = (
+            OnlineMonitor(
+                cfg.workers,
+                cfg.online(),
+                cfg.scenario() if cfg.emulation().enabled else None,
+            )
+            if cfg.watches_stragglers
+            else None
         )
         dataset_ref = ray.put(self.dataset)
         server_cls = ray.remote(ParameterServer)
         servers = [
             server_cls.options(**actor_options(), max_concurrency=4 * cfg.workers + 16).remote(
-                sync_config, initial[shard], cfg.weight_decay
+                sync_config, initial[shard], cfg.weight_decay, monitor
             )
             for shard in shards
         ]
@@ -173,10 +186,12 @@ class _Run:
                     "total_samples": self.total_samples,
                     "parameters": len(initial),
                     "emulation": cfg.emulation().describe(),
+                    "online": cfg.online().describe() if cfg.watches_stragglers else None,
                 },
             )
             ray.get([s.begin.remote() for s in servers])
-            runs = [w.run.remote() for w in workers]
+            started_at = time.time()
+            runs = [w.run.remote(started_at) for w in workers]
             with ProgressDisplay(enabled=cfg.progress, total_samples=self.total_samples) as show:
                 self._follow(servers, evaluator, runs, show)
             worker_stats = ray.get(runs)
@@ -185,7 +200,7 @@ class _Run:
             summary = self._summary(setup_s, worker_stats, status="complete")
             self.writer.summary(summary)
             torch.save(
-                {"flat_weights": torch.from_numpy(final_weights)},
+                {"flat_weights": torch.tensor(final_weights)},
                 self.writer.dir / "final_weights.pt",
             )
             return RunResult(summary, self.writer.dir, final_weights)
@@ -226,6 +241,13 @@ class _Run:
             entry = event.to_summary()
             self.switches.append(entry)
             self.writer.event("switch", entry)
+        for record in first["straggler_events"]:
+            self.straggler_events.append(record)
+            self.writer.event(record["event"], {k: v for k, v in record.items() if k != "event"})
+        for decision in first["decisions"]:
+            entry = decision.to_record()
+            self.decisions.append(entry)
+            self.writer.event("decision", entry)
         # Each server shard snapshots its slice at the same sample counts: join them per point.
         for shard_points in zip(*(d["evaluations"] for d in drained), strict=True):
             point = shard_points[0][0]
@@ -265,7 +287,7 @@ class _Run:
             self.writer.summary(self._summary(0.0, [], status="running"))
 
     def _final_weights(self, servers: list) -> np.ndarray:
-        _, weights, _ = join_replies(ray.get([s.pull.remote(-1) for s in servers]))
+        _, weights, _, _ = join_replies(ray.get([s.pull.remote(-1) for s in servers]))
         return weights
 
     # -- the summary ------------------------------------------------------------------------
@@ -303,8 +325,38 @@ class _Run:
                 else None
             ),
             "emulation": self.config.emulation().describe(),
+            "samples_by_protocol": state.get("samples_by_protocol", {}),
+            "online": self._online_summary(state),
             "run_dir": str(self.writer.dir),
         }
+
+    def _online_summary(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        cfg = self.config
+        if not cfg.watches_stragglers:
+            return None
+        detected = [e for e in self.straggler_events if e["event"] == "straggler_detected"]
+        delays = [e["delay_s"] for e in detected if "delay_s" in e]
+        return {
+            **cfg.online().describe(),
+            "planned_bsp_samples": round(self._planned_bsp_fraction() * self.total_samples),
+            "bsp_samples": state.get("samples_by_protocol", {}).get("bsp", 0),
+            "detections": len(detected),
+            # Scored only against emulated stragglers (ground truth); unknown on real hardware.
+            "false_detections": (
+                sum(1 for e in detected if e.get("false_detection"))
+                if self.config.emulation().enabled
+                else None
+            ),
+            "detection_delay_s_median": float(np.median(delays)) if delays else None,
+            "excluded_at_end": state.get("excluded", []),
+            "decisions": self.decisions,
+            "straggler_events": self.straggler_events,
+        }
+
+    def _planned_bsp_fraction(self) -> float:
+        phases = self.config.parsed_schedule().phases
+        starts = [0.0, *(p.end for p in phases[:-1])]
+        return sum(p.end - a for p, a in zip(phases, starts, strict=True) if p.spec.name == "bsp")
 
 
 def _wait_ready(refs: list) -> None:

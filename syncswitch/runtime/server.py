@@ -17,6 +17,7 @@ import numpy as np
 import ray
 import torch
 
+from syncswitch.core.online import OnlineMonitor
 from syncswitch.core.optimizer import FlatSGD
 from syncswitch.core.protocol import ProtocolSpec
 from syncswitch.core.records import Gradient, Outcome
@@ -46,13 +47,21 @@ class WeightsReply:
     version: int
     weights: np.ndarray | list  # the array, or [ObjectRef] for large models
     done: bool
+    progress: float  # fraction of the training samples applied (emulated stragglers use it)
 
 
 class ParameterServer:
-    def __init__(self, config: SyncConfig, initial: np.ndarray, weight_decay: float) -> None:
+    def __init__(
+        self,
+        config: SyncConfig,
+        initial: np.ndarray,
+        weight_decay: float,
+        monitor: OnlineMonitor | None = None,
+    ) -> None:
         torch.set_num_threads(1)
         optimizer = FlatSGD(torch.from_numpy(np.array(initial)), weight_decay=weight_decay)
         self.sync = Synchronizer(config, optimizer)
+        self.monitor = monitor  # straggler detection and the online policy, if any
         # A threaded actor: measured cheaper per call than an asyncio actor here, and its
         # sleeps are exact. Every touch of the synchronizer holds the lock; a waiting call
         # registers its event under the lock, so a release can never be missed.
@@ -63,6 +72,8 @@ class ParameterServer:
         self._dropped: list[tuple] = []
         self._switches: list = []
         self._evaluations: list[tuple] = []
+        self._straggler_events: list[dict] = []
+        self._decisions: list = []
 
     def begin(self) -> None:
         with self._lock:
@@ -91,6 +102,8 @@ class ParameterServer:
         )
         with self._lock:
             outcome = self.sync.submit(gradient)
+            if self.monitor is not None:
+                outcome.merge(self.monitor.after_gradient(self.sync, gradient))
             self._absorb(outcome)
             if worker in outcome.released:
                 return self._reply()
@@ -112,9 +125,12 @@ class ParameterServer:
                 "dropped": self._dropped,
                 "switches": self._switches,
                 "evaluations": self._evaluations,
+                "straggler_events": self._straggler_events,
+                "decisions": self._decisions,
                 "state": self.state(),
             }
             self._applied, self._dropped, self._switches, self._evaluations = [], [], [], []
+            self._straggler_events, self._decisions = [], []
         return out
 
     def state(self) -> dict:
@@ -127,7 +143,10 @@ class ParameterServer:
             "done": sync.done,
             "time_s": sync.now_s(),
             "time_by_protocol": dict(sync.time_by_protocol),
+            "samples_by_protocol": dict(sync.samples_by_protocol),
+            "excluded": sorted(sync.excluded),
             "accounting": sync.accounting(),
+            "online": self.monitor.state() if self.monitor else None,
         }
 
     # -- internals --------------------------------------------------------------------------
@@ -136,6 +155,8 @@ class ParameterServer:
         self._applied.extend(outcome.applied)
         self._dropped.extend(outcome.dropped)
         self._switches.extend(outcome.switches)
+        self._straggler_events.extend(outcome.straggler_events)
+        self._decisions.extend(outcome.decisions)
         for point in outcome.evaluations:
             # Copy now: the weights change in place with the next update.
             self._evaluations.append((point, self.sync.weights.numpy().copy()))
@@ -156,6 +177,6 @@ class ParameterServer:
             payload: np.ndarray | list = weights
             if weights.nbytes > _SHARED_WEIGHTS_BYTES:
                 payload = [ray.put(weights)]
-            snap = WeightsReply(sync.version, payload, sync.done)
+            snap = WeightsReply(sync.version, payload, sync.done, sync.progress)
             self._snapshot = snap
         return snap

@@ -50,10 +50,14 @@ class Worker:
     def ready(self) -> int:
         return self.spec.worker
 
-    def run(self) -> dict:
-        """Train until the server says the workload is done; return step-time statistics."""
-        versions, weights, done = self._pull()
+    def run(self, started_at: float) -> dict:
+        """Train until the server says the workload is done; return step-time statistics.
+
+        `started_at` is the wall time at which the run began, for stragglers timed in seconds.
+        """
+        versions, weights, done, progress = self._pull()
         sequence = 0
+        emulation = self.spec.emulation
         while not done:
             started_wall, started = time.time(), time.perf_counter()
             gradient, loss = self._gradient(weights)
@@ -61,9 +65,13 @@ class Worker:
             # Emulated device time: the step lasts the modelled time, or the real compute if
             # longer. The gradient is handed over now and the server applies it when the step
             # ends, so the transfer overlaps the emulated compute instead of a sleep here.
-            step_s = max(self.step_time_model.next_step_s(), compute_s)
-            ready_at = started_wall + step_s if self.spec.emulation.enabled else None
-            versions, weights, done = self._push_pull(
+            base_s = self.step_time_model.next_step_s() or compute_s
+            slowed_s = emulation.stragglers.step_time_s(
+                self.spec.worker, base_s, progress, started_wall - started_at
+            )
+            step_s = max(slowed_s, compute_s)
+            ready_at = started_wall + step_s if emulation.enabled else None
+            versions, weights, done, progress = self._push_pull(
                 sequence, versions, gradient, loss, step_s, ready_at
             )
             self._wait_times.append(time.perf_counter() - started - step_s)
@@ -90,7 +98,7 @@ class Worker:
         # The buffer is reused next step; Ray copies call arguments when the call is made.
         return self.flat.gradient.numpy(), float(loss.detach())
 
-    def _pull(self) -> tuple[list[int], np.ndarray, bool]:
+    def _pull(self) -> tuple[list[int], np.ndarray, bool, float]:
         replies = ray.get([s.pull.remote(self.spec.worker) for s in self.servers])
         return join_replies(replies)
 
@@ -102,7 +110,7 @@ class Worker:
         loss: float,
         step_s: float,
         ready_at: float | None,
-    ) -> tuple[list[int], np.ndarray, bool]:
+    ) -> tuple[list[int], np.ndarray, bool, float]:
         spec = self.spec
         batch = spec.batch_size
         replies = ray.get(
@@ -138,8 +146,9 @@ class Worker:
         }
 
 
-def join_replies(replies: list) -> tuple[list[int], np.ndarray, bool]:
-    """Concatenate per-server replies into one flat weight vector."""
+def join_replies(replies: list) -> tuple[list[int], np.ndarray, bool, float]:
+    """Concatenate per-server replies into one flat weight vector (versions, weights, done,
+    progress)."""
     parts = []
     for reply in replies:
         weights = reply.weights
@@ -148,4 +157,5 @@ def join_replies(replies: list) -> tuple[list[int], np.ndarray, bool]:
         parts.append(weights)
     flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
     # Shards may be at different versions in ASP: each gradient slice names its own.
-    return [r.version for r in replies], flat, any(r.done for r in replies)
+    progress = min(r.progress for r in replies)
+    return [r.version for r in replies], flat, any(r.done for r in replies), progress

@@ -72,6 +72,61 @@ def test_config_file_keys_mirror_flags_and_unknown_keys_are_refused(capsys, tmp_
     assert not Path("pwned").exists()
 
 
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("- {workers: [9], start: 0.1, duration: 0.1, delay_ms: 30}", "worker 9 does not exist"),
+        ("- {workers: [1], start: 0.1, duration: -0.1, delay_ms: 30}", "'duration' must be > 0"),
+        (
+            "- {workers: [1], start: 0.1, start_s: 2, duration: 0.1, delay_ms: 30}",
+            "either 'start' or 'start_s', not both",
+        ),
+        ("- {workers: [1], start: 0.1, duration: 0.1, delay_ms: 30, factor: 2}", "not both"),
+        ("- {workers: [1], strat: 0.1, duration: 0.1, delay_ms: 30}", "did you mean 'start'"),
+        ("- {paper: {stragglers: 2, delay_ms: 30}}", "missing occurrences"),
+        ("- {random: {count: 9, duration: 0.2, delay_ms: 10}}", "do not fit"),
+        ("workers: 3", "must hold a list"),
+    ],
+)
+def test_bad_straggler_scenarios_are_refused_in_one_line(
+    capsys, tmp_path: Path, content: str, fragment: str
+) -> None:
+    spec = tmp_path / "stragglers.yaml"
+    spec.write_text(content + "\n")
+    assert fragment in error_of(capsys, ["train", "--stragglers", str(spec)])
+
+
+def test_online_policy_options_are_checked(capsys) -> None:
+    err = error_of(capsys, ["train", "--greedy-return"])
+    assert "greedy_return applies to online_policy greedy" in err
+    err = error_of(capsys, ["train", "--online-policy", "elastic", "--servers", "2"])
+    assert "needs servers = 1" in err
+    err = error_of(capsys, ["train", "--online-policy", "lazy"])
+    assert "choose one of none, greedy, elastic" in err
+    err = error_of(capsys, ["train", "--straggler-threshold", "0.9"])
+    assert "threshold 0.9 must be > 1" in err
+
+
+def test_straggler_file_may_be_toml_and_generators_expand(tmp_path: Path) -> None:
+    import argparse
+
+    from syncswitch.cli.train import add_parser, config_from_args
+
+    spec = tmp_path / "stragglers.toml"
+    spec.write_text(
+        "[[stragglers]]\nworkers = [1]\nstart_s = 2.0\nduration_s = 1.5\nfactor = 3.0\n"
+        "[[stragglers]]\npaper = {stragglers = 2, delay_ms = 30, occurrences = 4}\n"
+    )
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = ["train", "--stragglers", str(spec), "--schedule", "bsp:0.25,asp"]
+    scenario = config_from_args(parser.parse_args(args)).scenario()
+    assert len(scenario.episodes) == 5
+    paper = [e for e in scenario.episodes if e.delay_ms == 30]
+    assert len(paper) == 4 and all(len(e.workers) == 2 for e in paper)
+    assert all(e.start + e.duration <= 0.25 for e in paper)  # inside the BSP phase
+
+
 def test_help_explains_every_option() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "syncswitch.cli.main", "train", "--help"],

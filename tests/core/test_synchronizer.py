@@ -167,3 +167,29 @@ def test_bsp_equals_single_process_sgd_on_the_concatenated_batch() -> None:
         loss_fn(reference(x), y).backward()
         sgd.step()
     torch.testing.assert_close(sync.weights, flatten_parameters(reference), rtol=1e-5, atol=1e-6)
+
+
+def test_excluding_the_worker_a_barrier_waits_for_completes_it() -> None:
+    sync = make_sync("bsp")
+    for worker in range(3):
+        sync.submit(grad(sync, worker))
+    outcome = sync.exclude(3)
+    assert outcome.released == [0, 1, 2] and len(outcome.applied) == 3
+    assert outcome.applied[0].lr == pytest.approx(0.4 * 3 / 4)  # the smaller global batch
+    late = sync.submit(grad(sync, 3, version=0))
+    assert late.dropped[0].reason == "straggler_excluded" and late.released == [3]
+    sync.readmit(3)
+    for worker in range(3):
+        assert sync.submit(grad(sync, worker)).applied == []  # waits for worker 3 again
+    assert len(sync.submit(grad(sync, 3)).applied) == 4
+
+
+def test_ssp_does_not_wait_for_an_excluded_worker() -> None:
+    sync = make_sync("ssp-0", workers=2)
+    sync.submit(grad(sync, 0, seq=0))
+    assert sync.waiting == {0}  # one step ahead of worker 1 with bound 0
+    assert sync.exclude(1).released == [0]
+    assert sync.submit(grad(sync, 0, seq=1)).released == [0]
+    sync.readmit(1)  # level with worker 0, not the many steps behind it really is
+    assert sync.submit(grad(sync, 0, seq=2)).released == []  # one ahead of bound 0: waits
+    assert sorted(sync.submit(grad(sync, 1, seq=0)).released) == [0, 1]  # one step of 1 frees 0

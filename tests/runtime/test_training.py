@@ -2,7 +2,6 @@
 
 import csv
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,38 +10,10 @@ import torch
 from syncswitch.config import TrainConfig
 from syncswitch.core.sharding import BatchStream, worker_shard
 from syncswitch.runtime.coordinator import train
-from syncswitch.workloads import build_model, load_dataset, prepare_batch
+from syncswitch.workloads import build_model, prepare_batch
+from tests.runtime.jobs import LR, read_updates, run
 
 pytestmark = pytest.mark.ray
-
-LR = 0.2
-
-
-@pytest.fixture(scope="module")
-def small_mnist():
-    return load_dataset("mnist1d", mnist1d_samples=400)  # 320 train, 80 test
-
-
-def run(tmp_path: Path, dataset, **overrides):
-    values = dict(
-        workers=3,
-        batch_size=8,
-        epochs=1.0,
-        lr=LR,
-        momentum=0.9,
-        lr_schedule="constant",
-        progress=False,
-        eval_every=0.25,
-        out=str(tmp_path / "run"),
-        mnist1d_samples=400,
-    )
-    values.update(overrides)
-    return train(TrainConfig(**values), dataset=dataset)
-
-
-def read_updates(run_dir: Path) -> list[dict]:
-    with (run_dir / "updates.csv").open() as handle:
-        return list(csv.DictReader(handle))
 
 
 def test_bsp_equals_single_process_sgd_on_concatenated_batches(ray_session, small_mnist, tmp_path):

@@ -1,0 +1,159 @@
+"""Online reaction to stragglers: detector -> policy -> synchronizer, after every gradient.
+
+A runtime calls `OnlineMonitor.after_gradient(sync, gradient)` right after
+`sync.submit(gradient)` and merges the returned `Outcome` with the submit outcome: the
+detector reads the gradient's step time, the policy turns any detection into decisions, and
+the synchronizer carries them out in place. Every decision therefore takes effect from the
+next gradient, at a version boundary, and is returned with its reason for the results.
+
+When the run's stragglers are emulated, the scenario is the ground truth: each detection is
+scored against it (which episode it caught, how long after the episode began, or a false
+detection when no episode was on). Nothing here knows about Ray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from syncswitch.core.policies import Action, OnlinePolicy, OnlinePolicyKind
+from syncswitch.core.protocol import ProtocolSpec
+from syncswitch.core.records import Decision, Gradient, Outcome
+from syncswitch.core.scenarios import StragglerEpisode, StragglerScenario
+from syncswitch.core.stragglers import DetectorConfig, EventKind, StragglerDetector, StragglerEvent
+from syncswitch.core.synchronizer import Synchronizer
+
+
+@dataclass(frozen=True)
+class OnlineConfig:
+    policy: OnlinePolicyKind = OnlinePolicyKind.NONE
+    greedy_return: bool = False
+    detector: DetectorConfig = field(default_factory=DetectorConfig)
+
+    def describe(self) -> dict:
+        return {
+            "policy": self.policy.value,
+            "greedy_return": self.greedy_return,
+            "detector": self.detector.describe(),
+        }
+
+
+class DetectionAudit:
+    """Scores detections against an emulated scenario, the ground truth of who is slow when."""
+
+    def __init__(self, scenario: StragglerScenario) -> None:
+        self._scenario = scenario
+        # When (run seconds) each episode began and ended; fraction-timed episodes learn it
+        # from the progress the run reports, seconds-timed ones know it already.
+        self._began_s: dict[int, float] = {}
+        self._ended_s: dict[int, float] = {}
+        self.false_detections = 0
+
+    def note_progress(self, progress: float, time_s: float) -> None:
+        for index, episode in enumerate(self._scenario.episodes):
+            start, end = _window(episode, progress, time_s)
+            if index not in self._began_s and start:
+                self._began_s[index] = time_s
+            if index not in self._ended_s and end:
+                self._ended_s[index] = time_s
+
+    def score(self, event: StragglerEvent, progress: float, time_s: float) -> dict:
+        record = event_record(event)
+        episodes = [
+            (index, episode)
+            for index, episode in enumerate(self._scenario.episodes)
+            if event.worker in episode.workers
+        ]
+        if event.kind == EventKind.DETECTED:
+            on = [(i, e) for i, e in episodes if e.active(progress, time_s)]
+            if not on:
+                self.false_detections += 1
+                record["false_detection"] = True
+                return record
+            index, episode = on[0]
+            record.update(episode=index, false_detection=False)
+            record.update(_delay(episode, self._began_s.get(index), progress, time_s))
+            return record
+        ended = [i for i, _ in episodes if i in self._ended_s]
+        if ended:
+            index = max(ended, key=lambda i: self._ended_s[i])
+            record.update(episode=index, delay_s=round(time_s - self._ended_s[index], 6))
+        return record
+
+
+def _window(episode: StragglerEpisode, progress: float, time_s: float) -> tuple[bool, bool]:
+    """Whether the episode has begun, and whether it has ended, at this point of the run."""
+    if episode.start is not None and episode.duration is not None:
+        return progress >= episode.start, progress >= episode.start + episode.duration
+    assert episode.start_s is not None and episode.duration_s is not None
+    return time_s >= episode.start_s, time_s >= episode.start_s + episode.duration_s
+
+
+def _delay(
+    episode: StragglerEpisode, began_s: float | None, progress: float, time_s: float
+) -> dict:
+    delay: dict = {}
+    if episode.start_s is not None:
+        delay["delay_s"] = round(time_s - episode.start_s, 6)
+    elif began_s is not None:
+        delay["delay_s"] = round(time_s - began_s, 6)
+    if episode.start is not None:
+        delay["delay_fraction"] = round(progress - episode.start, 6)
+    return delay
+
+
+class OnlineMonitor:
+    def __init__(
+        self, workers: int, config: OnlineConfig, scenario: StragglerScenario | None = None
+    ) -> None:
+        """`scenario`: the emulated stragglers, or None when step times are real."""
+        self.config = config
+        self.detector = StragglerDetector(workers, config.detector)
+        self.policy = OnlinePolicy(config.policy, config.greedy_return)
+        # With a scenario (emulated run) there is ground truth: even an empty one makes every
+        # detection a false one. On real hardware (None) detections cannot be scored.
+        self.audit = DetectionAudit(scenario) if scenario is not None else None
+
+    def after_gradient(self, sync: Synchronizer, gradient: Gradient) -> Outcome:
+        outcome = Outcome()
+        now_s, progress = sync.now_s(), sync.progress
+        if self.audit:
+            self.audit.note_progress(progress, now_s)
+        events = self.detector.observe(gradient.worker, gradient.step_time_s, now_s, progress)
+        for event in events:
+            record = self.audit.score(event, progress, now_s) if self.audit else event_record(event)
+            outcome.straggler_events.append(record)
+            for decision in self.policy.decide(event, sync, self.detector.stragglers):
+                outcome.decisions.append(decision)
+                outcome.merge(carry_out(sync, decision))
+        return outcome
+
+    def state(self) -> dict:
+        return {
+            "policy": self.policy.name,
+            "flagged": sorted(self.detector.stragglers),
+            "false_detections": self.audit.false_detections if self.audit else None,
+        }
+
+
+def event_record(event: StragglerEvent) -> dict:
+    return {
+        "event": f"straggler_{event.kind}",
+        "worker": event.worker,
+        "ratio": round(event.ratio, 3),
+        "time_s": round(event.time_s, 6),
+        "progress": round(event.progress, 6),
+        "reason": event.reason,
+    }
+
+
+def carry_out(sync: Synchronizer, decision: Decision) -> Outcome:
+    """Put one decision in force on the synchronizer."""
+    action = Action(decision.action)
+    if action in (Action.SWITCH, Action.RETURN):
+        assert decision.protocol is not None
+        reason = f"{decision.policy} {action.value}: {decision.reason}"
+        return sync.switch_to(ProtocolSpec.parse(decision.protocol), reason=reason)
+    assert decision.worker is not None
+    if action is Action.EXCLUDE:
+        return sync.exclude(decision.worker)
+    return sync.readmit(decision.worker)

@@ -1,0 +1,80 @@
+"""Transient stragglers on a real local Ray: detection, the elastic and greedy policies."""
+
+import json
+
+import pytest
+
+from tests.runtime.jobs import read_csv, read_updates, run
+
+pytestmark = pytest.mark.ray
+
+WORKERS, BATCH, EPOCHS = 4, 8, 8.0  # 320 training samples: 10 BSP updates per epoch
+SLOW = {"workers": [3], "start": 0.2, "duration": 0.4, "factor": 5.0}
+# Emulated steps long enough that they, not real compute on a busy machine, set the pace.
+JOB = dict(workers=WORKERS, batch_size=BATCH, epochs=EPOCHS, step_time_ms=10.0, eval_every=0.5)
+
+
+def accounted(summary: dict) -> bool:
+    acct = summary["gradients"]
+    return acct["sent"] == acct["applied"] + sum(acct["dropped"].values())
+
+
+def events(run_dir, kind: str) -> list[dict]:
+    lines = (run_dir / "events.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["event"] == kind]
+
+
+def test_elastic_excludes_a_5x_straggler_quickly_and_readmits_it(
+    ray_session, small_mnist, tmp_path
+):
+    result = run(
+        tmp_path, small_mnist, schedule="bsp", online_policy="elastic", stragglers=[SLOW], **JOB
+    )
+    summary, online = result.summary, result.summary["online"]
+    [detected] = events(result.run_dir, "straggler_detected")
+    assert detected["worker"] == 3 and detected["false_detection"] is False
+    # Under BSP the straggler makes one step per update, and an update is WORKERS x BATCH
+    # samples: the delay in its own steps follows from the delay in training progress.
+    total = EPOCHS * 320
+    steps_to_detect = detected["delay_fraction"] * total / (WORKERS * BATCH)
+    assert steps_to_detect <= 8, steps_to_detect
+    actions = [(d["action"], d["worker"]) for d in online["decisions"]]
+    assert actions == [("exclude", 3), ("readmit", 3)]
+    readmit = online["decisions"][1]
+    assert readmit["progress"] >= SLOW["start"] + SLOW["duration"]
+    drops = read_csv(result.run_dir, "drops.csv")
+    excluded = [d for d in drops if d["reason"] == "straggler_excluded"]
+    assert excluded and {d["worker"] for d in excluded} == {"3"}
+    assert summary["gradients"]["dropped"]["straggler_excluded"] == len(excluded)
+    assert accounted(summary) and online["false_detections"] == 0
+    rows = read_updates(result.run_dir)
+    assert all(r["staleness"] == "0" for r in rows)  # still BSP, with or without worker 3
+    without_3 = [r for r in rows if float(r["lr"]) < 0.2 - 1e-9]  # 3 of 4 gradients: lr x 3/4
+    assert without_3 and all(float(r["lr"]) == pytest.approx(0.2 * 3 / 4) for r in without_3)
+
+
+def test_greedy_with_return_resumes_bsp_until_the_planned_work_is_done(
+    ray_session, small_mnist, tmp_path
+):
+    slow = {**SLOW, "start": 0.1, "duration": 0.2}
+    result = run(
+        tmp_path,
+        small_mnist,
+        schedule="bsp:0.5,asp",
+        online_policy="greedy",
+        greedy_return=True,
+        stragglers=[slow],
+        **JOB,
+    )
+    summary, online = result.summary, result.summary["online"]
+    assert [d["action"] for d in online["decisions"]] == ["switch", "return"]
+    assert [(s["to"], s["reason"].split()[0]) for s in summary["switches"]] == [
+        ("asp", "greedy+return"),
+        ("bsp", "greedy+return"),
+        ("asp", "schedule"),
+    ]
+    planned = online["planned_bsp_samples"]
+    assert planned == 0.5 * EPOCHS * 320
+    assert planned <= online["bsp_samples"] < planned + WORKERS * BATCH
+    assert summary["switches"][-1]["at_fraction"] > 0.5  # the detour postponed the switch
+    assert accounted(summary)
