@@ -163,14 +163,14 @@ class RegistryLocation:
     sqlite_path: Path | None
 
     @classmethod
-    def resolve(cls, given: str | None = None) -> RegistryLocation:
-        text = (given or os.environ.get(ENV_VAR) or "").strip() or str(default_path())
+    def resolve(cls, given: str | os.PathLike | None = None) -> RegistryLocation:
+        text = str(given or os.environ.get(ENV_VAR) or "").strip() or str(default_path())
         if "://" not in text:
             path = Path(text).expanduser().absolute()
             return cls(f"sqlite:///{path}", path)
         try:
             url = make_url(text)
-        except ArgumentError:
+        except (ArgumentError, ValueError):
             raise RegistryError(
                 f"registry {text!r} is not a database URL or a file path; use e.g. "
                 "sqlite:////path/registry.db, postgresql+psycopg://user@host/db, or a file path"
@@ -198,7 +198,7 @@ def default_path() -> Path:
 class Registry:
     """The registry's operations; each one is a single short transaction."""
 
-    def __init__(self, location: str | RegistryLocation | None = None) -> None:
+    def __init__(self, location: str | os.PathLike | RegistryLocation | None = None) -> None:
         self.location = (
             location
             if isinstance(location, RegistryLocation)
