@@ -23,11 +23,12 @@ class ProgressDisplay:
                 TextColumn("{task.completed:>9,.0f}/{task.total:,.0f} samples"),
                 TextColumn("acc {task.fields[accuracy]}"),
                 TextColumn("{task.fields[rate]} samples/s"),
+                TextColumn("{task.fields[excluded]}"),
                 TimeElapsedColumn(),
             )
             self._progress.__enter__()
             self._task = self._progress.add_task(
-                "train", total=self._total, protocol="", accuracy="  -  ", rate="-"
+                "train", total=self._total, protocol="", accuracy="  -  ", rate="-", excluded=""
             )
         return self
 
@@ -37,12 +38,15 @@ class ProgressDisplay:
         time_s = state.get("time_s") or 0.0
         rate = f"{state['samples'] / time_s:,.0f}" if time_s > 0 else "-"
         accuracy = f"{100 * last_metric['test_accuracy']:5.1f}%" if last_metric else "  -  "
+        excluded = state.get("excluded") or []
         self._progress.update(
             self._task,
             completed=min(state["samples"], self._total),
             protocol=state["protocol"],
             accuracy=accuracy,
             rate=rate,
+            # Elastic BSP: whom the barrier is not waiting for right now.
+            excluded=f"not waiting for {','.join(map(str, excluded))}" if excluded else "",
         )
 
     def __exit__(
