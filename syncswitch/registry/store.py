@@ -7,7 +7,8 @@ location comes from `--registry`, else `SYNCSWITCH_REGISTRY`, else the default f
 Tables:
   registry_meta  (key, value): the schema version
   jobs           one row per fingerprint, with the normalised job description
-  trials         one row per (job, fraction, seed): final accuracy, wall time, run directory
+  trials         one row per (job, fraction, seed): final accuracy, wall time, run directory,
+                 and how many trials ran at once (wall times are comparable only when 1)
   decisions      the chosen fraction per search, with tolerance, repeats, evidence and reason
 
 Several searches may write one SQLite file at once: it is put in WAL mode, every write is
@@ -84,6 +85,7 @@ trials_table = Table(
     Column("final_accuracy", Float),
     Column("wall_time_s", Float),
     Column("run_dir", Text),
+    Column("concurrent", Integer),  # trials running at once: wall times are comparable at 1
     Column("created", DateTime, nullable=False),
     UniqueConstraint("job_id", "fraction", "seed", name="uq_trials_job_fraction_seed"),
 )
@@ -128,6 +130,7 @@ class TrialRecord:
     wall_time_s: float | None
     run_dir: str | None
     created: datetime | None = None
+    concurrent: int | None = None  # most trials running at once while it ran
 
     @property
     def complete(self) -> bool:
@@ -375,6 +378,7 @@ class Registry:
             "final_accuracy": trial.final_accuracy,
             "wall_time_s": trial.wall_time_s,
             "run_dir": trial.run_dir,
+            "concurrent": trial.concurrent,
             "created": _now(),
         }
         key = (
@@ -543,6 +547,7 @@ def _trial(row: Any) -> TrialRecord:
         wall_time_s=row.wall_time_s,
         run_dir=row.run_dir,
         created=row.created,
+        concurrent=row.concurrent,
     )
 
 

@@ -1,0 +1,11 @@
+"""The offline timing policy for recurring jobs: search the switch point, store it, reuse it.
+
+- `syncswitch.core.timing`: the search itself, a pure function of trial results;
+- `search`: runs the trials (train() on Ray), stores them and the decision in the registry;
+- `report`: the trace as CSV/JSON/markdown and the accuracy-vs-fraction plot;
+- `auto`: `--schedule auto`, the stored decision for a job (or the default, with a hint).
+"""
+
+from syncswitch.timing.auto import DEFAULT_SCHEDULE, describe_source, resolve_auto_schedule
+
+__all__ = ["DEFAULT_SCHEDULE", "describe_source", "resolve_auto_schedule"]

@@ -1,0 +1,594 @@
+"""Running the switch-point search: trial trainings, stored as they finish, then the decision.
+
+The pure search (`syncswitch.core.timing.next_step`) says which trials it needs; this module
+runs them (one `train()` per trial, several at once in threads of this driver when the Ray
+cluster has room), stores each in the registry the moment it finishes, and stores the
+decision at the end. Before running anything it reads the job's finished trials from the
+registry, so a search that was stopped resumes where it was: no finished trial runs again.
+
+Trial directories: `<search_dir>/trial-<fraction>-s<seed>/`, a normal run directory each.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from syncswitch.config import ConfigError, TrainConfig
+from syncswitch.core.timing import (
+    BASELINE,
+    SearchSpec,
+    SearchSpecError,
+    StepKind,
+    TimingDecision,
+    TrialKey,
+    format_fraction,
+    fraction_label,
+    next_step,
+    schedule_for,
+)
+from syncswitch.registry import (
+    DecisionRecord,
+    JobRecord,
+    Registry,
+    TrialRecord,
+    TrialStatus,
+    describe_job,
+    fingerprint,
+)
+
+AUTO = "auto"
+
+
+class SearchError(RuntimeError):
+    """A trial failed; finished trials are stored, so rerunning the command resumes."""
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    tolerance: float = 0.5  # accuracy points
+    repeats: int = 2
+    resolution: float = 1 / 64
+    max_trials: int = 20
+    parallel: int | str = 1  # trials at once, or "auto": as many as the cluster's CPUs allow
+    search_dir: str | None = None  # default: searches/<fingerprint[:12]>
+
+    def __post_init__(self) -> None:
+        valid_int = (
+            isinstance(self.parallel, int)
+            and not isinstance(self.parallel, bool)
+            and self.parallel >= 1
+        )
+        if self.parallel != AUTO and not valid_int:
+            raise ConfigError(
+                f"parallel = {self.parallel!r} is not allowed; it must be an integer >= 1 or 'auto'"
+            )
+
+    def spec(self, base_seed: int) -> SearchSpec:
+        try:
+            return SearchSpec(
+                tolerance_points=self.tolerance,
+                repeats=self.repeats,
+                resolution=self.resolution,
+                max_trials=self.max_trials,
+                base_seed=base_seed,
+            )
+        except SearchSpecError as error:
+            raise ConfigError(str(error)) from None
+
+
+@dataclass
+class TrialRun:
+    """One row of the search trace."""
+
+    key: TrialKey
+    schedule: str
+    status: str
+    final_accuracy: float | None
+    wall_time_s: float | None
+    run_dir: str | None
+    source: str  # "run": trained by this search; "registry": reused; "disk": recovered
+    concurrent: int = 1  # most trials running at once while this one ran
+
+    @property
+    def complete(self) -> bool:
+        return self.status == TrialStatus.COMPLETE and self.final_accuracy is not None
+
+    def to_row(self) -> dict[str, Any]:
+        return {
+            "fraction": self.key.fraction,
+            "label": format_fraction(self.key.fraction),
+            "seed": self.key.seed,
+            "schedule": self.schedule,
+            "status": self.status,
+            "final_accuracy": self.final_accuracy,
+            "wall_time_s": self.wall_time_s,
+            "concurrent": self.concurrent,
+            "source": self.source,
+            "run_dir": self.run_dir,
+        }
+
+
+@dataclass(frozen=True)
+class TimeSaved:
+    """The chosen fraction's mean wall time against full BSP's, over the same seeds."""
+
+    bsp_wall_s: float
+    chosen_wall_s: float
+    comparable: bool  # every trial behind the two means ran alone
+
+    @property
+    def saved_s(self) -> float:
+        return self.bsp_wall_s - self.chosen_wall_s
+
+    @property
+    def speedup(self) -> float:
+        return self.bsp_wall_s / self.chosen_wall_s if self.chosen_wall_s > 0 else math.nan
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "bsp_wall_s": self.bsp_wall_s,
+            "chosen_wall_s": self.chosen_wall_s,
+            "saved_s": self.saved_s,
+            "saved_percent": 100 * self.saved_s / self.bsp_wall_s if self.bsp_wall_s else None,
+            "speedup": self.speedup,
+            "comparable": self.comparable,
+        }
+
+
+@dataclass
+class SearchResult:
+    fingerprint: str
+    job: dict[str, Any]
+    spec: SearchSpec
+    decision: TimingDecision
+    stored: DecisionRecord
+    search_dir: Path
+    trace: list[TrialRun]
+    trials: dict[TrialKey, TrialRun]  # every finished trial of the job, reused ones included
+    time_saved: TimeSaved | None
+    slots: int
+    files: dict[str, str] = field(default_factory=dict)
+
+
+class Trainer(Protocol):
+    """Runs trials. The default trains on Ray; tests may script accuracies instead."""
+
+    def capacity(self, requested: int | str, config: TrainConfig) -> tuple[int, str]:
+        """How many trials may run at once, and a line saying why."""
+        ...
+
+    def run(self, config: TrainConfig, source: dict[str, Any], started: threading.Event) -> Any:
+        """Train one trial; return its summary dict. Set `started` once its model is built
+        (the next trial is started only then; see RayTrainer)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class SearchListener(Protocol):
+    def step(self, text: str) -> None: ...
+
+    def trial_started(self, key: TrialKey, running: int) -> None: ...
+
+    def trial_finished(self, run: TrialRun) -> None: ...
+
+
+class _Silent:
+    def step(self, text: str) -> None:
+        pass
+
+    def trial_started(self, key: TrialKey, running: int) -> None:
+        pass
+
+    def trial_finished(self, run: TrialRun) -> None:
+        pass
+
+
+def default_search_dir(job_fingerprint: str) -> Path:
+    return Path("searches") / job_fingerprint[:12]
+
+
+def trial_dir(search_dir: Path, key: TrialKey) -> Path:
+    return search_dir / f"trial-{fraction_label(key.fraction)}-s{key.seed}"
+
+
+def run_search(
+    config: TrainConfig,
+    options: SearchOptions,
+    registry: Registry,
+    *,
+    trainer: Trainer | None = None,
+    listener: SearchListener | None = None,
+) -> SearchResult:
+    """Search the job's switch point; store every trial and the decision in `registry`."""
+    spec = options.spec(config.seed)
+    job_fp = fingerprint(config)
+    description = describe_job(config)
+    job = registry.ensure_job(job_fp, description)
+    search_dir = Path(options.search_dir) if options.search_dir else default_search_dir(job_fp)
+    search_dir.mkdir(parents=True, exist_ok=True)
+    listener = listener or _Silent()
+    from syncswitch.timing.report import TraceWriter, write_report
+
+    trace = TraceWriter(search_dir, job_fp, description, spec)
+    known = {
+        TrialKey(t.fraction, t.seed): TrialRun(
+            TrialKey(t.fraction, t.seed),
+            t.schedule,
+            t.status,
+            t.final_accuracy,
+            t.wall_time_s,
+            t.run_dir,
+            "registry",
+            t.concurrent or 1,
+        )
+        for t in registry.trials(job)
+        if t.complete
+    }
+    trace.start([run for key, run in sorted(known.items(), reverse=True) if key.seed in spec.seeds])
+    trainer = trainer or RayTrainer(config)
+    try:
+        slots, why = trainer.capacity(options.parallel, config)
+        listener.step(why)
+        search = _Search(config, spec, registry, job, job_fp, search_dir, trainer, trace, known)
+        decision = search.run(slots, listener)
+    finally:
+        trainer.close()
+    stored = registry.record_decision(
+        job,
+        fraction=decision.fraction,
+        tolerance=decision.tolerance_points,
+        repeats=decision.repeats,
+        evidence={
+            **decision.to_record(),
+            "resolution": spec.resolution,
+            "max_trials": spec.max_trials,
+            "seeds": list(spec.seeds),
+            "search_dir": str(search_dir),
+        },
+        reason=decision.reason,
+    )
+    result = SearchResult(
+        fingerprint=job_fp,
+        job=description,
+        spec=spec,
+        decision=decision,
+        stored=stored,
+        search_dir=search_dir,
+        trace=trace.rows,
+        trials=known,
+        time_saved=time_saved(decision, known, spec),
+        slots=slots,
+    )
+    result.files = write_report(result, trace)
+    return result
+
+
+def time_saved(
+    decision: TimingDecision, trials: dict[TrialKey, TrialRun], spec: SearchSpec
+) -> TimeSaved | None:
+    def walls(fraction: float) -> list[TrialRun]:
+        keys = (TrialKey(fraction, seed) for seed in spec.seeds)
+        return [trials[key] for key in keys if key in trials]
+
+    bsp, chosen = walls(BASELINE), walls(decision.fraction)
+    if not bsp or not chosen or any(r.wall_time_s is None for r in bsp + chosen):
+        return None
+    return TimeSaved(
+        bsp_wall_s=sum(r.wall_time_s for r in bsp) / len(bsp),
+        chosen_wall_s=sum(r.wall_time_s for r in chosen) / len(chosen),
+        comparable=all(r.concurrent <= 1 for r in bsp + chosen),
+    )
+
+
+class _Search:
+    """The loop: ask the pure search what it needs, run it, record it, until it decides."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        spec: SearchSpec,
+        registry: Registry,
+        job: JobRecord,
+        job_fp: str,
+        search_dir: Path,
+        trainer: Trainer,
+        trace: Any,
+        known: dict[TrialKey, TrialRun],
+    ) -> None:
+        self.config = config
+        self.spec = spec
+        self.registry = registry
+        self.job = job
+        self.job_fp = job_fp
+        self.search_dir = search_dir
+        self.trainer = trainer
+        self.trace = trace
+        self.known = known
+        self.running: dict[Future, TrialKey] = {}
+        self.concurrent: dict[TrialKey, int] = {}
+
+    def run(self, slots: int, listener: SearchListener) -> TimingDecision:
+        pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="trial")
+        finished = False
+        try:
+            decision = self._loop(pool, slots, listener)
+            finished = True
+            return decision
+        finally:
+            # Stopped early (Ctrl-C, a failure): queued trials never start, and running ones
+            # are not waited for; they end when Ray shuts down, and are redone on resume.
+            pool.shutdown(wait=finished, cancel_futures=True)
+
+    def _loop(
+        self, pool: ThreadPoolExecutor, slots: int, listener: SearchListener
+    ) -> TimingDecision:
+        failures: list[str] = []
+        while True:
+            step = next_step(self.spec, self._accuracies())
+            if step.kind is StepKind.RUN and not failures:
+                listener.step(step.reason)
+                for key in step.trials:
+                    if len(self.running) >= slots:
+                        break
+                    if key in self.running.values():
+                        continue
+                    recovered = self._recover(key)
+                    if recovered is not None:
+                        self._finished(recovered, listener)
+                        continue
+                    self._start(pool, key)
+                    listener.trial_started(key, len(self.running))
+            if not self.running:
+                if failures:
+                    raise SearchError(
+                        "; ".join(failures) + " - finished trials are stored: run the same "
+                        "command again to resume"
+                    )
+                if step.kind is StepKind.DECIDE:
+                    assert step.decision is not None
+                    return step.decision
+                continue  # trials recovered from disk changed what the search needs
+            done, _ = wait(self.running, return_when=FIRST_COMPLETED)
+            for future in done:
+                key = self.running.pop(future)
+                run = self._collect(key, future)
+                self._finished(run, listener)
+                if not run.complete:
+                    failures.append(
+                        f"trial {format_fraction(key.fraction)} seed {key.seed} {run.status}"
+                    )
+
+    # -- trials ---------------------------------------------------------------------------
+
+    def _accuracies(self) -> dict[TrialKey, float]:
+        return {k: r.final_accuracy for k, r in self.known.items() if r.complete}
+
+    def _trial_config(self, key: TrialKey) -> TrainConfig:
+        return replace(
+            self.config,
+            schedule=schedule_for(key.fraction),
+            seed=key.seed,
+            out=str(trial_dir(self.search_dir, key)),
+            progress=False,
+        )
+
+    def _source(self, key: TrialKey) -> dict[str, Any]:
+        return {
+            "kind": "search",
+            "fingerprint": self.job_fp,
+            "fraction": key.fraction,
+            "seed": key.seed,
+        }
+
+    def _start(self, pool: ThreadPoolExecutor, key: TrialKey) -> None:
+        directory = trial_dir(self.search_dir, key)
+        _clear_unfinished(directory)
+        started = threading.Event()
+        future = pool.submit(self.trainer.run, self._trial_config(key), self._source(key), started)
+        self.running[future] = key
+        for other in self.running.values():
+            self.concurrent[other] = max(self.concurrent.get(other, 1), len(self.running))
+        # Trials built in parallel threads would race on torch's global seed: start the next
+        # one only after this one has built its initial model (a second or so).
+        while not started.wait(0.05) and not future.done():
+            pass
+
+    def _collect(self, key: TrialKey, future: Future) -> TrialRun:
+        schedule = schedule_for(key.fraction)
+        directory = str(trial_dir(self.search_dir, key))
+        concurrent = self.concurrent.pop(key, 1)
+        try:
+            summary = future.result()
+        except Exception as error:
+            status = f"failed: {' '.join(str(error).split())[:160] or type(error).__name__}"
+            return TrialRun(key, schedule, status, None, None, directory, "run", concurrent)
+        accuracy = summary.get("final_accuracy")
+        status = TrialStatus.COMPLETE if accuracy is not None else "failed: no final accuracy"
+        return TrialRun(
+            key,
+            schedule,
+            status,
+            accuracy,
+            summary.get("wall_time_s"),
+            directory,
+            "run",
+            concurrent,
+        )
+
+    def _recover(self, key: TrialKey) -> TrialRun | None:
+        """A trial that finished on disk but was not stored (stopped in between): keep it."""
+        import json
+
+        directory = trial_dir(self.search_dir, key)
+        try:
+            summary = json.loads((directory / "summary.json").read_text())
+        except (OSError, ValueError):
+            return None
+        source = summary.get("schedule_source") or {}
+        same = (
+            summary.get("status") == "complete"
+            and summary.get("final_accuracy") is not None
+            and source.get("kind") == "search"
+            and source.get("fingerprint") == self.job_fp
+            and source.get("fraction") == key.fraction
+            and source.get("seed") == key.seed
+        )
+        if not same:
+            return None
+        return TrialRun(
+            key,
+            schedule_for(key.fraction),
+            TrialStatus.COMPLETE,
+            summary["final_accuracy"],
+            summary.get("wall_time_s"),
+            str(directory),
+            "disk",
+        )
+
+    def _finished(self, run: TrialRun, listener: SearchListener) -> None:
+        # Stored first: once it is in the registry, no later search runs it again.
+        self.registry.record_trial(
+            self.job,
+            TrialRecord(
+                fraction=run.key.fraction,
+                seed=run.key.seed,
+                schedule=run.schedule,
+                status=run.status,
+                final_accuracy=run.final_accuracy,
+                wall_time_s=run.wall_time_s,
+                run_dir=run.run_dir,
+                concurrent=run.concurrent,
+            ),
+        )
+        if run.complete:
+            self.known[run.key] = run
+        self.trace.append(run)
+        listener.trial_finished(run)
+
+
+def _clear_unfinished(directory: Path) -> None:
+    """Remove what an interrupted attempt of this trial left (its files append, not replace)."""
+    if not directory.exists():
+        return
+    if any(directory.iterdir()) and not (directory / "config.json").exists():
+        raise SearchError(
+            f"{directory} exists and is not a run directory; move it away so that the trial "
+            "can be run there"
+        )
+    shutil.rmtree(directory)
+
+
+# -- the default trainer: train() on Ray ----------------------------------------------------
+
+
+class RayTrainer:
+    """Trials as `train()` calls in threads of this driver, on one Ray instance.
+
+    The dataset is loaded once and shared by all trials. Ray is started here (and stopped at
+    the end) unless it is already running, so that trials do not each start and stop it.
+    """
+
+    def __init__(self, config: TrainConfig) -> None:
+        self.config = config
+        self._dataset: Any = None
+        self._started_ray = False
+        self._token = uuid.uuid4().hex
+
+    def per_trial_cpus(self, config: TrainConfig) -> int:
+        # One CPU per actor, as the coordinator requests them: workers, servers, evaluator.
+        return config.workers + config.servers + 1
+
+    def capacity(self, requested: int | str, config: TrainConfig) -> tuple[int, str]:
+        import ray
+
+        from syncswitch.runtime.ray_setup import connect
+
+        need = self.per_trial_cpus(config)
+        wanted = requested if isinstance(requested, int) else 1
+        self._started_ray = connect(config.ray_address, min_cpus=need * wanted)
+        if requested == 1:
+            return 1, "trials run one at a time (--parallel 1)"
+        free = ray.available_resources().get("CPU", 0.0)
+        fit = max(1, int(free // need))
+        slots = fit if requested == AUTO else min(int(requested), fit)
+        note = (
+            f"up to {slots} trials at once ({free:g} free Ray CPUs, {need} per trial); their "
+            "wall times share this machine's cores, so they are not comparable with trials "
+            "that ran alone"
+        )
+        if isinstance(requested, int) and slots < requested:
+            note = f"only {slots} of the {requested} requested trials fit at once: " + note
+        return slots, note
+
+    def run(self, config: TrainConfig, source: dict[str, Any], started: threading.Event) -> Any:
+        from syncswitch.runtime.coordinator import BuiltinModel, train
+        from syncswitch.workloads import load_dataset
+
+        with _DATASET_LOCK:
+            if self._dataset is None:
+                self._dataset = load_dataset(
+                    config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
+                )
+        token = f"{self._token}-{source.get('fraction')}-{source.get('seed')}"
+        factory = _SignallingFactory(
+            BuiltinModel(config.model_name, _shape_only(self._dataset)), token
+        )
+        _BUILT[token] = started
+        try:
+            result = train(
+                config, model_factory=factory, dataset=self._dataset, schedule_source=source
+            )
+        finally:
+            _BUILT.pop(token, None)
+        return result.summary
+
+    def close(self) -> None:
+        if self._started_ray:
+            import ray
+
+            ray.shutdown()
+            self._started_ray = False
+
+
+_DATASET_LOCK = threading.Lock()
+# This process's searches waiting for a trial's first model build (see _SignallingFactory).
+_BUILT: dict[str, threading.Event] = {}
+
+
+@dataclass(frozen=True)
+class _SignallingFactory:
+    """The built-in model factory, telling the search when the driver has built the model.
+
+    The coordinator seeds torch's global generator and then builds the initial model; in
+    actor processes `_BUILT` is empty and this is just the inner factory.
+    """
+
+    inner: Callable[[], Any]
+    token: str
+
+    def __call__(self) -> Any:
+        model = self.inner()
+        event = _BUILT.get(self.token)
+        if event is not None:
+            event.set()
+        return model
+
+
+def _shape_only(dataset: Any) -> Any:
+    """The dataset without its samples (a model factory only needs the shapes)."""
+    return replace(
+        dataset,
+        x_train=dataset.x_train[:1],
+        y_train=dataset.y_train[:1],
+        x_test=dataset.x_test[:1],
+        y_test=dataset.y_test[:1],
+    )
