@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from syncswitch.cli import jobs as jobs_command
+from syncswitch.cli import search as search_command
 from syncswitch.cli import train as train_command
 from syncswitch.config import ConfigError
 from syncswitch.workloads import WorkloadError
@@ -18,6 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     train_command.add_parser(commands)
+    search_command.add_parser(commands)
+    jobs_command.add_parser(commands)
     return parser
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Collection
 from typing import Any
 
+from syncswitch.cli.registry_option import add_registry_argument
 from syncswitch.config import (
     TrainConfig,
     config_fields,
@@ -18,6 +20,7 @@ from syncswitch.config import (
 _EXAMPLES = """examples:
   syncswitch train                                   # 8 workers, MNIST-1D, BSP for 25%, then ASP
   syncswitch train --schedule bsp                    # pure BSP baseline
+  syncswitch train --schedule auto                   # this job's stored switch point
   syncswitch train --schedule bsp:0.1,asp:0.8,bsp --momentum-at-switch ramp
   syncswitch train --step-time-ms 20 --jitter-sigma 0.2   # emulate 20 ms GPU steps
   syncswitch train --step-time-ms 20 --stragglers slow.yaml --online-policy elastic
@@ -35,10 +38,20 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_config_arguments(parser)
+    add_registry_argument(parser, "where --schedule auto looks the job up")
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, exclude: Collection[str] = ()) -> None:
+    """--config and one flag per TrainConfig field (but `exclude`); `search` shares them."""
     parser.add_argument(
         "--config", metavar="FILE", help="YAML or TOML file whose keys mirror these flags"
     )
     for f in config_fields():
+        if f.name in exclude:
+            continue
         flag = "--" + f.name.replace("_", "-")
         default = field_default(f)
         help_text = f.metadata["help"].replace("%", "%%")
@@ -58,8 +71,6 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
             metavar="FILE" if f.metadata.get("from_file") else _metavar(str(f.type), choices),
             help=help_text + shown,
         )
-    parser.set_defaults(handler=run)
-    return parser
 
 
 def _metavar(type_name: str, choices: list[str] | None) -> str:
@@ -72,7 +83,7 @@ def _metavar(type_name: str, choices: list[str] | None) -> str:
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     values: dict[str, Any] = load_config_file(args.config) if args.config else {}
     for f in config_fields():
-        given = getattr(args, f.name)
+        given = getattr(args, f.name, None)  # None also for a flag the command leaves out
         if given is not None:
             values[f.name] = load_list_file(given, f.name) if f.metadata.get("from_file") else given
     return make_config(values)
@@ -80,10 +91,16 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    schedule_source = None
+    if config.schedule_is_auto:
+        from syncswitch.timing.auto import describe_source, resolve_auto_schedule
+
+        config, schedule_source = resolve_auto_schedule(config, args.registry)
+        print(f"syncswitch: {describe_source(schedule_source)}")
     # Imported here so that `--help` and input errors answer without loading Ray.
     from syncswitch.runtime.coordinator import train
 
-    result = train(config)
+    result = train(config, schedule_source=schedule_source)
     summary = result.summary
     keys = ("final_accuracy", "best_accuracy", "wall_time_s", "samples_per_s", "switches")
     print(json.dumps({k: summary[k] for k in keys}, indent=2, default=str))

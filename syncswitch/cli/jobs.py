@@ -1,0 +1,181 @@
+"""`syncswitch jobs`: the registry's jobs, their trials and stored decisions."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from syncswitch.cli.registry_option import add_registry_argument
+from syncswitch.config import ConfigError
+
+_EXAMPLES = """examples:
+  syncswitch jobs                         # every stored job, its trials and latest decision
+  syncswitch jobs --show 3fa9c2           # one job (fingerprint prefix): trials, decisions
+  syncswitch jobs --registry team.db
+"""
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    parser = commands.add_parser(
+        "jobs",
+        help="list stored jobs, search trials and timing decisions",
+        description="List the jobs in the registry (by fingerprint: see the README's 'Job\n"
+        "identity'), how many search trials each has, and the switch point decided for it.",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--show",
+        metavar="FINGERPRINT",
+        default=None,
+        help="show one job (any unique prefix of its fingerprint): its description, every "
+        "trial and every decision",
+    )
+    add_registry_argument(parser, "to read")
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from syncswitch.registry import Registry, RegistryLocation
+
+    location = RegistryLocation.resolve(args.registry)
+    console = Console(highlight=False, width=None if _terminal() else 160)
+    if not location.exists():
+        # Listing never creates a registry.
+        console.print(f"no registry at {location.display} yet: `syncswitch search` creates it")
+        return 0
+    with Registry(location) as registry:
+        if args.show is not None:
+            _show(console, registry, args.show)
+        else:
+            _list(console, registry)
+    return 0
+
+
+def _list(console: Any, registry: Any) -> None:
+    from rich.table import Table
+
+    from syncswitch.core.timing import format_fraction
+
+    overview = registry.overview()
+    console.print(f"registry: {registry.location.display}")
+    if not overview:
+        console.print("no jobs stored yet: `syncswitch search` adds them")
+        return
+    table = Table(show_lines=False)
+    for name in (
+        "job",
+        "model",
+        "dataset",
+        "workers",
+        "batch",
+        "lr",
+        "epochs",
+        "emulation",
+        "trials",
+        "decision",
+        "decided (UTC)",
+    ):
+        table.add_column(name, no_wrap=True)
+    for item in overview:
+        job = item.job.description
+        latest = item.latest
+        decision = (
+            f"{format_fraction(latest.fraction)} (#{latest.id}, {latest.repeats} "
+            f"repeat{'s' if latest.repeats != 1 else ''}, tol {latest.tolerance:g})"
+            if latest
+            else "-"
+        )
+        table.add_row(
+            item.job.fingerprint[:12],
+            str(job.get("model")),
+            _dataset(job),
+            str(job.get("workers")),
+            str(job.get("batch_size")),
+            f"{job.get('lr'):g}" if job.get("lr") is not None else "-",
+            f"{job.get('epochs'):g}" if job.get("epochs") is not None else "-",
+            _emulation(job),
+            f"{item.complete_trials}/{item.trials}",
+            decision,
+            latest.created.strftime("%Y-%m-%d %H:%M") if latest else "-",
+        )
+    console.print(table)
+    console.print("trials: complete/all; `syncswitch jobs --show JOB` for one job's details")
+
+
+def _show(console: Any, registry: Any, prefix: str) -> None:
+    from rich.table import Table
+
+    from syncswitch.core.timing import format_fraction
+
+    matches = registry.find_jobs(prefix.strip())
+    if not matches:
+        raise ConfigError(
+            f"no job's fingerprint starts with {prefix!r} in registry "
+            f"{registry.location.display}; `syncswitch jobs` lists them"
+        )
+    if len(matches) > 1:
+        raise ConfigError(
+            f"{prefix!r} matches {len(matches)} jobs "
+            f"({', '.join(m.fingerprint[:12] for m in matches[:5])}); give more characters"
+        )
+    job = matches[0]
+    console.print(f"job {job.fingerprint}  (stored {job.created:%Y-%m-%d %H:%M} UTC)")
+    for key, value in job.description.items():
+        console.print(f"  {key}: {value}")
+    trials = Table(title="trials")
+    for name in ("fraction", "seed", "status", "final acc %", "wall time s", "ran with", "run"):
+        trials.add_column(name, no_wrap=True)
+    for trial in registry.trials(job):
+        trials.add_row(
+            format_fraction(trial.fraction),
+            str(trial.seed),
+            trial.status,
+            f"{100 * trial.final_accuracy:.2f}" if trial.final_accuracy is not None else "-",
+            f"{trial.wall_time_s:.1f}" if trial.wall_time_s is not None else "-",
+            "alone" if (trial.concurrent or 1) <= 1 else f"{trial.concurrent} at once",
+            trial.run_dir or "-",
+        )
+    console.print(trials)
+    decisions = registry.decisions(job)
+    if not decisions:
+        console.print("no decision yet: run `syncswitch search` with this job's options")
+        return
+    for decision in decisions:
+        console.print(
+            f"decision #{decision.id} ({decision.created:%Y-%m-%d %H:%M} UTC): BSP fraction "
+            f"{format_fraction(decision.fraction)}, tolerance {decision.tolerance:g} points, "
+            f"{decision.repeats} repeats - {decision.reason}"
+        )
+    console.print(
+        "`syncswitch train --schedule auto` with this job's options uses the latest decision"
+    )
+
+
+def _dataset(job: dict) -> str:
+    if job.get("dataset") == "mnist1d" and job.get("mnist1d_samples"):
+        return f"mnist1d ({job['mnist1d_samples']})"
+    return str(job.get("dataset"))
+
+
+def _emulation(job: dict) -> str:
+    step = job.get("step_time_ms") or 0
+    if not step:
+        return "off"
+    text = f"{step:g} ms"
+    if job.get("jitter_sigma"):
+        text += f", jitter {job['jitter_sigma']:g}"
+    if job.get("speed_factors"):
+        text += ", speed factors"
+    if job.get("stragglers"):
+        text += ", stragglers"
+    return text
+
+
+def _terminal() -> bool:
+    import sys
+
+    return sys.stdout.isatty()
