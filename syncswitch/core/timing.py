@@ -180,7 +180,12 @@ def next_step(spec: SearchSpec, results: Mapping[TrialKey, float]) -> SearchStep
     # so that a search with room for parallel trials runs them together.
     needed = missing(BASELINE) + missing(spec.start)
     if missing(BASELINE):
-        return SearchStep(StepKind.RUN, "the full-BSP baseline is needed first", needed)
+        return SearchStep(
+            StepKind.RUN,
+            f"running the full-BSP baseline (and {format_fraction(spec.start)}, which does "
+            "not depend on it)",
+            needed,
+        )
     baseline = accuracies(BASELINE)
     bsp_mean = _mean(baseline)
     used = spec.repeats
