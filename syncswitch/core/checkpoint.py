@@ -435,22 +435,28 @@ class CheckpointStore:
                 found.add(int(match.group(1)))
         return sorted(found, reverse=True)
 
-    def load_latest(self) -> LoadedCheckpoint:
+    def load_latest(self, *, max_samples: int | None = None) -> LoadedCheckpoint:
         """The newest checkpoint that verifies and loads cleanly; older ones as fallback.
 
-        Raises NoCheckpointError when there is none at all, and CheckpointError (one line
-        naming each refused file and why) when every one present was refused.
+        With `max_samples`, only checkpoints taken at or before that many samples count (a
+        rollback wants one from before the loss began to rise); newer ones are skipped, not
+        refused, and not loaded. Raises NoCheckpointError when there is no candidate at all,
+        and CheckpointError (one line naming each refused file and why) when every candidate
+        was refused.
         """
         refused: list[Refusal] = []
         for sequence in self.sequences():
             try:
+                if max_samples is not None and self._manifest_samples(sequence) > max_samples:
+                    continue
                 state, info = self._load(sequence)
             except _Refused as exc:
                 refused.append(exc.refusal)
                 continue
             return LoadedCheckpoint(state=state, info=info, refused=refused)
         if not refused:
-            raise NoCheckpointError(f"no checkpoint in {self.directory}")
+            within = f" taken at or before {max_samples} samples" if max_samples is not None else ""
+            raise NoCheckpointError(f"no checkpoint{within} in {self.directory}")
         listing = "; ".join(f"{r.path.name}: {r.reason}" for r in refused)
         raise CheckpointError(
             f"no valid checkpoint in {self.directory} ({len(refused)} refused): {listing}",
@@ -481,6 +487,16 @@ class CheckpointStore:
         """Leftovers of a save that crashed before its rename (never a complete checkpoint)."""
         for entry in self.directory.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"):
             entry.unlink(missing_ok=True)
+
+    def _manifest_samples(self, sequence: int) -> int:
+        """Samples a manifest claims, or -1 when it cannot tell (then it is a candidate, and
+        `_load` reports what is wrong with it)."""
+        manifest_path = self._manifest_path(sequence)
+        try:
+            samples = json.loads(manifest_path.read_text()).get("samples")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            return -1
+        return samples if type(samples) is int else -1
 
     def _load(self, sequence: int) -> tuple[dict[str, Any], CheckpointInfo]:
         data_path = self._data_path(sequence)

@@ -331,6 +331,22 @@ def test_none_valid_raises_one_line_listing_each(tmp_path: Path) -> None:
     ]
 
 
+def test_max_samples_picks_a_checkpoint_from_before_a_point(tmp_path: Path) -> None:
+    """A rollback wants the newest checkpoint from before the loss began to rise."""
+    store = CheckpointStore(tmp_path, keep=4)
+    for samples in (100, 200, 300):
+        store.save({"samples": samples}, samples=samples)
+    loaded = store.load_latest(max_samples=250)
+    assert loaded.state == {"samples": 200} and loaded.refused == []
+    assert store.load_latest(max_samples=300).state == {"samples": 300}
+    (tmp_path / "checkpoint-000002.pt").write_bytes(b"")  # damaged: falls back further
+    loaded = store.load_latest(max_samples=250)
+    assert loaded.state == {"samples": 100}
+    assert [r.kind for r in loaded.refused] == [RefusalKind.TRUNCATED]
+    with pytest.raises(NoCheckpointError, match="no checkpoint taken at or before 50 samples"):
+        store.load_latest(max_samples=50)
+
+
 def test_empty_or_absent_directory(tmp_path: Path) -> None:
     with pytest.raises(NoCheckpointError, match="no checkpoint in"):
         CheckpointStore(tmp_path / "absent").load_latest()
