@@ -368,7 +368,8 @@ class CheckpointStore:
         """Write `state` as the newest checkpoint and prune beyond `keep`; returns its info.
 
         `meta` is a few JSON facts copied into the manifest (e.g. progress, version, protocol)
-        so a listing or a resume message needs no unpickling.
+        so a listing or a resume message needs no unpickling. A tensor is saved with its whole
+        storage, so clone a slice of a larger buffer (t[a:b].clone()) rather than save a view.
         """
         check_plain(state)
         if type(samples) is not int or samples < 0:
@@ -509,13 +510,15 @@ class CheckpointStore:
                 f"{manifest_path.name}, so its content cannot be verified (a save cut short?)",
             )
         info = self._read_manifest(sequence, data_path, manifest_path)
-        if not data_path.exists():
+        try:
+            size = data_path.stat().st_size
+        except OSError as exc:  # absent, or removed by a prune since the listing
             raise _Refused(
                 data_path,
                 RefusalKind.MISSING_DATA,
-                f"missing data: {manifest_path.name} names {data_path.name}, which is absent",
-            )
-        size = data_path.stat().st_size
+                f"missing data: {manifest_path.name} names {data_path.name}, which cannot be "
+                f"read ({exc.strerror or exc})",
+            ) from exc
         if size < info.bytes:
             raise _Refused(
                 data_path,
@@ -528,7 +531,14 @@ class CheckpointStore:
                 RefusalKind.ALTERED,
                 f"altered: {size} bytes, the manifest says {info.bytes}",
             )
-        data = data_path.read_bytes()
+        try:
+            data = data_path.read_bytes()
+        except OSError as exc:
+            raise _Refused(
+                data_path,
+                RefusalKind.MISSING_DATA,
+                f"missing data: {data_path.name} cannot be read ({exc.strerror or exc})",
+            ) from exc
         digest = hashlib.sha256(data).hexdigest()
         if digest != info.sha256:
             raise _Refused(
