@@ -38,7 +38,21 @@ class FlatSGD:
         self._param.grad = None
 
     def state_dict(self) -> dict:
-        return {"weights": self._param.data.clone(), "optimizer": self._optimizer.state_dict()}
+        """Weights and momentum buffer as plain tensors (a checkpoint holds nothing else)."""
+        buffer = self._optimizer.state.get(self._param, {}).get("momentum_buffer")
+        return {
+            "weights": self._param.data.clone(),
+            "momentum_buffer": None if buffer is None else buffer.clone(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            self._param.copy_(state["weights"])
+        buffer = state["momentum_buffer"]
+        if buffer is None:
+            self._optimizer.state.pop(self._param, None)
+        else:
+            self._optimizer.state[self._param] = {"momentum_buffer": buffer.clone()}
 
 
 def flatten_parameters(model: torch.nn.Module) -> torch.Tensor:

@@ -83,6 +83,22 @@ class EvalPoint:
     protocol: str
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """The synchronizer's whole state at a version boundary: what a checkpoint holds of it.
+
+    `state` is plain data (tensors, numbers, strings, lists, str-keyed dicts), so it can be
+    written with torch.save and read back with weights_only=True.
+    """
+
+    label: str  # why it was taken: "periodic", "requested", "final", ...
+    samples: int
+    progress: float
+    version: int
+    time_s: float
+    state: dict
+
+
 @dataclass
 class Outcome:
     """What a runtime must do after handing the synchronizer a gradient."""
@@ -94,6 +110,7 @@ class Outcome:
     evaluations: list[EvalPoint] = field(default_factory=list)
     straggler_events: list[dict] = field(default_factory=list)  # detections, scored if emulated
     decisions: list[Decision] = field(default_factory=list)  # what online policies decided
+    snapshots: list[Snapshot] = field(default_factory=list)  # states to checkpoint
     done: bool = False
 
     def merge(self, other: Outcome) -> None:
@@ -104,6 +121,7 @@ class Outcome:
         self.evaluations.extend(other.evaluations)
         self.straggler_events.extend(other.straggler_events)
         self.decisions.extend(other.decisions)
+        self.snapshots.extend(other.snapshots)
         self.done = self.done or other.done
 
 

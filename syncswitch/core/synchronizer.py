@@ -30,10 +30,17 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
+from syncswitch.core.gradients import (
+    DropReason,
+    GradientLedger,
+    QuarantinePolicy,
+    gradient_problem,
+)
 from syncswitch.core.hyperparams import (
     LrSchedule,
     MomentumPolicy,
@@ -47,6 +54,7 @@ from syncswitch.core.records import (
     EvalPoint,
     Gradient,
     Outcome,
+    Snapshot,
     SwitchEvent,
     UpdateRecord,
 )
@@ -64,6 +72,8 @@ class SyncConfig:
     lr_schedule: LrSchedule = LrSchedule()
     eval_every: float = 0.05  # evaluate each time progress crosses a multiple of this
     count_bsp_by_work: bool = False  # a BSP phase ends on its planned BSP samples, not progress
+    checkpoint_every: float = 0.0  # snapshot each time progress crosses a multiple; 0 = off
+    quarantine_after: int = 3  # consecutive bad gradients that quarantine a worker
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -89,9 +99,18 @@ class Synchronizer:
         self.spec: ProtocolSpec = config.schedule.phases[0].spec
         self.excluded: set[int] = set()  # workers the barrier and the SSP bound do not wait for
         self.done = False
-        self.sent = 0
-        self.applied_count = 0
-        self.dropped: Counter[str] = Counter()
+        # Exactly-once accounting: sent = applied + dropped (by reason) + waiting at a barrier.
+        self.ledger = GradientLedger()
+        self.quarantine = QuarantinePolicy(config.quarantine_after)
+        self.lr_scale = 1.0  # lowered by a divergence rollback, if configured
+        self.momentum_policy = config.momentum_policy  # a rollback may lower it
+        # After a divergence rollback the run stays in this protocol whatever the schedule.
+        self.pinned: ProtocolSpec | None = None
+        # Gradients computed on weights older than this were computed on a branch that a
+        # rollback abandoned; versions only ever increase, so the test is one comparison.
+        self.version_floor = 0
+        self._snapshot_requested = ""  # label of a snapshot to take at the next boundary
+        self._numel = optimizer.weights.numel()
         self.time_by_protocol: Counter[str] = Counter()
         self.samples_by_protocol: Counter[str] = Counter()
         self.switches: list[SwitchEvent] = []
@@ -102,6 +121,7 @@ class Synchronizer:
         self._waiting: set[int] = set()  # workers told to wait (barrier or SSP bound)
         self._clocks: dict[int, int] = {w: 0 for w in range(config.workers)}
         self._next_eval_index = 1
+        self._next_checkpoint_index = 1
 
     # -- reading state ----------------------------------------------------------------------
 
@@ -136,31 +156,28 @@ class Synchronizer:
         self._phase_started_s = 0.0
 
     def accounting(self) -> dict:
+        ledger = self.ledger
         return {
-            "sent": self.sent,
-            "applied": self.applied_count,
-            "dropped": dict(self.dropped),
-            "waiting": len(self._pending),
+            "sent": ledger.sent,
+            "applied": ledger.applied,
+            "dropped": dict(sorted(ledger.dropped_by_reason.items())),
+            "waiting": ledger.in_flight,
+            "unaccounted": ledger.unaccounted(),
         }
 
     # -- the protocol -----------------------------------------------------------------------
 
     def submit(self, gradient: Gradient) -> Outcome:
         """Take one gradient; return what the runtime must do next."""
-        self.sent += 1
         outcome = Outcome()
-        if self.done:
-            outcome.dropped.append(self._drop(gradient, "training_complete"))
+        reason = self._admission(gradient, outcome)
+        if reason is not None:
+            # Not applied, counted with its reason; the worker goes on with the newest weights.
             outcome.released.append(gradient.worker)
-            outcome.done = True
+            outcome.done = self.done
             return outcome
         self._clocks[gradient.worker] = self._clocks.get(gradient.worker, 0) + 1
         if self.spec.protocol is Protocol.BSP:
-            if gradient.worker in self.excluded:
-                # The barrier no longer waits for this worker; it goes on with the newest weights.
-                outcome.dropped.append(self._drop(gradient, "straggler_excluded"))
-                outcome.released.append(gradient.worker)
-                return outcome
             self._pending.append(gradient)
             self._waiting.add(gradient.worker)
             outcome.merge(self._complete_barrier())
@@ -170,6 +187,32 @@ class Synchronizer:
             outcome.released.extend(self._release_within_bound())
             outcome.merge(self._after_update())
         return outcome
+
+    def _admission(self, gradient: Gradient, outcome: Outcome) -> str | None:
+        """Why this gradient must not be used (it is then counted dropped), or None."""
+        worker = gradient.worker
+        settled = self.ledger.record_arrival(worker, gradient.sequence)
+        if settled is not None:  # a retry, or a late gradient of a replaced incarnation
+            outcome.dropped.append(self._drop_record(gradient, settled))
+            return settled
+        reason: str | None = None
+        if self.done:
+            reason = DropReason.TRAINING_COMPLETE
+        elif self.quarantine.is_quarantined(worker):
+            reason = DropReason.QUARANTINED
+        else:
+            reason = gradient_problem(gradient.values, self._numel)
+            verdict = self.quarantine.observe(worker, reason)
+            if verdict is not None:
+                outcome.decisions.append(verdict.to_decision(self.now_s(), self.progress))
+                outcome.merge(self.exclude(worker))
+            if reason is None and gradient.computed_version < self.version_floor:
+                reason = DropReason.ROLLED_BACK
+            elif reason is None and self.spec.protocol is Protocol.BSP and worker in self.excluded:
+                reason = DropReason.STRAGGLER_EXCLUDED  # the barrier no longer waits for it
+        if reason is not None:
+            outcome.dropped.append(self._drop(gradient, reason))
+        return reason
 
     def exclude(self, worker: int) -> Outcome:
         """Stop waiting for `worker` at the barrier (elastic BSP); it may complete a barrier."""
@@ -233,6 +276,121 @@ class Synchronizer:
         outcome.switches.append(event)
         return outcome
 
+    # -- failures, checkpoints and rollback ----------------------------------------------------
+
+    def worker_lost(self, worker: int) -> Outcome:
+        """A worker died or hung: the barrier and the SSP bound stop waiting for it."""
+        return self.exclude(worker)
+
+    def rejoin(self, worker: int) -> int:
+        """A new incarnation of `worker` starts now; returns the sequence it must start at.
+
+        Anything its old incarnation still has on the way is retired (dropped as worker_died
+        if it arrives), and the barrier waits for it again from the current version.
+        """
+        start = self.ledger.restart_worker(worker)
+        self.quarantine.release(worker)
+        self.readmit(worker)
+        return start
+
+    def request_snapshot(self, label: str) -> None:
+        """Take a snapshot at the next version boundary (e.g. a checkpoint due by time)."""
+        self._snapshot_requested = label
+
+    def snapshot(self, label: str) -> Snapshot:
+        if self._pending:
+            raise RuntimeError("a snapshot is taken at a version boundary, with no one waiting")
+        now_s = self.now_s()
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "version": self.version,
+            "samples": self.samples,
+            "phase_index": self.phase_index,
+            "protocol": self.spec.name,
+            "excluded": sorted(self.excluded),
+            "clocks": {str(w): c for w, c in sorted(self._clocks.items())},
+            "time_s": now_s,
+            "phase_started_s": self._phase_started_s,
+            "time_by_protocol": dict(self.time_by_protocol),
+            "samples_by_protocol": dict(self.samples_by_protocol),
+            "switches": [asdict(e) for e in self.switches],
+            "async_start": self._async_start,
+            "phase_bsp_samples": self._phase_bsp_samples,
+            "next_eval_index": self._next_eval_index,
+            "next_checkpoint_index": self._next_checkpoint_index,
+            "lr_scale": self.lr_scale,
+            "momentum_policy": self.momentum_policy.value,
+            "pinned": self.pinned.name if self.pinned else None,
+            "version_floor": self.version_floor,
+            "ledger": self.ledger.to_state(),
+        }
+        return Snapshot(label, self.samples, self.progress, self.version, now_s, state)
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Become the synchronizer a snapshot was taken of (a new server, or a resumed run).
+
+        The clock continues from the snapshot's time, so time lost to the failure is not
+        counted as training time. Every worker must `rejoin` before it trains again.
+        """
+        self._load_position(state)
+        self.version = int(state["version"])
+        self.version_floor = int(state["version_floor"])
+        self.ledger = GradientLedger.from_state(state["ledger"])
+        self.time_by_protocol = Counter(state["time_by_protocol"])
+        self.switches = [SwitchEvent(**e) for e in state["switches"]]
+        self._t0 = self._clock() - float(state["time_s"])
+        self._phase_started_s = float(state["phase_started_s"])
+        self.done = False
+
+    def roll_back(
+        self,
+        state: dict[str, Any],
+        *,
+        protocol: str,
+        lr_scale: float,
+        momentum_policy: MomentumPolicy,
+        reason: str,
+    ) -> Outcome:
+        """Go back to a snapshot's weights and position, in place, while workers run on, and
+        stay in `protocol` from then on (a divergence guard's response).
+
+        Versions keep increasing: the restored weights get a new version, and anything
+        computed before it (on the abandoned weights) is dropped as rolled_back when it
+        arrives. Accounting and time are not rolled back: what happened, happened.
+        """
+        outcome = Outcome()
+        for gradient in self._pending:
+            outcome.dropped.append(self._drop(gradient, DropReason.ROLLED_BACK))
+        self._pending = []
+        self._load_position(state)
+        self.version = max(self.version, int(state["version"])) + 1
+        self.version_floor = self.version
+        self.excluded.clear()
+        self.lr_scale = lr_scale
+        self.momentum_policy = momentum_policy
+        self.pinned = ProtocolSpec.parse(protocol)
+        if self.spec != self.pinned:
+            outcome.merge(self.switch_to(self.pinned, reason=reason))
+        outcome.released.extend(sorted(self._waiting))
+        self._waiting.clear()
+        return outcome
+
+    def _load_position(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.samples = int(state["samples"])
+        self.phase_index = int(state["phase_index"])
+        self.spec = ProtocolSpec.parse(state["protocol"])
+        self.excluded = set(state["excluded"])
+        self._clocks = {int(w): int(c) for w, c in state["clocks"].items()}
+        self.samples_by_protocol = Counter(state["samples_by_protocol"])
+        self._async_start = float(state["async_start"])
+        self._phase_bsp_samples = int(state["phase_bsp_samples"])
+        self._next_eval_index = int(state["next_eval_index"])
+        self._next_checkpoint_index = int(state["next_checkpoint_index"])
+        self.lr_scale = float(state["lr_scale"])
+        self.momentum_policy = MomentumPolicy(state["momentum_policy"])
+        self.pinned = ProtocolSpec.parse(state["pinned"]) if state["pinned"] else None
+
     # -- internals --------------------------------------------------------------------------
 
     def _complete_barrier(self) -> Outcome:
@@ -266,7 +424,7 @@ class Synchronizer:
             mean = gradients[0].values
         else:
             mean = torch.stack([g.values * (g.samples / total) for g in gradients]).sum(dim=0)
-        lr = update_learning_rate(
+        lr = self.lr_scale * update_learning_rate(
             cfg.lr, cfg.lr_schedule, self.progress, len(gradients), cfg.workers
         )
         momentum = self._momentum()
@@ -277,7 +435,8 @@ class Synchronizer:
         self.samples_by_protocol[self.spec.protocol.value] += total
         if self.spec.protocol is Protocol.BSP:
             self._phase_bsp_samples += total
-        self.applied_count += len(gradients)
+        for g in gradients:
+            self.ledger.record_applied(g.worker, g.sequence)
         now_s = self.now_s()
         return [
             UpdateRecord(
@@ -304,7 +463,7 @@ class Synchronizer:
             return cfg.momentum
         return async_momentum(
             cfg.momentum,
-            cfg.momentum_policy,
+            self.momentum_policy,
             cfg.workers,
             self.progress,
             self._async_start,
@@ -340,9 +499,21 @@ class Synchronizer:
         if index != self.phase_index:
             self.phase_index = index
             self._phase_bsp_samples = 0
-            new_spec = cfg.schedule.phases[index].spec
+            new_spec = self.pinned or cfg.schedule.phases[index].spec
             if new_spec != self.spec:
                 outcome.merge(self.switch_to(new_spec, reason="schedule"))
+        label = self._snapshot_requested
+        while (
+            cfg.checkpoint_every > 0
+            and self.progress >= self._next_checkpoint_index * cfg.checkpoint_every - 1e-12
+        ):
+            self._next_checkpoint_index += 1
+            label = label or "periodic"
+        if label and not self._pending:
+            # At a version boundary with no gradient waiting, after any scheduled switch: a
+            # consistent state to go back to.
+            self._snapshot_requested = ""
+            outcome.snapshots.append(self.snapshot(label))
         return outcome
 
     def _phase_finished(self, index: int) -> bool:
@@ -376,7 +547,10 @@ class Synchronizer:
         )
 
     def _drop(self, gradient: Gradient, reason: str) -> DropRecord:
-        self.dropped[reason] += 1
+        self.ledger.record_dropped(gradient.worker, gradient.sequence, reason)
+        return self._drop_record(gradient, reason)
+
+    def _drop_record(self, gradient: Gradient, reason: str) -> DropRecord:
         return DropRecord(
             worker=gradient.worker,
             sequence=gradient.sequence,

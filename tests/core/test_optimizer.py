@@ -33,7 +33,7 @@ def test_flat_views_give_the_same_gradient_as_the_plain_model():
         flat.zero_grad()
         _loss(viewed).backward()
         assert torch.equal(flat.gradient, flat_gradient(plain))
-    assert torch.equal(flatten_parameters(viewed), torch.from_numpy(weights))
+    assert torch.equal(flatten_parameters(viewed), torch.tensor(weights))
 
 
 def test_loading_weights_changes_the_model_in_place():

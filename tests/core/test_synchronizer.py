@@ -27,7 +27,15 @@ def make_sync(schedule: str, workers: int = 4, total: int = 10_000, **kw) -> Syn
     return Synchronizer(config, FlatSGD(torch.zeros(3)), clock=lambda: next(ticks) * 0.001)
 
 
-def grad(sync: Synchronizer, worker: int, version: int | None = None, seq: int = 0) -> Gradient:
+_SEQUENCES: dict[tuple[int, int], itertools.count] = {}
+
+
+def grad(
+    sync: Synchronizer, worker: int, version: int | None = None, seq: int | None = None
+) -> Gradient:
+    """A gradient of `worker`; each call is a new one (the next sequence) unless `seq` is given."""
+    if seq is None:
+        seq = next(_SEQUENCES.setdefault((id(sync), worker), itertools.count(1000)))
     return Gradient(
         worker=worker,
         sequence=seq,
@@ -193,3 +201,80 @@ def test_ssp_does_not_wait_for_an_excluded_worker() -> None:
     sync.readmit(1)  # level with worker 0, not the many steps behind it really is
     assert sync.submit(grad(sync, 0, seq=2)).released == []  # one ahead of bound 0: waits
     assert sorted(sync.submit(grad(sync, 1, seq=0)).released) == [0, 1]  # one step of 1 frees 0
+
+
+def test_bad_gradients_never_reach_the_weights_and_a_repeat_offender_is_quarantined() -> None:
+    sync = make_sync("asp", workers=2)
+    nan = grad(sync, 0)
+    nan.values = torch.tensor([1.0, float("nan"), 0.0])
+    assert sync.submit(nan).dropped[0].reason == "non_finite"
+    short = grad(sync, 0)
+    short.values = torch.ones(2)
+    assert sync.submit(short).dropped[0].reason == "shape_mismatch"
+    assert torch.equal(sync.weights, torch.zeros(3)) and sync.version == 0
+    inf = grad(sync, 0)
+    inf.values = torch.tensor([float("inf"), 0.0, 0.0])
+    outcome = sync.submit(inf)  # the third bad one in a row
+    assert [d.action for d in outcome.decisions] == ["quarantine"] and 0 in sync.excluded
+    assert sync.submit(grad(sync, 0)).dropped[0].reason == "quarantined"
+    assert sync.submit(grad(sync, 1)).applied  # the healthy worker trains on
+    assert sync.rejoin(0) > 0 and 0 not in sync.excluded  # restarted: admitted again
+    assert sync.submit(grad(sync, 0, seq=sync.ledger.next_sequence(0))).applied
+    acct = sync.accounting()
+    assert acct["unaccounted"] == 0 and acct["dropped"] == {
+        "non_finite": 2,
+        "shape_mismatch": 1,
+        "quarantined": 1,
+    }
+
+
+def test_a_retried_gradient_is_applied_once() -> None:
+    sync = make_sync("asp", workers=2)
+    first = grad(sync, 0, seq=7)
+    assert sync.submit(first).applied
+    outcome = sync.submit(grad(sync, 0, seq=7))
+    assert outcome.dropped[0].reason == "duplicate" and outcome.released == [0]
+    assert sync.version == 1 and sync.accounting()["sent"] == 2
+
+
+def test_a_snapshot_restores_into_a_new_synchronizer_exactly() -> None:
+    sync = make_sync("bsp:0.5,asp", total=16 * BATCH, checkpoint_every=0.25)
+    snapshots = []
+    for step in range(2):  # 2 BSP updates, the second one crossing the switch at 0.5
+        for worker in range(4):
+            snapshots += sync.submit(grad(sync, worker, seq=step)).snapshots
+    assert [s.label for s in snapshots] == ["periodic", "periodic"]
+    taken = snapshots[-1]
+    assert taken.progress == pytest.approx(0.5) and taken.state["protocol"] == "asp"
+    fresh = make_sync("bsp:0.5,asp", total=16 * BATCH, checkpoint_every=0.25)
+    fresh.restore(taken.state)
+    assert fresh.version == 2 and fresh.spec.name == "asp" and fresh.samples == 8 * BATCH
+    assert torch.equal(fresh.weights, taken.state["optimizer"]["weights"])
+    assert fresh.switches == sync.switches[:1] and fresh.accounting()["unaccounted"] == 0
+    assert fresh.rejoin(0) == 2  # worker 0 had sent sequences 0 and 1 before the snapshot
+    assert fresh.submit(grad(fresh, 0, seq=2)).applied[0].protocol == "asp"
+
+
+def test_roll_back_restores_weights_and_drops_what_was_computed_on_the_abandoned_ones() -> None:
+    sync = make_sync("asp", workers=2, checkpoint_every=0.5, total=4 * BATCH)
+    snapshot = None
+    for step in range(2):
+        snapshot = snapshot or next(iter(sync.submit(grad(sync, 0, seq=step)).snapshots), None)
+    assert snapshot is not None and snapshot.version == 2
+    before = sync.version
+    stale = grad(sync, 1, version=before)  # computed on weights the rollback abandons
+    outcome = sync.roll_back(
+        snapshot.state,
+        protocol="bsp",
+        lr_scale=0.5,
+        momentum_policy=MomentumPolicy.ZERO,
+        reason="divergence",
+    )
+    assert [(s.to_protocol, s.reason) for s in outcome.switches] == [("bsp", "divergence")]
+    assert torch.equal(sync.weights, snapshot.state["optimizer"]["weights"])
+    assert sync.version == before + 1 and sync.samples == snapshot.samples
+    assert sync.submit(stale).dropped[0].reason == "rolled_back"
+    sync.submit(grad(sync, 0))
+    update = sync.submit(grad(sync, 1)).applied  # BSP now, at half the learning rate
+    assert [r.staleness for r in update] == [0, 0] and update[0].lr == pytest.approx(0.2)
+    assert sync.pinned is not None and sync.spec.name == "bsp"

@@ -1,0 +1,95 @@
+"""Injected faults, for testing what the runtime promises when things break.
+
+Like emulated step times, injected faults are explicit in the config (`faults:`) and recorded
+in every result file; a run without them is unchanged. Each fault names a worker and the
+training progress (fraction of samples) from which it acts:
+
+- `nan_gradient`: the worker sends gradients full of NaN from then on;
+- `wrong_shape`: the worker sends gradients of the wrong size from then on;
+- `crash`: the worker process exits at once (as a machine failure would end it), once;
+- `hang`: the worker stops making progress without dying (a stuck device), once.
+
+Killing processes from outside (the server, a worker, the driver) needs no config: the run
+directory's `actors.json` lists every process id.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class FaultError(ValueError):
+    """A fault spec that cannot describe a run."""
+
+
+class FaultKind(StrEnum):
+    NAN_GRADIENT = "nan_gradient"
+    WRONG_SHAPE = "wrong_shape"
+    CRASH = "crash"
+    HANG = "hang"
+
+    @property
+    def once(self) -> bool:
+        """Crash and hang end the incarnation; a restarted worker does not repeat them."""
+        return self in (FaultKind.CRASH, FaultKind.HANG)
+
+
+_KEYS = ("kind", "worker", "at")
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: FaultKind
+    worker: int
+    at: float  # fraction of training samples from which the fault acts
+
+    def describe(self) -> dict:
+        return {"kind": self.kind.value, "worker": self.worker, "at": self.at}
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    faults: tuple[Fault, ...] = ()
+
+    def for_worker(self, worker: int) -> tuple[Fault, ...]:
+        return tuple(f for f in self.faults if f.worker == worker)
+
+    def describe(self) -> list[dict]:
+        return [f.describe() for f in self.faults]
+
+
+def parse_faults(data: object, workers: int) -> FaultPlan:
+    """Reads a config's `faults:` value: a list of {kind, worker, at}."""
+    if data is None:
+        return FaultPlan()
+    if not isinstance(data, list | tuple):
+        raise FaultError(f"faults: expected a list of {{kind, worker, at}}, got {data!r}")
+    faults = []
+    for index, item in enumerate(data):
+        where = f"faults[{index}]"
+        if not isinstance(item, Mapping):
+            raise FaultError(f"{where}: expected a mapping with keys {', '.join(_KEYS)}")
+        for key in item:
+            if key not in _KEYS:
+                close = difflib.get_close_matches(str(key), _KEYS, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise FaultError(
+                    f"{where}: unknown key {key!r}{hint}; allowed keys are {', '.join(_KEYS)}"
+                )
+        kind = item.get("kind")
+        if kind not in set(FaultKind):
+            allowed = ", ".join(k.value for k in FaultKind)
+            raise FaultError(f"{where}: kind {kind!r} is not allowed; choose one of {allowed}")
+        worker = item.get("worker")
+        if isinstance(worker, bool) or not isinstance(worker, int) or not 0 <= worker < workers:
+            raise FaultError(
+                f"{where}: worker {worker!r} does not exist; allowed ids are 0..{workers - 1}"
+            )
+        at = item.get("at", 0.0)
+        if isinstance(at, bool) or not isinstance(at, int | float) or not 0 <= at < 1:
+            raise FaultError(f"{where}: 'at' must be a fraction in [0, 1), got {at!r}")
+        faults.append(Fault(FaultKind(kind), worker, float(at)))
+    return FaultPlan(tuple(faults))
