@@ -148,7 +148,8 @@ def _show(console: Any, registry: Any, prefix: str) -> None:
         console.print(
             f"decision #{decision.id} ({decision.created:%Y-%m-%d %H:%M} UTC): BSP fraction "
             f"{format_fraction(decision.fraction)}, tolerance {decision.tolerance:g} points, "
-            f"{decision.repeats} repeats - {decision.reason}"
+            f"{decision.repeats} repeat{'s' if decision.repeats != 1 else ''} - "
+            f"{decision.reason}"
         )
     console.print(
         "`syncswitch train --schedule auto` with this job's options uses the latest decision"

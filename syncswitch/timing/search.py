@@ -238,6 +238,11 @@ def run_search(
     try:
         slots, why = trainer.capacity(options.parallel, config)
         listener.step(why)
+        if known:
+            listener.step(
+                f"{len(known)} finished trial(s) of job {job_fp[:12]} in the registry are "
+                "reused, not rerun"
+            )
         search = _Search(config, spec, registry, job, job_fp, search_dir, trainer, trace, known)
         decision = search.run(slots, listener)
     finally:
