@@ -9,7 +9,8 @@ What is *not* part of it: `schedule` (what the search decides), `seed` (a recurr
 retrained with new seeds), `out`, `progress`, `ray_address` (where and how a run is watched,
 not what it computes), `data_dir` (where a dataset is stored, not which one), `eval_every`
 (evaluation copies the weights off the critical path; the final accuracy is measured at the
-end whatever the cadence).
+end whatever the cadence), and the checkpoint and worker-restart settings (how a run is kept
+safe).
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ LATER_JOB_FIELDS: tuple[str, ...] = (
     "straggler_threshold",
     "straggler_recover_threshold",
     "straggler_window",
+    "divergence_guard",  # a rollback changes the training that follows it
+    "rollback_lr_factor",
+    "faults",  # injected faults: a test of reliability, not the recurring job itself
 )
 
 NOT_JOB_FIELDS: tuple[str, ...] = (
@@ -71,6 +75,12 @@ NOT_JOB_FIELDS: tuple[str, ...] = (
     "ray_address",
     "data_dir",
     "eval_every",
+    # How a run is kept safe, not what it computes (names of fields that may not exist yet
+    # are harmless here).
+    "checkpoint_every",
+    "checkpoint_every_s",
+    "worker_timeout_s",
+    "max_worker_restarts",
 )
 
 
