@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from syncswitch.core.emulation import EmulationConfig
+from syncswitch.core.faults import FaultPlan, parse_faults
 from syncswitch.core.hyperparams import LrSchedule, LrScheduleKind, MomentumPolicy
 from syncswitch.core.online import OnlineConfig
 from syncswitch.core.policies import OnlinePolicyKind
@@ -123,6 +124,31 @@ class TrainConfig:
         1.2, "a straggler has recovered when its ratio drops below this (hysteresis)"
     )
     straggler_window: int = _opt(9, "recent steps per worker the straggler detector considers")
+    # Reliability: checkpoints, failures, divergence.
+    checkpoint_every: float = _opt(
+        0.05, "checkpoint every this fraction of training (0 = off; a final one is always made)"
+    )
+    checkpoint_every_s: float = _opt(0.0, "also checkpoint every this many seconds (0 = off)")
+    divergence_guard: bool = _opt(
+        True,
+        "watch the training loss; on divergence roll back to the last good checkpoint and "
+        "continue under BSP at a lower learning rate",
+    )
+    rollback_lr_factor: float = _opt(
+        0.5, "learning rate multiplier applied at each divergence rollback"
+    )
+    worker_timeout_s: float = _opt(
+        60.0,
+        "a worker silent this long (and not waiting on the server) is declared hung, "
+        "killed and restarted",
+    )
+    max_worker_restarts: int = _opt(100, "restarts allowed per worker before the run fails")
+    faults: list | None = _opt(
+        None,
+        "INJECTED faults for testing reliability: a YAML/TOML FILE holding a list of {kind: "
+        "nan_gradient|wrong_shape|crash|hang, worker, at (fraction)}; recorded in every result",
+        from_file=True,
+    )
 
     def __post_init__(self) -> None:
         self.validate()
@@ -154,6 +180,26 @@ class TrainConfig:
         except (ScheduleError, ValueError) as error:
             raise ConfigError(str(error)) from None
         self._validate_online()
+        _require(
+            0 <= self.checkpoint_every < 1, "checkpoint_every", self.checkpoint_every, "in [0, 1)"
+        )
+        _require(
+            self.checkpoint_every_s >= 0, "checkpoint_every_s", self.checkpoint_every_s, ">= 0"
+        )
+        _require(
+            0 < self.rollback_lr_factor <= 1,
+            "rollback_lr_factor",
+            self.rollback_lr_factor,
+            "in (0, 1]",
+        )
+        _require(self.worker_timeout_s > 0, "worker_timeout_s", self.worker_timeout_s, "> 0")
+        _require(
+            self.max_worker_restarts >= 0, "max_worker_restarts", self.max_worker_restarts, ">= 0"
+        )
+        try:
+            self.fault_plan()
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
         if self.speed_factors and len(self.speed_factors) != self.workers:
             raise ConfigError(
                 f"speed_factors has {len(self.speed_factors)} values but workers is "
@@ -218,6 +264,9 @@ class TrainConfig:
             jitter_sigma=self.jitter_sigma,
             stragglers=self.scenario(),
         )
+
+    def fault_plan(self) -> FaultPlan:
+        return parse_faults(self.faults, self.workers)
 
     def scenario(self) -> StragglerScenario:
         if not self.stragglers:

@@ -63,11 +63,29 @@ class CsvLog:
 
 
 class RunWriter:
-    def __init__(self, out_dir: str | Path, config: dict[str, Any], emulation: dict) -> None:
+    def __init__(
+        self,
+        out_dir: str | Path,
+        config: dict[str, Any],
+        emulation: dict,
+        *,
+        faults: list[dict] | None = None,
+        resume_at: tuple[int, float] | None = None,
+    ) -> None:
+        """`resume_at` (samples, run seconds of the checkpoint): a resumed run keeps what the
+        files say up to that point and appends from there."""
         self.dir = Path(out_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._emulated = bool(emulation.get("enabled"))
-        write_json_atomic(self.dir / "config.json", {**config, "emulation": emulation})
+        if resume_at is None:
+            labels = {"emulation": emulation, "faults_injected": faults or None}
+            write_json_atomic(self.dir / "config.json", {**config, **labels})
+        else:
+            samples, time_s = resume_at
+            # Rows after the checkpoint describe training that the resumed run does again.
+            _truncate_csv(self.dir / "metrics.csv", lambda r: int(r["samples"]) <= samples)
+            _truncate_csv(self.dir / "updates.csv", lambda r: int(r["samples"]) <= samples)
+            _truncate_csv(self.dir / "drops.csv", lambda r: float(r["time_s"]) <= time_s)
         update_cols = (*tuple(f.name for f in fields(UpdateRecord)), "emulated")
         drop_cols = tuple(f.name for f in fields(DropRecord))
         self._updates = CsvLog(self.dir / "updates.csv", update_cols)
@@ -103,6 +121,23 @@ class RunWriter:
         for log in (self._updates, self._drops, self._metrics):
             log.close()
         self._events.close()
+
+
+def _truncate_csv(path: Path, keep: Any) -> None:
+    if not path.exists():
+        return
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        columns = reader.fieldnames or []
+        rows = [row for row in reader if keep(row)]
+    tmp = path.with_suffix(".csv.tmp")
+    with tmp.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, columns)
+        writer.writeheader()
+        writer.writerows(rows)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
 
 
 def _row(record: Any) -> tuple:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Collection
+from pathlib import Path
 from typing import Any
 
 from syncswitch.cli.registry_option import add_registry_argument
 from syncswitch.config import (
+    ConfigError,
     TrainConfig,
     config_fields,
     field_default,
@@ -25,6 +27,7 @@ _EXAMPLES = """examples:
   syncswitch train --step-time-ms 20 --jitter-sigma 0.2   # emulate 20 ms GPU steps
   syncswitch train --step-time-ms 20 --stragglers slow.yaml --online-policy elastic
   syncswitch train --config job.yaml --seed 3        # file values, overridden by flags
+  syncswitch train --resume runs/20261203-101500-bsp025-asp   # continue a killed run
 """
 
 
@@ -39,6 +42,12 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_arguments(parser)
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue a killed run from its last good checkpoint, with the job it was started "
+        "with (only --progress/--no-progress and --ray-address may be given beside it)",
+    )
     add_registry_argument(parser, "where --schedule auto looks the job up")
     parser.set_defaults(handler=run)
     return parser
@@ -89,7 +98,45 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return make_config(values)
 
 
+_RESUME_OVERRIDES = ("progress", "ray_address")
+
+
+def config_for_resume(args: argparse.Namespace) -> TrainConfig:
+    """The job a run directory was started with; a resumed run is the same job."""
+    run_dir = Path(args.resume)
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"cannot resume {str(run_dir)!r}: it holds no config.json")
+    given = [
+        "--" + f.name.replace("_", "-")
+        for f in config_fields()
+        if getattr(args, f.name, None) is not None and f.name not in _RESUME_OVERRIDES
+    ]
+    if args.config or given:
+        flags = ", ".join(given + (["--config"] if args.config else []))
+        raise ConfigError(
+            f"--resume continues the job as it was started; drop {flags} (allowed beside it: "
+            "--progress/--no-progress, --ray-address)"
+        )
+    try:
+        saved = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"cannot resume: {str(path)!r} is not valid JSON ({error})") from None
+    known = {f.name for f in config_fields()}
+    values = {k: v for k, v in saved.items() if k in known}
+    for name in _RESUME_OVERRIDES:
+        if getattr(args, name, None) is not None:
+            values[name] = getattr(args, name)
+    values["out"] = str(run_dir)
+    return make_config(values)
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.resume:
+        config = config_for_resume(args)
+        from syncswitch.runtime.coordinator import train
+
+        return _report(train(config, resume=True))
     config = config_from_args(args)
     schedule_source = None
     if config.schedule_is_auto:
@@ -100,7 +147,10 @@ def run(args: argparse.Namespace) -> int:
     # Imported here so that `--help` and input errors answer without loading Ray.
     from syncswitch.runtime.coordinator import train
 
-    result = train(config, schedule_source=schedule_source)
+    return _report(train(config, schedule_source=schedule_source))
+
+
+def _report(result: Any) -> int:
     summary = result.summary
     keys = ("final_accuracy", "best_accuracy", "wall_time_s", "samples_per_s", "switches")
     print(json.dumps({k: summary[k] for k in keys}, indent=2, default=str))

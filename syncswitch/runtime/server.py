@@ -8,6 +8,7 @@ worker. All protocol decisions are the synchronizer's; this class only maps them
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import numpy as np
 import ray
 import torch
 
+from syncswitch.core.hyperparams import MomentumPolicy
 from syncswitch.core.online import OnlineMonitor
 from syncswitch.core.optimizer import FlatSGD
 from syncswitch.core.protocol import ProtocolSpec
@@ -57,10 +59,15 @@ class ParameterServer:
         initial: np.ndarray,
         weight_decay: float,
         monitor: OnlineMonitor | None = None,
+        restore: dict | None = None,
     ) -> None:
+        """`restore`: a snapshot's state to continue from (a replaced server, a resumed run)."""
         torch.set_num_threads(1)
         optimizer = FlatSGD(torch.from_numpy(np.array(initial)), weight_decay=weight_decay)
         self.sync = Synchronizer(config, optimizer)
+        self._restored = restore is not None
+        if restore is not None:
+            self.sync.restore(restore)
         self.monitor = monitor  # straggler detection and the online policy, if any
         # A threaded actor: measured cheaper per call than an asyncio actor here, and its
         # sleeps are exact. Every touch of the synchronizer holds the lock; a waiting call
@@ -74,14 +81,64 @@ class ParameterServer:
         self._evaluations: list[tuple] = []
         self._straggler_events: list[dict] = []
         self._decisions: list = []
+        self._snapshots: list = []
+        self._last_heard: dict[int, float] = {}  # worker -> wall time of its last call
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def begin(self) -> None:
+        """The workers start now: time before is not training time (a restored server's clock
+        continues from its snapshot instead)."""
         with self._lock:
-            self.sync.restart_clock()
+            if not self._restored:
+                self.sync.restart_clock()
+            now = time.time()
+            self._last_heard = {w: now for w in range(self.sync.config.workers)}
 
     def pull(self, worker: int) -> WeightsReply:
         with self._lock:
             return self._reply()
+
+    def rejoin(self, worker: int) -> tuple[int, WeightsReply]:
+        """A (new incarnation of a) worker starts: the sequence it starts at, and weights."""
+        with self._lock:
+            start = self.sync.rejoin(worker)
+            self._last_heard[worker] = time.time()
+            # A call of its previous incarnation may still wait here; let its thread go.
+            stale = self._waiters.pop(worker, None)
+            reply = self._reply()
+            if stale is not None:
+                stale[1].append(reply)
+                stale[0].set()
+            return start, reply
+
+    def worker_lost(self, worker: int) -> None:
+        """The coordinator found `worker` dead or hung: stop waiting for it."""
+        with self._lock:
+            self._absorb(self.sync.worker_lost(worker))
+
+    def request_snapshot(self, label: str) -> None:
+        with self._lock:
+            self.sync.request_snapshot(label)
+
+    def final_snapshot(self) -> object:
+        with self._lock:
+            return self.sync.snapshot("final")
+
+    def roll_back(
+        self, state: dict, protocol: str, lr_scale: float, momentum_policy: str, reason: str
+    ) -> None:
+        """Go back to a checkpoint's state in place and stay in `protocol` (divergence)."""
+        with self._lock:
+            outcome = self.sync.roll_back(
+                state,
+                protocol=protocol,
+                lr_scale=lr_scale,
+                momentum_policy=MomentumPolicy(momentum_policy),
+                reason=reason,
+            )
+            self._absorb(outcome)
 
     def push_pull(self, message: GradientMessage) -> WeightsReply:
         if message.ready_at is not None:
@@ -101,6 +158,7 @@ class ParameterServer:
             step_time_s=message.step_time_s,
         )
         with self._lock:
+            self._last_heard[worker] = time.time()
             outcome = self.sync.submit(gradient)
             if self.monitor is not None:
                 outcome.merge(self.monitor.after_gradient(self.sync, gradient))
@@ -127,14 +185,16 @@ class ParameterServer:
                 "evaluations": self._evaluations,
                 "straggler_events": self._straggler_events,
                 "decisions": self._decisions,
+                "snapshots": self._snapshots,
                 "state": self.state(),
             }
             self._applied, self._dropped, self._switches, self._evaluations = [], [], [], []
-            self._straggler_events, self._decisions = [], []
+            self._straggler_events, self._decisions, self._snapshots = [], [], []
         return out
 
     def state(self) -> dict:
         sync = self.sync
+        now = time.time()
         return {
             "version": sync.version,
             "samples": sync.samples,
@@ -147,6 +207,14 @@ class ParameterServer:
             "excluded": sorted(sync.excluded),
             "accounting": sync.accounting(),
             "online": self.monitor.state() if self.monitor else None,
+            "pinned": sync.pinned.name if sync.pinned else None,
+            "lr_scale": sync.lr_scale,
+            "momentum_policy": sync.momentum_policy.value,
+            # Seconds since each worker last called, for those not held here (a worker held at
+            # a barrier is waiting on us, not hung).
+            "silent_s": {
+                w: round(now - t, 3) for w, t in self._last_heard.items() if w not in self._waiters
+            },
         }
 
     # -- internals --------------------------------------------------------------------------
@@ -157,6 +225,7 @@ class ParameterServer:
         self._switches.extend(outcome.switches)
         self._straggler_events.extend(outcome.straggler_events)
         self._decisions.extend(outcome.decisions)
+        self._snapshots.extend(outcome.snapshots)
         for point in outcome.evaluations:
             # Copy now: the weights change in place with the next update.
             self._evaluations.append((point, self.sync.weights.numpy().copy()))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,6 +13,7 @@ import ray
 import torch
 
 from syncswitch.core.emulation import EmulationConfig, StepTimeModel
+from syncswitch.core.faults import Fault, FaultKind
 from syncswitch.core.optimizer import FlatParameters
 from syncswitch.core.sharding import BatchStream, worker_shard
 from syncswitch.runtime.server import GradientMessage
@@ -27,6 +30,7 @@ class WorkerSpec:
     model_factory: Callable[[], torch.nn.Module]
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     shards: tuple[slice, ...]  # the flat-parameter slice each server holds
+    faults: tuple[Fault, ...] = ()  # injected faults for this worker (tests of reliability)
 
 
 class Worker:
@@ -39,28 +43,34 @@ class Worker:
         self.model = spec.model_factory()
         self.model.train()
         self.flat = FlatParameters(self.model)
-        shard = worker_shard(len(dataset.y_train), spec.worker, spec.workers, spec.seed)
-        self.batches = BatchStream(shard, spec.batch_size, spec.seed, spec.worker)
-        self.step_time_model = StepTimeModel(spec.emulation, spec.worker, spec.seed)
-        self.generator = torch.Generator().manual_seed(spec.seed * 104729 + spec.worker)
+        self._shard = worker_shard(len(dataset.y_train), spec.worker, spec.workers, spec.seed)
+        self._position(0)
+        # A crash or hang is injected once: an incarnation Ray restarted does not repeat it.
+        reconstructed = ray.get_runtime_context().was_current_actor_reconstructed
+        self._faults = [f for f in spec.faults if not (f.kind.once and reconstructed)]
         self._step_times: list[float] = []
         self._compute_times: list[float] = []
         self._wait_times: list[float] = []
 
     def ready(self) -> int:
-        return self.spec.worker
+        return os.getpid()
+
+    def set_servers(self, servers: list) -> None:
+        """Replacement servers (restored from a checkpoint after the old ones failed)."""
+        self.servers = servers
 
     def run(self, started_at: float) -> dict:
         """Train until the server says the workload is done; return step-time statistics.
 
         `started_at` is the wall time at which the run began, for stragglers timed in seconds.
         """
-        versions, weights, done, progress = self._pull()
-        sequence = 0
+        sequence, (versions, weights, done, progress) = self._rejoin()
+        self._position(sequence)
         emulation = self.spec.emulation
         while not done:
             started_wall, started = time.time(), time.perf_counter()
             gradient, loss = self._gradient(weights)
+            gradient = self._inject_faults(gradient, progress)
             compute_s = time.perf_counter() - started
             # Emulated device time: the step lasts the modelled time, or the real compute if
             # longer. The gradient is handed over now and the server applies it when the step
@@ -98,9 +108,36 @@ class Worker:
         # The buffer is reused next step; Ray copies call arguments when the call is made.
         return self.flat.gradient.numpy(), float(loss.detach())
 
-    def _pull(self) -> tuple[list[int], np.ndarray, bool, float]:
-        replies = ray.get([s.pull.remote(self.spec.worker) for s in self.servers])
-        return join_replies(replies)
+    def _rejoin(self) -> tuple[int, tuple[list[int], np.ndarray, bool, float]]:
+        """Join (again) at the current version; the server says which sequence comes next."""
+        answers = ray.get([s.rejoin.remote(self.spec.worker) for s in self.servers])
+        return max(start for start, _ in answers), join_replies([r for _, r in answers])
+
+    def _position(self, sequence: int) -> None:
+        """Data order, jitter and augmentation as they stand after `sequence` steps, so a
+        restarted worker or a resumed run goes on where the checkpoint left off."""
+        spec = self.spec
+        self.batches = BatchStream(self._shard, spec.batch_size, spec.seed, spec.worker)
+        for _ in range(sequence):
+            self.batches.next_indices()
+        self.step_time_model = StepTimeModel(spec.emulation, spec.worker, spec.seed + sequence)
+        self.generator = torch.Generator().manual_seed(
+            spec.seed * 104729 + spec.worker + 7 * sequence
+        )
+
+    def _inject_faults(self, gradient: np.ndarray, progress: float) -> np.ndarray:
+        for fault in self._faults:
+            if progress < fault.at:
+                continue
+            if fault.kind is FaultKind.NAN_GRADIENT:
+                gradient = np.full_like(gradient, np.nan)
+            elif fault.kind is FaultKind.WRONG_SHAPE:
+                gradient = gradient[:-1].copy()
+            elif fault.kind is FaultKind.CRASH:
+                os._exit(1)  # no cleanup, as when a machine fails
+            elif fault.kind is FaultKind.HANG:
+                threading.Event().wait()  # alive, silent, forever
+        return gradient
 
     def _push_pull(
         self,

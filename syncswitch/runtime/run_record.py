@@ -1,0 +1,92 @@
+"""What the coordinator has learnt about a run so far, and the summary made from it.
+
+Kept apart from the actors so that it can be checkpointed (plain data both ways) and a resumed
+run picks up its metrics, switches and decisions where the checkpoint left them. Per-update
+figures are folded into running totals, so memory stays flat however long the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class StalenessStats:
+    gradients: int = 0
+    total: int = 0
+    max: int = 0
+
+    def add(self, staleness: int) -> None:
+        self.gradients += 1
+        self.total += staleness
+        self.max = max(self.max, staleness)
+
+    def describe(self) -> dict[str, Any]:
+        mean = self.total / self.gradients if self.gradients else 0.0
+        return {"mean": mean, "max": self.max, "gradients": self.gradients}
+
+
+@dataclass
+class RunRecord:
+    metrics: list[dict[str, Any]] = field(default_factory=list)  # one row per evaluation
+    switches: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # policies, guard, admission
+    straggler_events: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)  # and how each was recovered
+    checkpoints: int = 0
+    staleness: dict[str, StalenessStats] = field(default_factory=dict)
+    rollbacks: int = 0
+    # Training losses since the last evaluation point (the mean goes into metrics.csv).
+    losses_since_eval: list[float] = field(default_factory=list)
+
+    def add_update(self, protocol: str, staleness: int, loss: float) -> None:
+        self.staleness.setdefault(protocol, StalenessStats()).add(staleness)
+        self.losses_since_eval.append(loss)
+
+    def take_train_loss(self) -> float:
+        losses, self.losses_since_eval = self.losses_since_eval, []
+        return float(np.mean(losses)) if losses else float("nan")
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "metrics": self.metrics,
+            "switches": self.switches,
+            "decisions": self.decisions,
+            "straggler_events": self.straggler_events,
+            "failures": self.failures,
+            "checkpoints": self.checkpoints,
+            "staleness": {
+                name: [s.gradients, s.total, s.max] for name, s in self.staleness.items()
+            },
+            "rollbacks": self.rollbacks,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> RunRecord:
+        return cls(
+            metrics=list(state["metrics"]),
+            switches=list(state["switches"]),
+            decisions=list(state["decisions"]),
+            straggler_events=list(state["straggler_events"]),
+            failures=list(state["failures"]),
+            checkpoints=int(state["checkpoints"]),
+            staleness={
+                name: StalenessStats(int(g), int(t), int(m))
+                for name, (g, t, m) in state["staleness"].items()
+            },
+            rollbacks=int(state["rollbacks"]),
+        )
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def final_metric(self) -> dict[str, Any] | None:
+        last = self.metrics[-1] if self.metrics else None
+        return last if last and last["fraction"] >= 1.0 else None
+
+    def staleness_summary(self) -> dict[str, Any]:
+        return {name: stats.describe() for name, stats in self.staleness.items()}
