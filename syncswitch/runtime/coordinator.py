@@ -31,7 +31,12 @@ import numpy as np
 import ray
 import torch
 import torch.nn.functional as F
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import (
+    ActorUnavailableError,
+    GetTimeoutError,
+    RayActorError,
+    RayTaskError,
+)
 
 from syncswitch.config import ConfigError, TrainConfig
 from syncswitch.core.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
@@ -170,7 +175,7 @@ class _Run:
         self._restarts: dict[int, int] = defaultdict(int)
         self._killed: set[int] = set()  # hung workers killed, until they rejoin
         self._finished: dict[int, dict] = {}
-        self._pid_refs: dict[int, Any] = {}  # restarted workers' process ids, on the way
+        self._restarting: dict[int, Any] = {}  # worker -> its `ready` call while Ray restarts it
         self._last_checkpoint_s = time.monotonic()
         self._pids: dict[str, Any] = {"driver": os.getpid()}
 
@@ -203,7 +208,9 @@ class _Run:
             elapsed_s = _resume_point(self.resumed_from)[1] if self.resumed_from else 0.0
             # Stragglers timed in seconds count run time, which a resumed run carries over.
             self.started_at = time.time() - elapsed_s
-            self.runs = {w.run.remote(self.started_at): i for i, w in enumerate(self.workers)}
+            self.runs = {
+                w.run.remote(self.started_at, self.servers): i for i, w in enumerate(self.workers)
+            }
             with ProgressDisplay(enabled=cfg.progress, total_samples=self.total_samples) as show:
                 self._follow(show)
             worker_stats = [self._finished[i] for i in sorted(self._finished)]
@@ -316,9 +323,10 @@ class _Run:
             if self._check_runs():
                 self._recover_servers("parameter server died (seen by a worker)")
                 continue
+            self._check_restarts()
             self._check_hung()
             self._checkpoint_by_time()
-            if self.state["done"] and not self.runs:
+            if self.state["done"] and not self.runs and not self._restarting:
                 self._collect_evals(block=True)
                 return
 
@@ -418,9 +426,27 @@ class _Run:
         }
         self.record.failures.append(entry)
         self.writer.event("worker_failed", entry)
-        handle = self.workers[worker]
-        self._pid_refs[worker] = handle.ready.remote()  # queued before run: answers first
-        self.runs[handle.run.remote(self.started_at)] = worker
+        # Ray is restarting the actor; a call made before it is up again fails, so the run is
+        # submitted once `ready` answers (see _check_restarts).
+        self._restarting[worker] = self.workers[worker].ready.remote()
+
+    def _check_restarts(self) -> None:
+        if not self._restarting:
+            return
+        refs = list(self._restarting.values())
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        for worker, ref in list(self._restarting.items()):
+            if ref not in ready:
+                continue
+            try:
+                pid = ray.get(ref)
+            except ActorUnavailableError:
+                self._restarting[worker] = self.workers[worker].ready.remote()  # not up yet
+                continue
+            del self._restarting[worker]
+            self._pids["workers"][worker] = pid
+            self._write_pids()
+            self.runs[self.workers[worker].run.remote(self.started_at, self.servers)] = worker
 
     def _check_hung(self) -> None:
         timeout_s = self.config.worker_timeout_s
@@ -437,19 +463,6 @@ class _Run:
                 "worker_hung", {"worker": worker, "silent_s": silent_s, "timeout_s": timeout_s}
             )
             ray.kill(self.workers[worker], no_restart=False)
-        self._refresh_pids()
-
-    def _refresh_pids(self) -> None:
-        refs = self._pid_refs
-        if not refs:
-            return
-        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=0)
-        for worker, ref in list(refs.items()):
-            if ref in ready:
-                self._pids["workers"][worker] = ray.get(ref)
-                del refs[worker]
-        if ready:
-            self._write_pids()
 
     def _recover_servers(self, reason: str) -> None:
         """Replace every server shard by one restored from the last good checkpoint."""
@@ -472,7 +485,6 @@ class _Run:
                     self._finished[worker] = ray.get(ref, timeout=0)
             self.runs.clear()
         self.servers = self._start_servers(loaded.state["servers"])
-        ray.get([w.set_servers.remote(self.servers) for w in self.workers])
         ray.get([s.begin.remote() for s in self.servers])
         lost = int(before.get("samples", 0)) - loaded.info.samples
         entry = {
@@ -487,9 +499,13 @@ class _Run:
         self.record.failures.append(entry)
         self.writer.event("server_failed", entry)
         self._write_pids()
-        restart = [w for w in range(self.config.workers) if w not in self._finished]
+        restart = [
+            w
+            for w in range(self.config.workers)
+            if w not in self._finished and w not in self._restarting
+        ]
         for worker in restart:
-            self.runs[self.workers[worker].run.remote(self.started_at)] = worker
+            self.runs[self.workers[worker].run.remote(self.started_at, self.servers)] = worker
 
     # -- checkpoints and divergence -----------------------------------------------------------
 

@@ -55,15 +55,14 @@ class Worker:
     def ready(self) -> int:
         return os.getpid()
 
-    def set_servers(self, servers: list) -> None:
-        """Replacement servers (restored from a checkpoint after the old ones failed)."""
-        self.servers = servers
-
-    def run(self, started_at: float) -> dict:
+    def run(self, started_at: float, servers: list) -> dict:
         """Train until the server says the workload is done; return step-time statistics.
 
         `started_at` is the wall time at which the run began, for stragglers timed in seconds.
+        `servers` are passed on every run, not only at construction: after a server failure
+        they are replacements, and Ray restarts a crashed worker with its original arguments.
         """
+        self.servers = servers
         sequence, (versions, weights, done, progress) = self._rejoin()
         self._position(sequence)
         emulation = self.spec.emulation
