@@ -281,7 +281,7 @@ class _Run:
         )
         # Restartable: after a crash Ray starts the actor again with the same arguments.
         options = {**actor_options(), "max_restarts": cfg.max_worker_restarts}
-        return ray.remote(Worker).options(**options).remote(spec, self.dataset_ref, self.servers)
+        return ray.remote(Worker).options(**options).remote(spec, [self.dataset_ref])
 
     def _announce(self, initial: np.ndarray) -> None:
         cfg = self.config
@@ -446,7 +446,10 @@ class _Run:
             del self._restarting[worker]
             self._pids["workers"][worker] = pid
             self._write_pids()
-            self.runs[self.workers[worker].run.remote(self.started_at, self.servers)] = worker
+            run = self.workers[worker].run.remote(
+                self.started_at, self.servers, self._restarts[worker]
+            )
+            self.runs[run] = worker
 
     def _check_hung(self) -> None:
         timeout_s = self.config.worker_timeout_s
@@ -505,7 +508,10 @@ class _Run:
             if w not in self._finished and w not in self._restarting
         ]
         for worker in restart:
-            self.runs[self.workers[worker].run.remote(self.started_at, self.servers)] = worker
+            run = self.workers[worker].run.remote(
+                self.started_at, self.servers, self._restarts[worker]
+            )
+            self.runs[run] = worker
 
     # -- checkpoints and divergence -----------------------------------------------------------
 

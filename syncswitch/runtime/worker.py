@@ -34,20 +34,19 @@ class WorkerSpec:
 
 
 class Worker:
-    def __init__(self, spec: WorkerSpec, dataset: ArrayDataset, servers: list) -> None:
+    def __init__(self, spec: WorkerSpec, dataset: list) -> None:
+        """`dataset` is [ObjectRef]: nested, so Ray passes the reference and this actor fetches
+        the data itself, also when Ray restarts it."""
         torch.set_num_threads(1)
         torch.manual_seed(spec.seed * 7919 + spec.worker)
         self.spec = spec
-        self.dataset = dataset
-        self.servers = servers
+        self.dataset: ArrayDataset = ray.get(dataset[0])
+        self.servers: list = []
         self.model = spec.model_factory()
         self.model.train()
         self.flat = FlatParameters(self.model)
-        self._shard = worker_shard(len(dataset.y_train), spec.worker, spec.workers, spec.seed)
+        self._shard = worker_shard(len(self.dataset.y_train), spec.worker, spec.workers, spec.seed)
         self._position(0)
-        # A crash or hang is injected once: an incarnation Ray restarted does not repeat it.
-        reconstructed = ray.get_runtime_context().was_current_actor_reconstructed
-        self._faults = [f for f in spec.faults if not (f.kind.once and reconstructed)]
         self._step_times: list[float] = []
         self._compute_times: list[float] = []
         self._wait_times: list[float] = []
@@ -55,14 +54,16 @@ class Worker:
     def ready(self) -> int:
         return os.getpid()
 
-    def run(self, started_at: float, servers: list) -> dict:
+    def run(self, started_at: float, servers: list, incarnation: int = 0) -> dict:
         """Train until the server says the workload is done; return step-time statistics.
 
         `started_at` is the wall time at which the run began, for stragglers timed in seconds.
         `servers` are passed on every run, not only at construction: after a server failure
         they are replacements, and Ray restarts a crashed worker with its original arguments.
+        `incarnation` counts restarts: an injected crash or hang happens in the first only.
         """
         self.servers = servers
+        self._faults = [f for f in self.spec.faults if not (f.kind.once and incarnation > 0)]
         sequence, (versions, weights, done, progress) = self._rejoin()
         self._position(sequence)
         emulation = self.spec.emulation
