@@ -3,7 +3,8 @@
 Every run processes the same total samples. Prints a markdown table (paste it into the README)
 and writes one JSON line per run to --out as each run finishes, so an interrupted benchmark
 keeps what it measured. Timings come from emulated device time (a sleep standing in for a GPU
-step); the table says so.
+step); the table says so. The divergence guard is off here: the table compares the protocols
+themselves, divergence included (benchmarks/faults.py shows the guard at work).
 
     python benchmarks/reference.py                 # the README table (about 30 minutes here)
     python benchmarks/reference.py --seeds 1 --epochs 10   # a quick look
@@ -71,6 +72,7 @@ def main() -> None:
                 seed=seed,
                 step_time_ms=args.step_time_ms,
                 jitter_sigma=args.jitter_sigma,
+                divergence_guard=False,
                 progress=False,
                 out=str(
                     out / f"{case.schedule.replace(':', '').replace(',', '-')}"
