@@ -47,7 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--step-time-ms", type=float, default=20.0)
-    parser.add_argument("--epochs", type=float, default=30.0)
+    parser.add_argument("--epochs", type=float, default=40.0)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     ray.init(**local_init_kwargs(args.workers + 4))
@@ -57,7 +57,10 @@ def main() -> None:
         marks: dict[str, tuple[dict, float]] = {}
 
         def sample(marks=marks) -> None:
-            time.sleep(8)  # past start-up
+            # Past start-up: the workers are training, then a few seconds more.
+            while "workers" not in cpu_seconds_by_kind():
+                time.sleep(0.5)
+            time.sleep(4)
             marks["a"] = (cpu_seconds_by_kind(), time.monotonic())
             time.sleep(10)
             marks["b"] = (cpu_seconds_by_kind(), time.monotonic())
