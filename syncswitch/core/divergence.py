@@ -73,6 +73,11 @@ class GuardConfig:
     # ... and > reference + min_rise_fraction x (initial level - reference): a quarter of
     # what was learned given back; see the module docstring for why near-zero losses need it.
     min_rise_fraction: float = 0.25
+    # ... or, whatever the ratio, the median has given back this much of what was learned
+    # (reference + give_back_fraction x (initial - reference)). A run whose loss only fell
+    # from 2.3 to 1.4 and then climbs back to chance never reaches 3x its best level, yet
+    # it has diverged: seen with 8 MNIST-1D workers switching to ASP with momentum kept.
+    give_back_fraction: float = 0.75
     # Observations since start or reset before the rise test applies: the reference needs a
     # full reference window, and the first steps of training are noisy.
     warmup: int = 100
@@ -99,6 +104,14 @@ class GuardConfig:
                 f"guard min_rise_fraction {self.min_rise_fraction} must be in [0, 1] (a "
                 f"fraction of the way from the best level back to the initial one)"
             )
+        if not (
+            math.isfinite(self.give_back_fraction)
+            and self.min_rise_fraction <= self.give_back_fraction <= 1
+        ):
+            raise ValueError(
+                f"guard give_back_fraction {self.give_back_fraction} must be in "
+                f"[min_rise_fraction, 1]"
+            )
         if self.warmup < self.reference_window:
             raise ValueError(
                 f"guard warmup {self.warmup} must be >= reference_window "
@@ -113,12 +126,14 @@ class GuardConfig:
             "reference_window": self.reference_window,
             "factor": self.factor,
             "min_rise_fraction": self.min_rise_fraction,
+            "give_back_fraction": self.give_back_fraction,
             "warmup": self.warmup,
             "patience": self.patience,
             "test": (
-                "non-finite loss; or median of the last `window` losses > max(factor x "
-                "reference, reference + min_rise_fraction x (initial - reference)) for "
-                "`patience` observations, where the reference is the lowest median of "
+                "non-finite loss; or median of the last `window` losses > min(max(factor x "
+                "reference, reference + min_rise_fraction x learned), reference + "
+                "give_back_fraction x learned) for `patience` observations, where learned = "
+                "initial - reference, the reference is the lowest median of "
                 "`reference_window` consecutive losses since the last reset and initial is "
                 "the median of the first `reference_window` losses of the run"
             ),
@@ -205,7 +220,13 @@ class DivergenceGuard:
             return None
         cfg = self._config
         learned = max((self._initial or 0.0) - self._reference, 0.0)
-        return max(cfg.factor * self._reference, self._reference + cfg.min_rise_fraction * learned)
+        risen = max(cfg.factor * self._reference, self._reference + cfg.min_rise_fraction * learned)
+        # Only once the loss has clearly fallen (to 3/4 of the initial level or below): after a
+        # rollback the restored weights may sit near the initial level, where a small "give
+        # back" is noise.
+        if self._reference > 0.75 * (self._initial or 0.0):
+            return risen
+        return min(risen, self._reference + cfg.give_back_fraction * learned)
 
     def observe(self, loss: float, *, progress: float, time_s: float) -> Divergence | None:
         """One applied gradient's loss; returns a verdict the first time divergence is seen."""

@@ -231,3 +231,13 @@ def test_rollback_config_is_validated() -> None:
         RollbackConfig(momentum="less")
     with pytest.raises(ValueError, match=r"current lr scale 0\.0 must be"):
         rollback_decision(_verdict(), 0.0, MomentumPolicy.SCALE)
+
+
+def test_climbing_back_to_the_untrained_loss_is_divergence_below_three_times() -> None:
+    """Loss fell only from 2.3 to 1.35, then returned to chance (2.3): 1.7x, yet diverged."""
+    rng = random.Random(5)
+    learning = [_noisy(1.35 + 0.95 * math.exp(-i / 100), rng, 0.1) for i in range(600)]
+    back_to_chance = [_noisy(2.3, rng, 0.1) for _ in range(200)]
+    [(index, verdict)] = _feed(DivergenceGuard(), learning + back_to_chance)
+    assert verdict.kind is DivergenceKind.LOSS_RISE and index < 600 + 40
+    assert verdict.loss < 3 * verdict.reference  # the ratio test alone would not see it
