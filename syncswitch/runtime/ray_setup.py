@@ -26,9 +26,16 @@ def connect(address: str | None, min_cpus: int) -> bool:
 
 def local_init_kwargs(min_cpus: int) -> dict:
     return {
+        # Always a new instance of our own: a bare ray.init() would join any cluster that
+        # `ray start` left running on this machine. Joining a cluster is explicit
+        # (--ray-address or RAY_ADDRESS).
+        "address": "local",
         "num_cpus": max(os.cpu_count() or 1, min_cpus),
         "include_dashboard": False,
-        "_node_ip_address": "127.0.0.1",  # a local instance listens on loopback only
+        # Advertised as loopback. Ray 2.60 still binds its gRPC servers on all interfaces
+        # (ray.init resolves 127.0.0.1 to the node's address); Ray's token authentication,
+        # on by default, is what keeps other hosts out.
+        "_node_ip_address": "127.0.0.1",
         "logging_level": logging.WARNING,
         "runtime_env": {"env_vars": _LOCAL_ENV},
     }
