@@ -25,8 +25,13 @@ from syncswitch.runtime.ray_setup import local_init_kwargs
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds_by_kind() -> dict[str, float]:
-    """CPU seconds used so far by every process, grouped by what it is."""
+def cpu_seconds_by_kind(kinds: dict[str, str] | None = None) -> dict[str, float]:
+    """CPU seconds used so far by every process, grouped by what it is.
+
+    `kinds` (pid -> kind, filled in here) keeps a process in the group it was first seen in:
+    a Ray worker process is renamed when its task ends.
+    """
+    kinds = {} if kinds is None else kinds
     totals: dict[str, float] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -61,9 +66,10 @@ def main() -> None:
             while "workers" not in cpu_seconds_by_kind():
                 time.sleep(0.5)
             time.sleep(4)
-            marks["a"] = (cpu_seconds_by_kind(), time.monotonic())
+            kinds: dict[str, str] = {}
+            marks["a"] = (cpu_seconds_by_kind(kinds), time.monotonic())
             time.sleep(10)
-            marks["b"] = (cpu_seconds_by_kind(), time.monotonic())
+            marks["b"] = (cpu_seconds_by_kind(kinds), time.monotonic())
 
         threading.Thread(target=sample, daemon=True).start()
         summary = train(
