@@ -53,6 +53,9 @@ class RunView(TypingProtocol):
     @property
     def done(self) -> bool: ...
 
+    @property
+    def pinned(self) -> ProtocolSpec | None: ...  # set by a divergence rollback
+
 
 class OnlinePolicy:
     def __init__(self, kind: OnlinePolicyKind = OnlinePolicyKind.NONE, greedy_return: bool = False):
@@ -77,7 +80,8 @@ class OnlinePolicy:
         if run.done:
             return []
         if self.kind is OnlinePolicyKind.GREEDY:
-            return self._greedy(event, run, flagged)
+            # After a divergence rollback the run stays in BSP: greedy may not leave it.
+            return [] if run.pinned is not None else self._greedy(event, run, flagged)
         if self.kind is OnlinePolicyKind.ELASTIC:
             return self._elastic(event, run)
         return []

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from syncswitch.core.hyperparams import MomentumPolicy
 from syncswitch.core.online import OnlineConfig, OnlineMonitor
 from syncswitch.core.optimizer import FlatSGD
 from syncswitch.core.policies import OnlinePolicyKind
@@ -170,3 +171,19 @@ def test_a_detection_outside_every_episode_counts_as_false():
     run = VirtualRun("bsp", OnlinePolicyKind.NONE, slowed(3, 0.1, 0.2), scenario=scenario).run()
     assert run.outcome.straggler_events[0]["false_detection"] is True
     assert run.monitor.audit is not None and run.monitor.audit.false_detections == 1
+
+
+def test_greedy_does_not_leave_bsp_pinned_by_a_divergence_rollback():
+    run = VirtualRun("bsp:0.5,asp", OnlinePolicyKind.GREEDY, slowed(3, 0.1, 0.2))
+    snapshot = run.sync.snapshot("test")
+    run.sync.roll_back(
+        snapshot.state,
+        protocol="bsp",
+        lr_scale=0.5,
+        momentum_policy=MomentumPolicy.SCALE,
+        reason="divergence",
+    )
+    run.run()
+    assert run.decisions("switch") == []
+    assert {s.to_protocol for s in run.sync.switches} <= {"bsp"}
+    assert run.sync.samples_by_protocol["asp"] == 0
