@@ -59,6 +59,7 @@ from syncswitch.runtime.progress import ProgressDisplay
 from syncswitch.runtime.ray_setup import actor_options, connect
 from syncswitch.runtime.run_record import RunRecord
 from syncswitch.runtime.server import ParameterServer
+from syncswitch.runtime.summary import RunFacts, build_summary
 from syncswitch.runtime.worker import Worker, WorkerSpec, join_replies
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset
 
@@ -624,83 +625,19 @@ class _Run:
         write_json_atomic(self.writer.dir / "actors.json", self._pids)
 
     def _summary(self, setup_s: float, worker_stats: list[dict], status: str) -> dict[str, Any]:
-        record = self.record
-        accuracies = [m["test_accuracy"] for m in record.metrics]
-        final = record.final_metric()
-        state = self.state or {}
-        wall_s = final["time_s"] if final else state.get("time_s", 0.0)
-        samples = state.get("samples", 0)
-        return {
-            "status": status,
-            "final_accuracy": final["test_accuracy"] if final else None,
-            "best_accuracy": max(accuracies) if accuracies else None,
-            "final_test_loss": final["test_loss"] if final else None,
-            "wall_time_s": wall_s,
-            "setup_time_s": round(setup_s, 3),
-            "samples": samples,
-            "samples_per_s": samples / wall_s if wall_s else None,
-            "updates": state.get("version", 0),
-            "updates_per_s": state.get("version", 0) / wall_s if wall_s else None,
-            "schedule": self.config.schedule,
-            "schedule_source": self.schedule_source,
-            "time_by_protocol": state.get("time_by_protocol", {}),
-            "samples_by_protocol": state.get("samples_by_protocol", {}),
-            "switches": record.switches,
-            "staleness": record.staleness_summary(),
-            "gradients": state.get("accounting", {}),
-            "workers": self.config.workers,
-            "worker_step_time_mean_s": (
-                float(np.mean([w["step_time_mean_s"] for w in worker_stats]))
-                if worker_stats
-                else None
+        return build_summary(
+            RunFacts(
+                config=self.config,
+                record=self.record,
+                state=self.state or {},
+                total_samples=self.total_samples,
+                schedule_source=self.schedule_source,
+                run_dir=self.writer.dir,
             ),
-            "emulation": self.config.emulation().describe(),
-            "online": self._online_summary(state),
-            "reliability": {
-                "checkpoints": record.checkpoints,
-                "failures": record.failures,
-                "rollbacks": record.rollbacks,
-                "pinned_protocol": state.get("pinned"),
-                "lr_scale": state.get("lr_scale", 1.0),
-                "decisions": [d for d in record.decisions if d["policy"] != self._policy_name],
-                "faults_injected": self.config.fault_plan().describe(),
-            },
-            "run_dir": str(self.writer.dir),
-        }
-
-    @property
-    def _policy_name(self) -> str:
-        cfg = self.config
-        return "greedy+return" if cfg.greedy_return else cfg.online_policy
-
-    def _online_summary(self, state: dict[str, Any]) -> dict[str, Any] | None:
-        cfg = self.config
-        if not cfg.watches_stragglers:
-            return None
-        events = self.record.straggler_events
-        detected = [e for e in events if e["event"] == "straggler_detected"]
-        delays = [e["delay_s"] for e in detected if "delay_s" in e]
-        return {
-            **cfg.online().describe(),
-            "planned_bsp_samples": round(self._planned_bsp_fraction() * self.total_samples),
-            "bsp_samples": state.get("samples_by_protocol", {}).get("bsp", 0),
-            "detections": len(detected),
-            # Scored only against emulated stragglers (ground truth); unknown on real hardware.
-            "false_detections": (
-                sum(1 for e in detected if e.get("false_detection"))
-                if cfg.emulation().enabled
-                else None
-            ),
-            "detection_delay_s_median": float(np.median(delays)) if delays else None,
-            "excluded_at_end": state.get("excluded", []),
-            "decisions": [d for d in self.record.decisions if d["policy"] == self._policy_name],
-            "straggler_events": events,
-        }
-
-    def _planned_bsp_fraction(self) -> float:
-        phases = self.config.parsed_schedule().phases
-        starts = [0.0, *(p.end for p in phases[:-1])]
-        return sum(p.end - a for p, a in zip(phases, starts, strict=True) if p.spec.name == "bsp")
+            setup_s=setup_s,
+            worker_stats=worker_stats,
+            status=status,
+        )
 
 
 def _death_reason(error: RayActorError, killed_as_hung: bool) -> str:
