@@ -172,6 +172,7 @@ class _Run:
         self.schedule_source: dict[str, Any] = {"kind": "given"}
         self.state: dict[str, Any] = {}
         self._pending_evals: dict[Any, tuple[EvalPoint, float]] = {}
+        self._eval_slices: list[list[tuple[EvalPoint, np.ndarray]]] = []
         self._snapshots: dict[str, list[list[Snapshot]]] = defaultdict(list)
         self._restarts: dict[int, int] = defaultdict(int)
         self._killed: set[int] = set()  # hung workers killed, until they rejoin
@@ -346,14 +347,26 @@ class _Run:
             self.writer.event(event["event"], {k: v for k, v in event.items() if k != "event"})
         for decision in first["decisions"]:
             self._log_decision(decision)
-        # Each server shard snapshots its slice at the same sample counts: join them per point.
-        for shard_points in zip(*(d["evaluations"] for d in drained), strict=True):
+        self._queue_evaluations(drained)
+        self._take_snapshots(drained)
+        self._watch_divergence(first["applied"])
+
+    def _queue_evaluations(self, drained: list[dict]) -> None:
+        """Evaluate a point once every shard has sent its slice of the weights.
+
+        Shards snapshot at the same sample counts but are drained at slightly different
+        moments, so one shard may already hold a point that another has not reached yet.
+        """
+        while len(self._eval_slices) < len(drained):
+            self._eval_slices.append([])
+        for queue, shard in zip(self._eval_slices, drained, strict=False):
+            queue.extend(shard["evaluations"])
+        while all(self._eval_slices):
+            shard_points = [queue.pop(0) for queue in self._eval_slices]
             point = shard_points[0][0]
             weights = np.concatenate([w for _, w in shard_points])
             ref = self.evaluator.evaluate.remote(weights)
             self._pending_evals[ref] = (point, self.record.take_train_loss())
-        self._take_snapshots(drained)
-        self._watch_divergence(first["applied"])
 
     def _log_decision(self, decision: Decision) -> None:
         entry = decision.to_record()
@@ -489,6 +502,9 @@ class _Run:
                     self._finished[worker] = ray.get(ref, timeout=0)
             self.runs.clear()
         self.servers = self._start_servers(loaded.state["servers"])
+        # Slices that only some shards had sent belong to the lost timeline: drop them.
+        self._eval_slices.clear()
+        self._snapshots.clear()
         ray.get([s.begin.remote() for s in self.servers])
         lost = int(before.get("samples", 0)) - loaded.info.samples
         entry = {
