@@ -168,7 +168,11 @@ class _Run:
             self.record.metrics = [
                 m for m in self.record.metrics if m["samples"] <= checkpoint.info.samples
             ]
-        self.guard = DivergenceGuard(GuardConfig()) if config.divergence_guard else None
+        self.guard = (
+            DivergenceGuard(GuardConfig(), initial_level=self.record.guard_initial_level)
+            if config.divergence_guard
+            else None
+        )
         self.schedule_source: dict[str, Any] = {"kind": "given"}
         self.state: dict[str, Any] = {}
         self._pending_evals: dict[Any, tuple[EvalPoint, float]] = {}
@@ -581,6 +585,7 @@ class _Run:
             verdict = self.guard.observe(
                 update.loss, progress=update.progress, time_s=update.time_s
             )
+            self.record.guard_initial_level = self.guard.initial_level
             if verdict is not None:
                 self._respond_to_divergence(verdict)
                 return

@@ -39,6 +39,10 @@ class RunRecord:
     checkpoints: int = 0
     staleness: dict[str, StalenessStats] = field(default_factory=dict)
     rollbacks: int = 0
+    # The divergence guard's untrained loss level, once it has one. A resumed run must hand it
+    # back: measured afresh from the resumed (already trained) losses it would make the guard's
+    # "gave back most of what was learned" test fire on ordinary noise.
+    guard_initial_level: float | None = None
     # Training losses since the last evaluation point (the mean goes into metrics.csv).
     losses_since_eval: list[float] = field(default_factory=list)
 
@@ -64,6 +68,7 @@ class RunRecord:
                 name: [s.gradients, s.total, s.max] for name, s in self.staleness.items()
             },
             "rollbacks": self.rollbacks,
+            "guard_initial_level": self.guard_initial_level,
         }
 
     @classmethod
@@ -80,6 +85,7 @@ class RunRecord:
                 for name, (g, t, m) in state["staleness"].items()
             },
             rollbacks=int(state["rollbacks"]),
+            guard_initial_level=state.get("guard_initial_level"),
         )
 
     # -- reading ---------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ def build_summary(
             "rollbacks": record.rollbacks,
             "pinned_protocol": state.get("pinned"),
             "lr_scale": state.get("lr_scale", 1.0),
+            "guard_initial_loss": record.guard_initial_level,
             # Quarantines, rollbacks: every decision but the online policy's.
             "decisions": [d for d in record.decisions if d["policy"] != _policy_name(run.config)],
             "faults_injected": run.config.fault_plan().describe(),

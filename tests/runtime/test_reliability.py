@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from syncswitch.core.checkpoint import CheckpointStore
 from tests.runtime.jobs import read_csv, run
 
 pytestmark = pytest.mark.ray
@@ -141,6 +142,9 @@ def test_killed_driver_resumes_past_a_damaged_checkpoint(tmp_path):
     assert len(checkpoints) == 2  # the newest and the one before it
     newest = checkpoints[-1]
     newest.write_bytes(newest.read_bytes()[:100])  # truncated, as by a full disk
+    loaded = CheckpointStore(run_dir / "checkpoints").load_latest()
+    assert loaded.info.path == checkpoints[0]
+    initial = loaded.state["coordinator"]["guard_initial_level"]
     resumed = _cli("--resume", str(run_dir), "--no-progress", log=tmp_path / "log")
     assert resumed.wait(timeout=300) == 0, (tmp_path / "log").read_text()[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -149,6 +153,10 @@ def test_killed_driver_resumes_past_a_damaged_checkpoint(tmp_path):
     assert resume["checkpoint"]["file"] == checkpoints[0].name
     assert newest.name in resume["refused_checkpoints"][0]
     accounted(summary)
+    # The guard judges the resumed losses against the untrained level measured before the
+    # kill (ln 10 = 2.3 nats for 10 classes), not against the already-trained resumed ones.
+    assert 1.5 < initial < 3.0
+    assert summary["reliability"]["guard_initial_loss"] == initial
     metrics = read_csv(run_dir, "metrics.csv")
     fractions = [float(m["fraction"]) for m in metrics]
     assert fractions == sorted(set(fractions)) and fractions[-1] == 1.0  # no row twice
