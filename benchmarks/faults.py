@@ -332,13 +332,17 @@ def sustained(args, out: Path) -> dict:
     # About 300 ASP updates/s of 32 samples here: enough epochs for the minutes asked.
     epochs = round(minutes * 60 * 300 * 32 / TRAIN_SAMPLES)
     proc = start(base_args(epochs, run_dir, schedule="asp"), out / f"{name}.log")
+    # The clock starts once the run is up (actors.json written): start-up takes longer than
+    # a minute on a busy machine, and there is nothing to kill before it.
+    while proc.poll() is None and not (run_dir / "actors.json").exists():
+        time.sleep(0.5)
     started = time.monotonic()
     kills, rss = [], []
     next_kill, next_sample, victim = 60.0, 0.0, 0
     while proc.poll() is None:
         time.sleep(0.5)
         elapsed = time.monotonic() - started
-        if elapsed >= next_sample and (run_dir / "actors.json").exists():
+        if elapsed >= next_sample:
             ids = pids(run_dir)
             rss.append((round(elapsed), _rss_mb(ids["servers"][0]), _rss_mb(ids["driver"])))
             next_sample += 10
