@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import threading
 import time
@@ -71,6 +72,8 @@ def main() -> None:
             time.sleep(10)
             marks["b"] = (cpu_seconds_by_kind(kinds), time.monotonic())
 
+        run_dir = f"benchmarks/results/asp-efficiency/s{seed}"
+        shutil.rmtree(run_dir, ignore_errors=True)  # measured again from scratch
         threading.Thread(target=sample, daemon=True).start()
         summary = train(
             TrainConfig(
@@ -81,7 +84,7 @@ def main() -> None:
                 step_time_ms=args.step_time_ms,
                 jitter_sigma=0.2,
                 progress=False,
-                out=f"benchmarks/results/asp-efficiency/s{seed}",
+                out=run_dir,
             )
         ).summary
         rate = summary["updates_per_s"]

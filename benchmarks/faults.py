@@ -20,6 +20,7 @@ import io
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -104,6 +105,11 @@ def start(args: list[str], log_path: Path) -> subprocess.Popen:
     )
 
 
+def fresh(run_dir: Path) -> None:
+    """A scenario runs again from scratch (train() refuses an earlier run's directory)."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def progress(run_dir: Path, total: int) -> float:
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -133,6 +139,7 @@ def kill_server(run_dir: Path) -> str:
 
 def run_job(job: Job, out: Path) -> tuple[dict, list[str], subprocess.Popen]:
     run_dir = out / job.name
+    fresh(run_dir)
     total = round(job.epochs * TRAIN_SAMPLES)
     proc = start(job.args, out / f"{job.name}.log")
     done = []
@@ -227,6 +234,7 @@ def server(args, out: Path) -> dict:
 
 def _kill_driver_then_resume(name: str, args, out: Path, damage: Callable[[Path], str] | None):
     run_dir = out / name
+    fresh(run_dir)
     total = round(args.epochs * TRAIN_SAMPLES)
     proc = start(base_args(args.epochs, run_dir), out / f"{name}.log")
     while proc.poll() is None and progress(run_dir, total) < 0.5:
@@ -334,6 +342,7 @@ def sustained(args, out: Path) -> dict:
     minutes = args.sustained_minutes
     # About 300 ASP updates/s of 32 samples here: enough epochs for the minutes asked.
     epochs = round(minutes * 60 * 300 * 32 / TRAIN_SAMPLES)
+    fresh(run_dir)
     proc = start(base_args(epochs, run_dir, schedule="asp"), out / f"{name}.log")
     # The clock starts once the run is up (actors.json written): start-up takes longer than
     # a minute on a busy machine, and there is nothing to kill before it.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shutil
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,7 @@ def main() -> None:
                     f"-{case.momentum}-s{seed}"
                 ),
             )
+            shutil.rmtree(config.out, ignore_errors=True)  # measured again from scratch
             result = train(config)
             row = measure(case, seed, result.summary, result.run_dir, args)
             rows.append(row)

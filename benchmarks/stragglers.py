@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shutil
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +128,9 @@ def main() -> None:
 
 
 def job(args, seed: int, out_dir: Path, **extra) -> TrainConfig:
+    # A run directory without a row in runs.jsonl is an interrupted run's: start it afresh
+    # (train() refuses to write into an earlier run's directory).
+    shutil.rmtree(out_dir, ignore_errors=True)
     return TrainConfig(
         workers=args.workers,
         schedule=args.schedule,

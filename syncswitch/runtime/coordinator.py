@@ -108,7 +108,7 @@ def train(
     if model_factory is None:
         model_factory = BuiltinModel(config.model_name, _shape_only(dataset))
     run_dir = Path(config.out or _default_run_dir(config))
-    checkpoint = load_resume_checkpoint(run_dir) if resume else None
+    checkpoint = load_resume_checkpoint(run_dir) if resume else refuse_used_run_dir(run_dir)
     writer = RunWriter(
         run_dir,
         config.to_dict(),
@@ -125,6 +125,20 @@ def train(
         writer.close()
         if started_ray:
             ray.shutdown()
+
+
+def refuse_used_run_dir(run_dir: Path) -> None:
+    """A new run never writes into an earlier run's directory.
+
+    Its files would append to the old ones, and the old checkpoints would be taken for its
+    own by a server recovery or a divergence rollback before it has written any.
+    """
+    used = [n for n in ("config.json", "summary.json", CHECKPOINT_DIR) if (run_dir / n).exists()]
+    if used:
+        raise ConfigError(
+            f"--out {str(run_dir)!r} already holds a run ({', '.join(used)}); choose another "
+            f"directory, remove this one, or continue that run with --resume {run_dir}"
+        )
 
 
 def load_resume_checkpoint(run_dir: Path) -> LoadedCheckpoint:

@@ -44,6 +44,15 @@ def test_missing_cifar_directory_names_the_expected_path(capsys, tmp_path: Path)
     assert str(missing) in err and "never downloads" in err
 
 
+def test_a_new_run_never_writes_into_an_earlier_runs_directory(capsys, tmp_path: Path) -> None:
+    used = tmp_path / "run"
+    (used / "checkpoints").mkdir(parents=True)
+    (used / "config.json").write_text("{}")
+    err = error_of(capsys, ["train", "--out", str(used), "--no-progress"])
+    assert "already holds a run (config.json, checkpoints)" in err and "--resume" in err
+    assert sorted(p.name for p in used.iterdir()) == ["checkpoints", "config.json"]
+
+
 def test_config_file_keys_mirror_flags_and_unknown_keys_are_refused(capsys, tmp_path) -> None:
     from syncswitch.cli.train import add_parser, config_from_args
 
