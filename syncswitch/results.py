@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import IO, Any
 
@@ -141,7 +141,8 @@ def _truncate_csv(path: Path, keep: Any) -> None:
 
 
 def _row(record: Any) -> tuple:
-    return tuple(asdict(record).values())
+    # Not asdict(): it deep-copies every field, about 15x slower, and this runs per gradient.
+    return tuple(getattr(record, f.name) for f in fields(record))
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
