@@ -59,19 +59,23 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated scenario names: " + ", ".join(SCENARIOS))
     parser.add_argument("--sustained-minutes", type=float, default=5.0)
     parser.add_argument("--out", default="benchmarks/results/faults")
+    parser.add_argument(
+        "--table",
+        action="store_true",
+        help="run nothing: print the table from --out/runs.jsonl (the newest row per scenario)",
+    )
     args = parser.parse_args()
     out = Path(args.out)
+    if args.table:
+        print_table(out / "runs.jsonl")
+        return
     out.mkdir(parents=True, exist_ok=True)
     chosen = args.only.split(",") if args.only else list(SCENARIOS)
     unknown = sorted(set(chosen) - set(SCENARIOS))
     if unknown:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {SCENARIOS}")
     log = (out / "runs.jsonl").open("a")
-    print(
-        "| scenario | what was done | final acc % | clean acc % | gradients sent = applied "
-        "+ dropped | dropped by reason | recovery |"
-    )
-    print("|---|---|---|---|---|---|---|")
+    print_header()
     clean_acc = None
     for name in chosen:
         row = SCENARIO_RUNNERS[name](args, out)
@@ -398,6 +402,26 @@ SCENARIO_RUNNERS = {
     "payload-checkpoint": payload_checkpoint,
     "sustained": sustained,
 }
+
+
+def print_header() -> None:
+    print(
+        "| scenario | what was done | final acc % | clean acc % | gradients sent = applied "
+        "+ dropped | dropped by reason | recovery |"
+    )
+    print("|---|---|---|---|---|---|---|")
+
+
+def print_table(log: Path) -> None:
+    newest = {}
+    for line in log.read_text().splitlines():
+        row = json.loads(line)
+        newest[row["scenario"]] = row
+    clean_acc = newest["clean"]["final_accuracy"] if "clean" in newest else None
+    print_header()
+    for name in SCENARIOS:
+        if name in newest:
+            print_row({**newest[name], "clean_accuracy": clean_acc})
 
 
 def print_row(row: dict) -> None:
