@@ -91,9 +91,18 @@ def main() -> None:
         "false detections at the default threshold",
     )
     parser.add_argument("--out", default="benchmarks/results/stragglers")
+    parser.add_argument(
+        "--table",
+        action="store_true",
+        help="run nothing: print the table from --out/runs.jsonl (give the options it ran with)",
+    )
     args = parser.parse_args()
 
     out = Path(args.out)
+    if args.table:
+        rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+        print_table(rows, args)
+        return
     out.mkdir(parents=True, exist_ok=True)
     ray.init(**local_init_kwargs(args.workers + 4))
     if args.clean_minutes:
@@ -200,6 +209,7 @@ def print_table(rows: list[dict], args) -> None:
         group = [r for r in rows if r["scenario"] == key]
         base = _median(group, "none", "wall_time_s")
         base_bsp = _median(group, "none", "bsp_time_s")
+        speedup = (lambda b, t: f"{b / t:.2f}x") if base else (lambda b, t: "-")
         for policy in POLICIES:
             runs = [r for r in group if r["policy"] == policy.label]
             if not runs:
@@ -212,14 +222,15 @@ def print_table(rows: list[dict], args) -> None:
             print(
                 f"| {runs[0]['label']} | {policy.label} | {statistics.median(accs):.1f}"
                 f"{' (' + ', '.join(f'{a:.1f}' for a in accs) + ')' if len(accs) > 1 else ''}"
-                f" | {wall:.1f} | {bsp:.1f} | {work:.0%} | {base / wall:.2f}x"
-                f" | {base_bsp / bsp:.2f}x"
+                f" | {wall:.1f} | {bsp:.1f} | {work:.0%} | {speedup(base, wall)}"
+                f" | {speedup(base_bsp, bsp)}"
                 f" | {f'{statistics.median(delays):.2f}' if delays else '-'} |"
             )
 
 
-def _median(rows: list[dict], policy: str, key: str) -> float:
-    return statistics.median(r[key] for r in rows if r["policy"] == policy)
+def _median(rows: list[dict], policy: str, key: str) -> float | None:
+    values = [r[key] for r in rows if r["policy"] == policy]
+    return statistics.median(values) if values else None  # None: not measured (yet)
 
 
 def plot_accuracy(rows: list[dict], out: Path, key: str) -> None:
