@@ -33,6 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, WorkloadError) as error:
         print(f"syncswitch: error: {error}", file=sys.stderr)
         return 2
+    except RuntimeError as error:
+        if type(error).__name__ != "TrainingStalled":  # imported lazily with Ray; match by name
+            raise
+        print(
+            f"syncswitch: stopped: {error}; results so far are in the run directory",
+            file=sys.stderr,
+        )
+        return 1
     except KeyboardInterrupt:
         print("syncswitch: interrupted; results so far are in the run directory", file=sys.stderr)
         return 130

@@ -141,6 +141,10 @@ def refuse_used_run_dir(run_dir: Path) -> None:
         )
 
 
+class TrainingStalled(RuntimeError):
+    """The run cannot make progress (e.g. every worker quarantined); results so far are kept."""
+
+
 def load_resume_checkpoint(run_dir: Path) -> LoadedCheckpoint:
     """The last good checkpoint of a run directory, or a one-line error saying why not."""
     store = CheckpointStore(run_dir / CHECKPOINT_DIR)
@@ -338,6 +342,7 @@ class _Run:
                 continue
             self.state = drained[0]["state"]
             self._record(drained)
+            self._check_quarantine()
             self._collect_evals(block=False)
             show.update(self.state, self.record.metrics[-1] if self.record.metrics else None)
             if self._check_runs():
@@ -385,6 +390,25 @@ class _Run:
             weights = np.concatenate([w for _, w in shard_points])
             ref = self.evaluator.evaluate.remote(weights)
             self._pending_evals[ref] = (point, self.record.take_train_loss())
+
+    def _check_quarantine(self) -> None:
+        """Stop when no worker is left to train: every one is quarantined for bad gradients.
+
+        Otherwise the run would go on forever, each gradient dropped and counted, none
+        applied (seen with ASP diverging without the guard: every gradient non-finite).
+        """
+        quarantined = self.state.get("quarantined", [])
+        if len(quarantined) < self.config.workers:
+            return
+        reasons = {
+            d["worker"]: d["reason"] for d in self.record.decisions if d["action"] == "quarantine"
+        }
+        example = next(iter(reasons.values()), "bad gradients")
+        raise TrainingStalled(
+            f"every worker ({len(quarantined)}) is quarantined for bad gradients (e.g. {example}); "
+            f"nothing can be applied, so the run stops at {self.state.get('progress', 0):.1%} of "
+            "its samples. A diverging run: try the divergence guard or a lower learning rate"
+        )
 
     def _log_decision(self, decision: Decision) -> None:
         entry = decision.to_record()

@@ -205,6 +205,7 @@ class ParameterServer:
             "time_by_protocol": dict(sync.time_by_protocol),
             "samples_by_protocol": dict(sync.samples_by_protocol),
             "excluded": sorted(sync.excluded),
+            "quarantined": sorted(sync.quarantine.quarantined),
             "accounting": sync.accounting(),
             "online": self.monitor.state() if self.monitor else None,
             "pinned": sync.pinned.name if sync.pinned else None,

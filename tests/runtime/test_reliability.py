@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from syncswitch.core.checkpoint import CheckpointStore
+from syncswitch.runtime.coordinator import TrainingStalled
 from tests.runtime.jobs import read_csv, run
 
 pytestmark = pytest.mark.ray
@@ -59,6 +60,18 @@ def test_dead_and_bad_workers_never_stop_the_run(ray_session, small_mnist, tmp_p
     # is up again, so whether it still applied gradients depends on timing).
     steps = read_csv(result.run_dir, "worker_steps.csv")
     assert sorted(r["worker"] for r in steps) == ["0", "1", "2", "3"]
+
+
+def test_a_run_with_every_worker_quarantined_stops_with_its_results(
+    ray_session, small_mnist, tmp_path
+):
+    faults = [{"kind": "nan_gradient", "worker": w, "at": 0.3} for w in range(4)]
+    with pytest.raises(TrainingStalled, match=r"every worker \(4\) is quarantined"):
+        run(tmp_path, small_mnist, schedule="asp", epochs=6.0, faults=faults, **JOB)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"].startswith("failed: TrainingStalled")
+    assert summary["samples"] < 0.5 * 6 * 320  # stopped soon after the faults began at 0.3
+    accounted(summary)
 
 
 def test_a_hung_worker_is_killed_restarted_and_bsp_goes_on(ray_session, small_mnist, tmp_path):
