@@ -31,6 +31,12 @@ DEFAULT_MODEL = {"mnist1d": "cnn1d", "cifar10": "resnet20", "cifar100": "resnet3
 AUTO_SCHEDULE = "auto"
 
 
+class TrainingStalled(RuntimeError):
+    """The run cannot make progress (e.g. every worker quarantined); results so far are kept.
+
+    Here, beside ConfigError, so the CLI can catch it without importing Ray."""
+
+
 class ConfigError(ValueError):
     """A user mistake in the job description; the message names the value and what is allowed."""
 

@@ -8,7 +8,7 @@ import sys
 from syncswitch.cli import jobs as jobs_command
 from syncswitch.cli import search as search_command
 from syncswitch.cli import train as train_command
-from syncswitch.config import ConfigError
+from syncswitch.config import ConfigError, TrainingStalled
 from syncswitch.workloads import WorkloadError
 
 
@@ -33,9 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, WorkloadError) as error:
         print(f"syncswitch: error: {error}", file=sys.stderr)
         return 2
-    except RuntimeError as error:
-        if type(error).__name__ != "TrainingStalled":  # imported lazily with Ray; match by name
-            raise
+    except TrainingStalled as error:
         print(
             f"syncswitch: stopped: {error}; results so far are in the run directory",
             file=sys.stderr,

@@ -38,7 +38,7 @@ from ray.exceptions import (
     RayTaskError,
 )
 
-from syncswitch.config import ConfigError, TrainConfig
+from syncswitch.config import ConfigError, TrainConfig, TrainingStalled
 from syncswitch.core.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
 from syncswitch.core.divergence import (
     DivergenceGuard,
@@ -139,10 +139,6 @@ def refuse_used_run_dir(run_dir: Path) -> None:
             f"--out {str(run_dir)!r} already holds a run ({', '.join(used)}); choose another "
             f"directory, remove this one, or continue that run with --resume {run_dir}"
         )
-
-
-class TrainingStalled(RuntimeError):
-    """The run cannot make progress (e.g. every worker quarantined); results so far are kept."""
 
 
 def load_resume_checkpoint(run_dir: Path) -> LoadedCheckpoint:
