@@ -10,7 +10,8 @@ Python API::
 `dataset=` (a `syncswitch.workloads.ArrayDataset`) and `loss_fn=`.
 """
 
-from syncswitch.config import ConfigError, TrainConfig, make_config
+from syncswitch.config import TrainConfig, make_config
+from syncswitch.errors import ConfigError
 
 __all__ = ["ConfigError", "TrainConfig", "make_config", "train"]
 __version__ = "0.1.0"

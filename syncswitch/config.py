@@ -22,6 +22,7 @@ from syncswitch.core.policies import OnlinePolicyKind
 from syncswitch.core.protocol import Protocol, Schedule, ScheduleError
 from syncswitch.core.scenarios import StragglerScenario, build_scenario
 from syncswitch.core.stragglers import DetectorConfig
+from syncswitch.errors import ConfigError
 
 DATASETS = ("mnist1d", "cifar10", "cifar100")
 MODELS = ("cnn1d", "resnet20", "resnet32")
@@ -29,16 +30,6 @@ DEFAULT_MODEL = {"mnist1d": "cnn1d", "cifar10": "resnet20", "cifar100": "resnet3
 # `schedule: auto` names the job's stored timing decision; it is resolved from the registry
 # (syncswitch.timing.auto) before training, so a run never sees it.
 AUTO_SCHEDULE = "auto"
-
-
-class TrainingStalled(RuntimeError):
-    """The run cannot make progress (e.g. every worker quarantined); results so far are kept.
-
-    Here, beside ConfigError, so the CLI can catch it without importing Ray."""
-
-
-class ConfigError(ValueError):
-    """A user mistake in the job description; the message names the value and what is allowed."""
 
 
 def _opt(default: Any, help: str, **extra: Any) -> Any:

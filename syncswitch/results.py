@@ -10,13 +10,14 @@ an `emulated` column so no figure can be mistaken for real-hardware timing.
 from __future__ import annotations
 
 import csv
+import io
 import json
-import os
 from dataclasses import fields
 from pathlib import Path
 from typing import IO, Any
 
 from syncswitch.core.records import DropRecord, UpdateRecord
+from syncswitch.files import write_atomic, write_json_atomic
 
 METRIC_COLUMNS = (
     "time_s",
@@ -130,26 +131,13 @@ def _truncate_csv(path: Path, keep: Any) -> None:
         reader = csv.DictReader(handle)
         columns = reader.fieldnames or []
         rows = [row for row in reader if keep(row)]
-    tmp = path.with_suffix(".csv.tmp")
-    with tmp.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, columns)
-        writer.writeheader()
-        writer.writerows(rows)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomic(path, text.getvalue())
 
 
 def _row(record: Any) -> tuple:
     # Not asdict(): it deep-copies every field, about 15x slower, and this runs per gradient.
     return tuple(getattr(record, f.name) for f in fields(record))
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so a reader never sees a half-written file (temp file, fsync, rename)."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w") as handle:
-        json.dump(data, handle, indent=2, default=str)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)

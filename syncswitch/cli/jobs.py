@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from syncswitch.cli.registry_option import add_registry_argument
-from syncswitch.config import ConfigError
+from syncswitch.errors import ConfigError
 
 _EXAMPLES = """examples:
   syncswitch jobs                         # every stored job, its trials and latest decision

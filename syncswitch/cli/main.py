@@ -8,8 +8,7 @@ import sys
 from syncswitch.cli import jobs as jobs_command
 from syncswitch.cli import search as search_command
 from syncswitch.cli import train as train_command
-from syncswitch.config import ConfigError, TrainingStalled
-from syncswitch.workloads import WorkloadError
+from syncswitch.errors import TrainingStalled, UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
-    except (ConfigError, WorkloadError) as error:
+    except UserError as error:
         print(f"syncswitch: error: {error}", file=sys.stderr)
         return 2
     except TrainingStalled as error:

@@ -9,7 +9,7 @@ from typing import Any
 
 from syncswitch.cli.registry_option import add_registry_argument
 from syncswitch.cli.train import add_config_arguments, config_from_args
-from syncswitch.config import ConfigError
+from syncswitch.errors import ConfigError
 
 # Set per trial by the search, so not options of it.
 _PER_TRIAL = ("schedule", "out", "progress")

@@ -41,7 +41,6 @@ import os
 import pickle
 import random
 import re
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -52,11 +51,12 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from syncswitch.files import TMP_SUFFIX, fsync_directory, write_atomic
+
 FORMAT = "syncswitch-checkpoint"
 FORMAT_VERSION = 1
 _NAME = re.compile(r"^checkpoint-(\d{6,})\.(pt|json)$")
 _TMP_PREFIX = ".checkpoint-"
-_TMP_SUFFIX = ".tmp"
 # Deeper than any real state; a deeper structure is almost surely a cycle or a mistake, and
 # refusing it early beats a RecursionError from inside the pickler.
 MAX_DEPTH = 64
@@ -300,33 +300,6 @@ def _short(value: Any) -> str:
 # -- files ------------------------------------------------------------------------------------
 
 
-def _fsync_directory(directory: Path) -> None:
-    """Make a rename inside `directory` durable (a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Temp file in the same directory, flush, fsync, rename over `path`, fsync the directory."""
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    _fsync_directory(path.parent)
-
-
 def _unpickler_detail(message: str) -> str:
     """The informative part of torch's long weights_only error, which is mostly boilerplate.
 
@@ -406,7 +379,7 @@ class CheckpointStore:
             created_unix_s=time.time(),
             meta=meta_plain,
         )
-        _write_atomic(info.path, data)
+        write_atomic(info.path, data, tmp_prefix=_TMP_PREFIX)
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -419,7 +392,9 @@ class CheckpointStore:
             "created_unix_s": info.created_unix_s,
             "meta": meta_plain,
         }
-        _write_atomic(info.manifest_path, (json.dumps(manifest, indent=2) + "\n").encode())
+        write_atomic(
+            info.manifest_path, json.dumps(manifest, indent=2) + "\n", tmp_prefix=_TMP_PREFIX
+        )
         self._prune()
         return info
 
@@ -482,11 +457,11 @@ class CheckpointStore:
             # refuses as "missing manifest" and the next prune removes.
             self._manifest_path(sequence).unlink(missing_ok=True)
             self._data_path(sequence).unlink(missing_ok=True)
-        _fsync_directory(self.directory)
+        fsync_directory(self.directory)
 
     def _remove_temp_files(self) -> None:
         """Leftovers of a save that crashed before its rename (never a complete checkpoint)."""
-        for entry in self.directory.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"):
+        for entry in self.directory.glob(f"{_TMP_PREFIX}*{TMP_SUFFIX}"):
             entry.unlink(missing_ok=True)
 
     def _manifest_samples(self, sequence: int) -> int:

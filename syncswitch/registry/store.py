@@ -51,7 +51,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 
-from syncswitch.config import ConfigError
+from syncswitch.errors import RegistryError
 
 ENV_VAR = "SYNCSWITCH_REGISTRY"
 SCHEMA_VERSION = 1
@@ -101,10 +101,6 @@ decisions_table = Table(
     Column("reason", Text, nullable=False),
     Column("created", DateTime, nullable=False),
 )
-
-
-class RegistryError(ConfigError):
-    """The registry cannot be opened, read or written; the message says which and why."""
 
 
 class TrialStatus:

@@ -38,7 +38,7 @@ from ray.exceptions import (
     RayTaskError,
 )
 
-from syncswitch.config import ConfigError, TrainConfig, TrainingStalled
+from syncswitch.config import TrainConfig
 from syncswitch.core.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
 from syncswitch.core.divergence import (
     DivergenceGuard,
@@ -53,7 +53,9 @@ from syncswitch.core.optimizer import flatten_parameters
 from syncswitch.core.records import Decision, EvalPoint, Snapshot
 from syncswitch.core.sharding import parameter_shards
 from syncswitch.core.synchronizer import SyncConfig
-from syncswitch.results import RunWriter, write_json_atomic
+from syncswitch.errors import ConfigError, TrainingStalled
+from syncswitch.files import write_json_atomic
+from syncswitch.results import RunWriter
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
 from syncswitch.runtime.ray_setup import actor_options, connect

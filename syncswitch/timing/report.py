@@ -23,7 +23,7 @@ from syncswitch.core.timing import (
     TrialKey,
     format_fraction,
 )
-from syncswitch.results import write_json_atomic
+from syncswitch.files import write_json_atomic
 
 if TYPE_CHECKING:
     from syncswitch.timing.search import SearchResult, TrialRun

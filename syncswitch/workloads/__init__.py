@@ -1,12 +1,7 @@
 """Datasets and models the trainer can run: MNIST-1D with a small CNN, CIFAR with ResNets."""
 
-from syncswitch.workloads.datasets import (
-    DATASETS,
-    ArrayDataset,
-    WorkloadError,
-    load_dataset,
-    prepare_batch,
-)
+from syncswitch.errors import WorkloadError
+from syncswitch.workloads.datasets import DATASETS, ArrayDataset, load_dataset, prepare_batch
 from syncswitch.workloads.models import MODELS, CifarResNet, Cnn1d, build_model
 
 __all__ = [

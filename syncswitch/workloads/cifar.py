@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from syncswitch.workloads.datasets import WorkloadError
+from syncswitch.errors import WorkloadError
 
 _IMAGE_SHAPE = (3, 32, 32)
 _IMAGE_BYTES = 3 * 32 * 32

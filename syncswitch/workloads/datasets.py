@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from syncswitch.errors import WorkloadError
+from syncswitch.workloads.cifar import read_cifar
+
 DATASETS: tuple[str, ...] = ("mnist1d", "cifar10", "cifar100")
 AUGMENTATIONS: tuple[str, ...] = ("none", "cifar")
 
@@ -25,10 +28,6 @@ _CHANNEL_STATS: dict[str, tuple[tuple[float, float, float], tuple[float, float, 
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
     "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
 }
-
-
-class WorkloadError(ValueError):
-    """A dataset or model request that cannot be satisfied; the message is meant for users."""
 
 
 # eq=False: the generated __eq__/__hash__ would compare or hash numpy arrays, which raises.
@@ -84,9 +83,6 @@ def load_dataset(
     if name == "mnist1d":
         return _make_mnist1d(mnist1d_samples, mnist1d_seed)
     if name in ("cifar10", "cifar100"):
-        # Imported here because cifar.py needs WorkloadError from this module.
-        from syncswitch.workloads.cifar import read_cifar
-
         arrays = read_cifar(name, data_dir)
         return ArrayDataset(
             name=name,

@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from syncswitch.workloads.datasets import ArrayDataset, WorkloadError
+from syncswitch.errors import WorkloadError
+from syncswitch.workloads.datasets import ArrayDataset
 
 MODELS: tuple[str, ...] = ("cnn1d", "resnet20", "resnet32")
 

@@ -1,0 +1,29 @@
+"""Errors a user sees, in one place.
+
+`UserError` and its kinds are mistakes in what the user gave (flags, files, directories): the
+CLI prints their one-line message and exits 2, never a traceback. `TrainingStalled` is not a
+mistake but a run that cannot go on; the CLI exits 1 and the results so far stay on disk.
+Nothing here imports Ray or torch, so the CLI can catch these without loading either.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A mistake in the user's input; the message names the value and what is allowed."""
+
+
+class ConfigError(UserError, ValueError):
+    """A user mistake in the job description."""
+
+
+class WorkloadError(UserError, ValueError):
+    """A dataset or model that cannot be built from what was given."""
+
+
+class RegistryError(UserError):
+    """The job registry cannot be opened, read or written; the message says which and why."""
+
+
+class TrainingStalled(RuntimeError):
+    """The run cannot make progress (e.g. every worker quarantined); results so far are kept."""
