@@ -17,11 +17,9 @@ import statistics
 import threading
 import time
 
-import ray
-
 from syncswitch.config import TrainConfig
 from syncswitch.runtime.coordinator import train
-from syncswitch.runtime.ray_setup import local_init_kwargs
+from syncswitch.runtime.ray_setup import start_local
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -56,7 +54,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=40.0)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    ray.init(**local_init_kwargs(args.workers + 4))
+    start_local(args.workers + 4)
     ideal = args.workers / (args.step_time_ms / 1000)
     rows = []
     for seed in range(args.repeats):

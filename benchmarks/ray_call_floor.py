@@ -19,7 +19,7 @@ import time
 import numpy as np
 import ray
 
-from syncswitch.runtime.ray_setup import local_init_kwargs
+from syncswitch.runtime.ray_setup import start_local
 
 
 @ray.remote(num_cpus=1)
@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--parameters", type=int, default=5210, help="floats per message")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    ray.init(**local_init_kwargs(args.workers + 4))
+    start_local(args.workers + 4)
     print(
         f"{args.workers} clients, {args.step_time_ms:g} ms emulated step, "
         f"{args.parameters} float32 per message; medians of {args.repeats} runs\n"

@@ -20,11 +20,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-import ray
-
 from syncswitch.config import TrainConfig
 from syncswitch.runtime.coordinator import train
-from syncswitch.runtime.ray_setup import local_init_kwargs
+from syncswitch.runtime.ray_setup import start_local
 
 
 @dataclass(frozen=True)
@@ -61,7 +59,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = (out / "runs.jsonl").open("a")
-    ray.init(**local_init_kwargs(args.workers + 4))
+    start_local(args.workers + 4)
     rows = []
     for case in CASES:
         for seed in range(args.seeds):

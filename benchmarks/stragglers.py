@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
-import ray
 
 from syncswitch.config import TrainConfig
 from syncswitch.runtime.coordinator import train
-from syncswitch.runtime.ray_setup import local_init_kwargs
+from syncswitch.runtime.ray_setup import start_local
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,7 @@ def main() -> None:
         print_table(rows, args)
         return
     out.mkdir(parents=True, exist_ok=True)
-    ray.init(**local_init_kwargs(args.workers + 4))
+    start_local(args.workers + 4)
     if args.clean_minutes:
         clean_run(args, out)
         return

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from syncswitch.cluster_address import parse_cluster_address
 from syncswitch.core.emulation import EmulationConfig
 from syncswitch.core.faults import FaultPlan, parse_faults
 from syncswitch.core.hyperparams import LrSchedule, LrScheduleKind, MomentumPolicy
@@ -23,6 +24,7 @@ from syncswitch.core.protocol import Protocol, Schedule, ScheduleError
 from syncswitch.core.scenarios import StragglerScenario, build_scenario
 from syncswitch.core.stragglers import DetectorConfig
 from syncswitch.errors import ConfigError
+from syncswitch.files import UnsafeFileError, read_regular
 
 DATASETS = ("mnist1d", "cifar10", "cifar100")
 MODELS = ("cnn1d", "resnet20", "resnet32")
@@ -30,6 +32,29 @@ DEFAULT_MODEL = {"mnist1d": "cnn1d", "cifar10": "resnet20", "cifar100": "resnet3
 # `schedule: auto` names the job's stored timing decision; it is resolved from the registry
 # (syncswitch.timing.auto) before training, so a run never sees it.
 AUTO_SCHEDULE = "auto"
+
+# Upper bounds on what a user may ask for, checked before anything is allocated or started.
+# They are far above any job this project runs (the paper's largest has 16 workers); past them
+# a value is a typo or a hostile file, and would exhaust memory, processes or time.
+MAX_WORKERS = 1024
+MAX_SERVERS = 64
+MAX_BATCH_SIZE = 65536
+MAX_EPOCHS = 100_000.0
+MAX_TOTAL_SAMPLES = 10**11  # epochs x training samples: ~4 months at 10k samples/s
+MAX_MNIST1D_SAMPLES = 1_000_000
+CIFAR_TRAIN_SAMPLES = 50_000
+MIN_EVERY_FRACTION = 1e-4  # eval_every, checkpoint_every: at most 10,000 of each per run
+MAX_STEP_TIME_MS = 60_000.0
+MAX_JITTER_SIGMA = 3.0
+MAX_SPEED_FACTOR = 1000.0
+MAX_SECONDS = 7 * 24 * 3600.0  # checkpoint_every_s, worker_timeout_s
+MAX_WORKER_RESTARTS = 10_000
+MAX_STRAGGLER_WINDOW = 10_000
+MAX_SEED = 2**31 - 1  # seed + repeats must still fit numpy's and torch's seed types
+MAX_LIST_ITEMS = 10_000  # lr_milestones, speed_factors, stragglers and faults entries
+MAX_TEXT_CHARS = 4096  # any text option: schedule, paths, addresses
+# Config and list files are a few hundred bytes; a cap keeps a hostile one from filling memory.
+MAX_CONFIG_FILE_BYTES = 1 << 20
 
 
 def _opt(default: Any, help: str, **extra: Any) -> Any:
@@ -153,16 +178,37 @@ class TrainConfig:
     # -- validation ---------------------------------------------------------------------------
 
     def validate(self) -> None:
-        _require(self.workers >= 1, "workers", self.workers, "an integer >= 1")
-        _require(self.servers >= 1, "servers", self.servers, "an integer >= 1")
-        _require(math.isfinite(self.epochs) and self.epochs > 0, "epochs", self.epochs, "> 0")
-        _require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
-        _require(math.isfinite(self.lr) and self.lr > 0, "lr", self.lr, "> 0")
+        self._validate_types_and_sizes()
+        _require(1 <= self.workers <= MAX_WORKERS, "workers", self.workers, f"in 1..{MAX_WORKERS}")
+        _require(1 <= self.servers <= MAX_SERVERS, "servers", self.servers, f"in 1..{MAX_SERVERS}")
+        _require(0 < self.epochs <= MAX_EPOCHS, "epochs", self.epochs, f"> 0 and <= {MAX_EPOCHS:g}")
+        _require(
+            1 <= self.batch_size <= MAX_BATCH_SIZE,
+            "batch_size",
+            self.batch_size,
+            f"in 1..{MAX_BATCH_SIZE}",
+        )
+        _require(self.lr > 0, "lr", self.lr, "> 0")
         _require(0 <= self.momentum < 1, "momentum", self.momentum, "in [0, 1)")
         _require(0 <= self.momentum_ramp <= 1, "momentum_ramp", self.momentum_ramp, "in [0, 1]")
         _require(self.weight_decay >= 0, "weight_decay", self.weight_decay, ">= 0")
-        _require(0 < self.eval_every <= 1, "eval_every", self.eval_every, "in (0, 1]")
-        _require(self.mnist1d_samples >= 100, "mnist1d_samples", self.mnist1d_samples, ">= 100")
+        _require(
+            MIN_EVERY_FRACTION <= self.eval_every <= 1,
+            "eval_every",
+            self.eval_every,
+            f"in [{MIN_EVERY_FRACTION:g}, 1]",
+        )
+        _require(
+            100 <= self.mnist1d_samples <= MAX_MNIST1D_SAMPLES,
+            "mnist1d_samples",
+            self.mnist1d_samples,
+            f"in 100..{MAX_MNIST1D_SAMPLES}",
+        )
+        _require(0 <= self.seed <= MAX_SEED, "seed", self.seed, f"in 0..{MAX_SEED}")
+        self._validate_workload_size()
+        self._validate_emulation_sizes()
+        if self.ray_address is not None:
+            parse_cluster_address(self.ray_address)
         self._check_choice("momentum_at_switch")
         self._check_choice("online_policy")
         self._check_choice("lr_schedule")
@@ -174,14 +220,20 @@ class TrainConfig:
                 Schedule.parse(self.schedule)
             self.lr_schedule_spec()
             self.emulation()
-        except (ScheduleError, ValueError) as error:
+        except (ScheduleError, ValueError, TypeError, OverflowError) as error:
             raise ConfigError(str(error)) from None
         self._validate_online()
         _require(
-            0 <= self.checkpoint_every < 1, "checkpoint_every", self.checkpoint_every, "in [0, 1)"
+            self.checkpoint_every == 0 or MIN_EVERY_FRACTION <= self.checkpoint_every < 1,
+            "checkpoint_every",
+            self.checkpoint_every,
+            f"0 (off) or in [{MIN_EVERY_FRACTION:g}, 1)",
         )
         _require(
-            self.checkpoint_every_s >= 0, "checkpoint_every_s", self.checkpoint_every_s, ">= 0"
+            0 <= self.checkpoint_every_s <= MAX_SECONDS,
+            "checkpoint_every_s",
+            self.checkpoint_every_s,
+            f"in [0, {MAX_SECONDS:g}] seconds",
         )
         _require(
             0 < self.rollback_lr_factor <= 1,
@@ -189,18 +241,79 @@ class TrainConfig:
             self.rollback_lr_factor,
             "in (0, 1]",
         )
-        _require(self.worker_timeout_s > 0, "worker_timeout_s", self.worker_timeout_s, "> 0")
         _require(
-            self.max_worker_restarts >= 0, "max_worker_restarts", self.max_worker_restarts, ">= 0"
+            0 < self.worker_timeout_s <= MAX_SECONDS,
+            "worker_timeout_s",
+            self.worker_timeout_s,
+            f"> 0 and <= {MAX_SECONDS:g} seconds",
+        )
+        _require(
+            0 <= self.max_worker_restarts <= MAX_WORKER_RESTARTS,
+            "max_worker_restarts",
+            self.max_worker_restarts,
+            f"in 0..{MAX_WORKER_RESTARTS}",
         )
         try:
             self.fault_plan()
-        except ValueError as error:
+        except (ValueError, TypeError, OverflowError) as error:
             raise ConfigError(str(error)) from None
         if self.speed_factors and len(self.speed_factors) != self.workers:
             raise ConfigError(
                 f"speed_factors has {len(self.speed_factors)} values but workers is "
                 f"{self.workers}: give one factor per worker"
+            )
+
+    def _validate_types_and_sizes(self) -> None:
+        """Every field has its declared type, every number is finite, every text and list is
+        of bounded size: the checks after this one may then compare and compute freely."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            type_name = str(f.type)
+            if value is None and type_name.endswith("| None"):
+                continue
+            problem = _type_problem(type_name.replace("| None", "").strip(), value)
+            if problem:
+                raise ConfigError(
+                    f"{f.name} = {_short(value)} is not allowed; it must be {problem}"
+                )
+            if isinstance(value, str | list):
+                limit = MAX_TEXT_CHARS if isinstance(value, str) else MAX_LIST_ITEMS
+                if len(value) > limit:
+                    unit = "characters" if isinstance(value, str) else "entries"
+                    raise ConfigError(
+                        f"{f.name} has {len(value)} {unit}; at most {limit} are allowed"
+                    )
+
+    def _validate_workload_size(self) -> None:
+        """epochs x training samples is the total workload; bounded so that run lengths,
+        schedules and evaluation points stay exact integers of a sane size."""
+        train_samples = self.mnist1d_samples if self.dataset == "mnist1d" else CIFAR_TRAIN_SAMPLES
+        total = self.epochs * train_samples
+        if total > MAX_TOTAL_SAMPLES:
+            raise ConfigError(
+                f"epochs = {self.epochs:g} over up to {train_samples} training samples is "
+                f"{total:.3g} samples; at most {MAX_TOTAL_SAMPLES:.0e} allowed"
+            )
+
+    def _validate_emulation_sizes(self) -> None:
+        _require(
+            0 <= self.step_time_ms <= MAX_STEP_TIME_MS,
+            "step_time_ms",
+            self.step_time_ms,
+            f"in [0, {MAX_STEP_TIME_MS:g}]",
+        )
+        _require(
+            0 <= self.jitter_sigma <= MAX_JITTER_SIGMA,
+            "jitter_sigma",
+            self.jitter_sigma,
+            f"in [0, {MAX_JITTER_SIGMA:g}]",
+        )
+        for factor in self.speed_factors or ():
+            _require(
+                0 < factor <= MAX_SPEED_FACTOR,
+                "speed_factors",
+                factor,
+                f"> 0 and <= {MAX_SPEED_FACTOR:g} (each)",
             )
 
     def _validate_online(self) -> None:
@@ -213,10 +326,16 @@ class TrainConfig:
                 f"online_policy {self.online_policy!r} needs servers = 1, got {self.servers}: "
                 "each server shard would decide on its own and the shards could disagree"
             )
+        _require(
+            1 <= self.straggler_window <= MAX_STRAGGLER_WINDOW,
+            "straggler_window",
+            self.straggler_window,
+            f"in 1..{MAX_STRAGGLER_WINDOW}",
+        )
         try:
             self.detector_config()
             self.scenario()
-        except ValueError as error:
+        except (ValueError, TypeError, OverflowError) as error:
             raise ConfigError(str(error)) from None
 
     def _check_choice(self, name: str) -> None:
@@ -303,7 +422,37 @@ class TrainConfig:
 
 def _require(ok: bool, name: str, value: Any, allowed: str) -> None:
     if not ok:
-        raise ConfigError(f"{name} = {value!r} is not allowed; it must be {allowed}")
+        raise ConfigError(f"{name} = {_short(value)} is not allowed; it must be {allowed}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _type_problem(base: str, value: Any) -> str | None:
+    """What `value` must be instead, for a field of type `base`; None when it fits."""
+    if base == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+        return "an integer"
+    if base == "bool" and not isinstance(value, bool):
+        return "true or false"
+    if base == "float" and not (_is_number(value) and math.isfinite(value)):
+        return "a finite number"
+    if base == "str" and not isinstance(value, str):
+        return "text"
+    if base.startswith("list") and not isinstance(value, list):
+        return "a list"
+    if base == "list[float]" and not all(_is_number(v) and math.isfinite(v) for v in value):
+        return "a list of finite numbers"
+    return None
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """A value's repr cut to one short line (a hostile value may be huge or multi-line)."""
+    try:
+        text = " ".join(repr(value).split())
+    except ValueError:  # an int too long to print (Python caps int-to-text conversion)
+        return f"an integer of {value.bit_length()} bits"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def config_fields() -> list:
@@ -314,21 +463,67 @@ def field_default(f: Any) -> Any:
     return None if f.default is MISSING else f.default
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML's safe loader without anchors and aliases (&name / *name).
+
+    An alias refers to an earlier node, so a few hundred bytes of nested aliases describe a
+    structure of billions of entries (the "billion laughs"); no job file needs them.
+    """
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            mark = event.start_mark
+            raise _AliasRefused(
+                f"anchors and aliases (&name, *name) are not allowed (line {mark.line + 1})"
+            )
+        return super().compose_node(parent, index)
+
+
+class _AliasRefused(Exception):
+    pass
+
+
 def _read_structured_file(path: str | Path, what: str) -> Any:
-    """Parse a YAML or TOML file (YAML loaded safely: no tags that build objects)."""
+    """Parse a YAML or TOML file (YAML loaded safely: no tags that build objects, no aliases).
+
+    Only a regular file of at most MAX_CONFIG_FILE_BYTES is read (a FIFO or a device would
+    block or never end), and every way parsing can fail ends in one ConfigError line.
+    """
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{what} {str(path)!r} does not exist")
-    text = path.read_text()
+    shown = str(path)
+    if path.suffix not in (".toml", ".yaml", ".yml"):
+        raise ConfigError(f"{what} {shown!r}: use a .yaml, .yml or .toml file")
+    try:
+        raw = read_regular(path, MAX_CONFIG_FILE_BYTES)
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {shown!r} does not exist") from None
+    except OSError as error:
+        raise ConfigError(f"{what} {shown!r} cannot be read: {_os_reason(error)}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{what} {shown!r} is not UTF-8 text (byte {error.start}); save it as UTF-8"
+        ) from None
     try:
         if path.suffix == ".toml":
             return tomllib.loads(text)
-        if path.suffix in (".yaml", ".yml"):
-            return yaml.safe_load(text)
-        raise ConfigError(f"{what} {str(path)!r}: use a .yaml, .yml or .toml file")
-    except (yaml.YAMLError, tomllib.TOMLDecodeError) as error:
+        return yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader subclass
+    except _AliasRefused as error:
+        raise ConfigError(f"{what} {shown!r}: {error}") from None
+    except RecursionError:
+        raise ConfigError(f"{what} {shown!r} is nested too deeply to be a job file") from None
+    except (yaml.YAMLError, tomllib.TOMLDecodeError, ValueError) as error:
+        # ValueError: e.g. an integer literal too long for Python to convert.
         detail = " ".join(str(error).split())  # one line, however the parser formats it
-        raise ConfigError(f"{what} {str(path)!r} cannot be parsed: {detail}") from None
+        raise ConfigError(f"{what} {shown!r} cannot be parsed: {detail[:300]}") from None
+
+
+def _os_reason(error: OSError) -> str:
+    if isinstance(error, UnsafeFileError):
+        return str(error)
+    return error.strerror or type(error).__name__
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -340,11 +535,24 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     normalised = {str(key).replace("-", "_"): value for key, value in data.items()}
     unknown = sorted(set(normalised) - known)
     if unknown:
+        shown = ", ".join(" ".join(name.split())[:40] for name in unknown[:5])
         raise ConfigError(
-            f"unknown key(s) {', '.join(unknown)} in {str(path)!r}; allowed keys are the "
+            f"unknown key(s) {shown} in {str(path)!r}; allowed keys are the "
             "`syncswitch train` options, e.g. workers, schedule, epochs, lr"
         )
+    for name in FLAG_ONLY:
+        if name in normalised:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(
+                f"{name} in {str(path)!r} is not allowed: where the job connects is taken only "
+                f"from {flag} or the RAY_ADDRESS environment variable, never from a file"
+            )
     return normalised
+
+
+# Options a file may never set (see docs/security.md): a config file can come from anywhere,
+# and it must not choose the cluster that receives the job's model, data and code.
+FLAG_ONLY = ("ray_address",)
 
 
 def load_list_file(path: str | Path, key: str) -> list:
@@ -359,6 +567,10 @@ def load_list_file(path: str | Path, key: str) -> list:
         raise ConfigError(
             f"{key} file {str(path)!r} must hold a list, or a mapping with the single key "
             f"{key!r}, got {type(data).__name__}"
+        )
+    if len(data) > MAX_LIST_ITEMS:
+        raise ConfigError(
+            f"{key} file {str(path)!r} has {len(data)} entries; at most {MAX_LIST_ITEMS} allowed"
         )
     return data
 
@@ -395,7 +607,7 @@ def parse_value(name: str, type_name: str, value: Any) -> Any:
             items = value.split(",") if isinstance(value, str) else list(value)
             return [float(item) for item in items if str(item).strip()]
         return str(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         kind = {
             "list[float]": "a comma-separated list of numbers",
             "int": "an integer",
@@ -403,7 +615,7 @@ def parse_value(name: str, type_name: str, value: Any) -> Any:
             "bool": "true or false",
             "list": "a list",
         }.get(base, f"a {base}")
-        raise ConfigError(f"{name} = {value!r} is not allowed; it must be {kind}") from None
+        raise ConfigError(f"{name} = {_short(value)} is not allowed; it must be {kind}") from None
 
 
 def make_config(values: dict[str, Any]) -> TrainConfig:

@@ -1,30 +1,52 @@
-"""Writing files so that a reader never sees half of one, and a crash never leaves one torn.
+"""Reading and writing files that may not be what they claim to be.
 
-Every result file that is rewritten while a run goes (summary.json, actors.json, checkpoints,
-a truncated CSV on resume) goes through `write_atomic`: a temp file with an unpredictable name
-made with O_EXCL in the same directory (so it never follows a planted symlink), flushed and
-fsynced, then renamed over the target (atomic on POSIX within one file system; a symlink at the
-target is replaced, not followed), and the directory fsynced so the rename survives a crash.
+Writing: every result file that is rewritten while a run goes (summary.json, actors.json,
+checkpoints, a truncated CSV on resume) goes through `write_atomic` / `atomic_writer`: a temp
+file made by `tempfile.mkstemp` in the same directory (a random name from the OS's random
+source, opened with O_CREAT | O_EXCL | O_NOFOLLOW, so a name planted in advance, symlink or
+not, makes it pick another name rather than follow it), flushed and fsynced, then renamed over
+the target (atomic on POSIX within one file system; a symlink at the target is replaced, not
+followed), and the directory fsynced so the rename survives a crash. Logs that grow while a
+run goes are opened with `open_append`, which refuses a symlink or anything but a regular file.
+
+Reading: `read_regular` opens without blocking and checks, on the open descriptor, that the
+file is a regular file before reading at most a given number of bytes. A FIFO would otherwise
+block the reader forever, a device such as /dev/zero never end, and a huge file fill memory.
+Inside a run directory (not trusted: it may come from elsewhere) symlinks are refused too,
+so a planted link cannot make the run read or append to a file outside it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 TMP_SUFFIX = ".tmp"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
-def write_atomic(path: Path, data: bytes | str, *, tmp_prefix: str = ".write-") -> None:
-    """Replace `path` by `data` in one step (see the module docstring)."""
-    payload = data.encode() if isinstance(data, str) else data
+class UnsafeFileError(OSError):
+    """A file that is not a regular file, is a refused symlink, or is larger than allowed.
+
+    The message is one line naming the path and what was found.
+    """
+
+
+@contextmanager
+def atomic_writer(path: Path, *, tmp_prefix: str = ".write-") -> Iterator[IO[bytes]]:
+    """A binary handle whose contents replace `path` in one step when the block ends."""
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=tmp_prefix, suffix=TMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)
@@ -34,6 +56,13 @@ def write_atomic(path: Path, data: bytes | str, *, tmp_prefix: str = ".write-") 
     fsync_directory(path.parent)
 
 
+def write_atomic(path: Path, data: bytes | str, *, tmp_prefix: str = ".write-") -> None:
+    """Replace `path` by `data` in one step (see the module docstring)."""
+    payload = data.encode() if isinstance(data, str) else data
+    with atomic_writer(path, tmp_prefix=tmp_prefix) as handle:
+        handle.write(payload)
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, default=str))
 
@@ -41,10 +70,93 @@ def write_json_atomic(path: Path, data: Any) -> None:
 def fsync_directory(directory: Path) -> None:
     """Make a rename inside `directory` durable (a no-op where directories cannot be opened)."""
     try:
-        fd = os.open(directory, os.O_RDONLY)
+        fd = os.open(directory, os.O_RDONLY | _DIRECTORY)
     except OSError:
         return
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def open_regular(path: Path, *, follow_symlinks: bool = True) -> int:
+    """An O_RDONLY descriptor of `path`, checked to be a regular file (caller closes it).
+
+    Opened with O_NONBLOCK so that a FIFO is refused instead of blocking the open.
+    """
+    flags = os.O_RDONLY | _NONBLOCK | (0 if follow_symlinks else _NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as error:
+        if not follow_symlinks and Path(path).is_symlink():
+            raise UnsafeFileError(
+                f"{str(path)!r} is a symbolic link; files inside a run directory must be "
+                "regular files"
+            ) from None
+        raise error
+    try:
+        _require_regular(fd, path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: Path, max_bytes: int, *, follow_symlinks: bool = True) -> bytes:
+    """The bytes of a regular file of at most `max_bytes` (UnsafeFileError otherwise)."""
+    fd = open_regular(path, follow_symlinks=follow_symlinks)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise UnsafeFileError(
+            f"{str(path)!r} is larger than the {_size(max_bytes)} allowed for this file"
+        )
+    return data
+
+
+def open_append(path: Path) -> IO[str]:
+    """A text handle appending to `path` (created if absent), never through a symlink."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as error:
+        if Path(path).is_symlink():
+            raise UnsafeFileError(
+                f"{str(path)!r} is a symbolic link; files inside a run directory must be "
+                "regular files"
+            ) from None
+        raise error
+    try:
+        _require_regular(fd, path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "a", newline="")
+
+
+def _require_regular(fd: int, path: Path) -> None:
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        raise UnsafeFileError(
+            f"{str(path)!r} is {_kind(mode)}, not a regular file; only regular files are read"
+        )
+
+
+def _kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def _size(n_bytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:g} {unit}"
+    return f"{n_bytes} bytes"

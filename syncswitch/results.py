@@ -12,12 +12,21 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import os
 from dataclasses import fields
 from pathlib import Path
 from typing import IO, Any
 
 from syncswitch.core.records import DropRecord, UpdateRecord
-from syncswitch.files import write_atomic, write_json_atomic
+from syncswitch.errors import ConfigError
+from syncswitch.files import (
+    UnsafeFileError,
+    atomic_writer,
+    open_append,
+    open_regular,
+    write_json_atomic,
+)
 
 METRIC_COLUMNS = (
     "time_s",
@@ -49,7 +58,7 @@ class CsvLog:
         self.path = path
         self.columns = columns
         fresh = not path.exists()
-        self._file: IO[str] = path.open("a", newline="")
+        self._file: IO[str] = _open_log(path)
         self._writer = csv.writer(self._file)
         if fresh:
             self._writer.writerow(columns)
@@ -76,7 +85,7 @@ class RunWriter:
         """`resume_at` (samples, run seconds of the checkpoint): a resumed run keeps what the
         files say up to that point and appends from there."""
         self.dir = Path(out_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        _make_run_dir(self.dir)
         self._emulated = bool(emulation.get("enabled"))
         if resume_at is None:
             labels = {"emulation": emulation, "faults_injected": faults or None}
@@ -84,15 +93,15 @@ class RunWriter:
         else:
             samples, time_s = resume_at
             # Rows after the checkpoint describe training that the resumed run does again.
-            _truncate_csv(self.dir / "metrics.csv", lambda r: int(r["samples"]) <= samples)
-            _truncate_csv(self.dir / "updates.csv", lambda r: int(r["samples"]) <= samples)
-            _truncate_csv(self.dir / "drops.csv", lambda r: float(r["time_s"]) <= time_s)
+            _truncate_csv(self.dir / "metrics.csv", "samples", samples)
+            _truncate_csv(self.dir / "updates.csv", "samples", samples)
+            _truncate_csv(self.dir / "drops.csv", "time_s", time_s)
         update_cols = (*tuple(f.name for f in fields(UpdateRecord)), "emulated")
         drop_cols = tuple(f.name for f in fields(DropRecord))
         self._updates = CsvLog(self.dir / "updates.csv", update_cols)
         self._drops = CsvLog(self.dir / "drops.csv", drop_cols)
         self._metrics = CsvLog(self.dir / "metrics.csv", METRIC_COLUMNS)
-        self._events = (self.dir / "events.jsonl").open("a")
+        self._events = _open_log(self.dir / "events.jsonl")
 
     def updates(self, records: list[UpdateRecord]) -> None:
         self._updates.write([(*_row(r), self._emulated) for r in records])
@@ -108,12 +117,13 @@ class RunWriter:
         self._events.flush()
 
     def worker_stats(self, rows: list[dict[str, Any]]) -> None:
-        path = self.dir / "worker_steps.csv"
-        with path.open("w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(WORKER_COLUMNS)
-            for row in rows:
-                writer.writerow([row.get(c, "") for c in WORKER_COLUMNS[:-1]] + [self._emulated])
+        text = io.StringIO()
+        writer = csv.writer(text)
+        writer.writerow(WORKER_COLUMNS)
+        for row in rows:
+            writer.writerow([row.get(c, "") for c in WORKER_COLUMNS[:-1]] + [self._emulated])
+        with atomic_writer(self.dir / "worker_steps.csv") as handle:
+            handle.write(text.getvalue().encode())
 
     def summary(self, summary: dict[str, Any]) -> None:
         write_json_atomic(self.dir / "summary.json", summary)
@@ -124,18 +134,93 @@ class RunWriter:
         self._events.close()
 
 
-def _truncate_csv(path: Path, keep: Any) -> None:
+def _make_run_dir(directory: Path) -> None:
+    """Create the run directory, or one ConfigError line when `--out` cannot be one."""
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(
+            f"--out {str(directory)!r} is a file, not a directory; give a directory for the "
+            "run's results"
+        )
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ConfigError(f"--out {str(directory)!r} cannot be created: {reason}") from None
+
+
+def _open_log(path: Path) -> IO[str]:
+    """A run-directory log opened for appending: a regular file, never through a symlink."""
+    try:
+        return open_append(path)
+    except UnsafeFileError as error:
+        raise ConfigError(f"run directory: {error}") from None
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ConfigError(f"run directory: {str(path)!r} cannot be opened: {reason}") from None
+
+
+def _truncate_csv(path: Path, column: str, limit: float) -> None:
+    """Keep the rows whose `column` is <= `limit`, streaming (the file may be large).
+
+    The file comes from a run directory, so a malformed row is one ConfigError line naming
+    the file, the row and what was expected, not a traceback.
+    """
     if not path.exists():
         return
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        columns = reader.fieldnames or []
-        rows = [row for row in reader if keep(row)]
-    text = io.StringIO()
-    writer = csv.DictWriter(text, columns)
-    writer.writeheader()
-    writer.writerows(rows)
-    write_atomic(path, text.getvalue())
+    try:
+        fd = open_regular(path, follow_symlinks=False)
+    except OSError as error:
+        raise ConfigError(f"cannot resume: {error}") from None
+    with os.fdopen(fd, newline="") as handle, atomic_writer(path) as out:
+        text_out = io.TextIOWrapper(out, newline="", write_through=True)
+        try:
+            _copy_rows_up_to(handle, text_out, path, column, limit)
+        finally:
+            text_out.detach()
+
+
+def _copy_rows_up_to(source: IO[str], sink: IO[str], path: Path, column: str, limit: float) -> None:
+    try:
+        reader = csv.reader(source)
+        header = next(reader, None)
+        if header is None:
+            return
+        if column not in header:
+            raise ConfigError(
+                f"cannot resume: {str(path)!r} has no {column!r} column (header "
+                f"{_short(','.join(header))}); it is not this run's file"
+            )
+        index = header.index(column)
+        writer = csv.writer(sink)
+        writer.writerow(header)
+        for line, row in enumerate(reader, start=2):
+            value = _number(row, index, len(header))
+            if value is None:
+                raise ConfigError(
+                    f"cannot resume: {str(path)!r} line {line} is malformed ({_short(row)}); "
+                    f"every row needs {len(header)} fields with a number in {column!r}"
+                )
+            if value <= limit:
+                writer.writerow(row)
+    except (csv.Error, UnicodeDecodeError) as error:
+        raise ConfigError(
+            f"cannot resume: {str(path)!r} is not a readable CSV file ({_short(str(error))})"
+        ) from None
+
+
+def _number(row: list[str], index: int, width: int) -> float | None:
+    if len(row) != width:
+        return None
+    try:
+        value = float(row[index])
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = " ".join(repr(value).split()) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _row(record: Any) -> tuple:

@@ -6,9 +6,9 @@ def ray_session():
     """One local Ray instance for the whole test session (starting one costs seconds)."""
     import ray
 
-    from syncswitch.runtime.ray_setup import local_init_kwargs
+    from syncswitch.runtime.ray_setup import start_local
 
     if not ray.is_initialized():
-        ray.init(**local_init_kwargs(16))
+        start_local(16)
     yield ray
     ray.shutdown()

@@ -42,14 +42,19 @@ def run(args: argparse.Namespace) -> int:
     from syncswitch.registry import Registry, RegistryLocation
 
     location = RegistryLocation.resolve(args.registry)
-    console = Console(highlight=False, width=None if _terminal() else 160)
+    prefix = _fingerprint_prefix(args.show) if args.show is not None else None
+    # Paths, descriptions and reasons come from the registry and from users: printed as
+    # they are, never read as rich markup ("[/]" in a path would crash it) or emoji codes.
+    console = Console(
+        highlight=False, markup=False, emoji=False, width=None if _terminal() else 160
+    )
     if not location.exists():
         # Listing never creates a registry.
         console.print(f"no registry at {location.display} yet: `syncswitch search` creates it")
         return 0
     with Registry(location) as registry:
-        if args.show is not None:
-            _show(console, registry, args.show)
+        if prefix is not None:
+            _show(console, registry, prefix)
         else:
             _list(console, registry)
     return 0
@@ -106,12 +111,24 @@ def _list(console: Any, registry: Any) -> None:
     console.print("trials: complete/all; `syncswitch jobs --show JOB` for one job's details")
 
 
+def _fingerprint_prefix(text: str) -> str:
+    """A fingerprint prefix as given to --show: hex digits only (fingerprints are SHA-256)."""
+    prefix = text.strip().lower()
+    if not prefix or len(prefix) > 64 or any(c not in "0123456789abcdef" for c in prefix):
+        shown = " ".join(text.split())[:70]
+        raise ConfigError(
+            f"--show {shown!r} is not allowed; give the start of a job fingerprint: 1 to 64 "
+            "hex digits (0-9, a-f), as `syncswitch jobs` lists them"
+        )
+    return prefix
+
+
 def _show(console: Any, registry: Any, prefix: str) -> None:
     from rich.table import Table
 
     from syncswitch.core.timing import format_fraction
 
-    matches = registry.find_jobs(prefix.strip())
+    matches = registry.find_jobs(prefix)
     if not matches:
         raise ConfigError(
             f"no job's fingerprint starts with {prefix!r} in registry "

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except UserError as error:
-        print(f"syncswitch: error: {error}", file=sys.stderr)
+        print(f"syncswitch: error: {one_line(str(error))}", file=sys.stderr)
         return 2
     except TrainingStalled as error:
         print(
@@ -41,6 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("syncswitch: interrupted; results so far are in the run directory", file=sys.stderr)
         return 130
+
+
+# A message quotes what the user gave, which may be long or hold line breaks; the terminal
+# gets one line of readable length whatever it was.
+MAX_MESSAGE_CHARS = 1000
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 if __name__ == "__main__":

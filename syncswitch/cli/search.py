@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from fractions import Fraction
 from typing import Any
@@ -162,7 +163,8 @@ class _Console:
         from rich.console import Console
 
         self.enabled = enabled
-        self.console = Console(stderr=True, highlight=False)
+        # Paths and reasons are printed as they are, never read as rich markup or emoji codes.
+        self.console = Console(stderr=True, highlight=False, markup=False, emoji=False)
         self._status: Any = None
         self._last = ""
         if enabled and self.console.is_terminal:
@@ -210,15 +212,26 @@ class _Console:
 
 def _number(text: Any, name: str, kind: type, allowed: str) -> Any:
     try:
-        return kind(str(text).strip())
-    except ValueError:
-        raise ConfigError(f"{name} = {text!r} is not allowed; it must be {allowed}") from None
+        value = kind(str(text).strip())
+    except (ValueError, OverflowError):
+        value = None
+    if value is None or (kind is float and not math.isfinite(value)):
+        raise ConfigError(f"{name} = {_shown(text)} is not allowed; it must be {allowed}")
+    return value
 
 
 def _fraction(text: Any) -> float:
+    allowed = "a fraction such as 1/64 or 0.015625"
     try:
-        return float(Fraction(str(text).strip()))
-    except (ValueError, ZeroDivisionError):
-        raise ConfigError(
-            f"resolution = {text!r} is not allowed; it must be a fraction such as 1/64 or 0.015625"
-        ) from None
+        value = float(Fraction(str(text).strip()))
+    except (ValueError, ZeroDivisionError, OverflowError):
+        # OverflowError: e.g. 1e400, a valid Fraction too large for a float.
+        value = math.nan
+    if not math.isfinite(value):
+        raise ConfigError(f"resolution = {_shown(text)} is not allowed; it must be {allowed}")
+    return value
+
+
+def _shown(text: Any) -> str:
+    flat = " ".join(str(text).split())
+    return repr(flat if len(flat) <= 60 else flat[:57] + "...")

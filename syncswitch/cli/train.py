@@ -10,6 +10,7 @@ from typing import Any
 
 from syncswitch.cli.registry_option import add_registry_argument
 from syncswitch.config import (
+    MAX_CONFIG_FILE_BYTES,
     ConfigError,
     TrainConfig,
     config_fields,
@@ -18,6 +19,7 @@ from syncswitch.config import (
     load_list_file,
     make_config,
 )
+from syncswitch.files import UnsafeFileError, read_regular
 
 _EXAMPLES = """examples:
   syncswitch train                                   # 8 workers, MNIST-1D, BSP for 25%, then ASP
@@ -46,7 +48,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--resume",
         metavar="RUN_DIR",
         help="continue a killed run from its last good checkpoint, with the job it was started "
-        "with (only --progress/--no-progress and --ray-address may be given beside it)",
+        "with (only --progress/--no-progress, --ray-address and --faults may be given beside "
+        "it; the cluster address and injected faults are never taken from the run directory)",
     )
     add_registry_argument(parser, "where --schedule auto looks the job up")
     parser.set_defaults(handler=run)
@@ -98,15 +101,16 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return make_config(values)
 
 
-_RESUME_OVERRIDES = ("progress", "ray_address")
+# What a resumed run takes from the command line. The cluster address and the fault plan are
+# taken only from there: a run directory can come from anywhere (see docs/security.md), and
+# its config.json must not choose the cluster that receives the job, nor inject faults.
+_RESUME_OVERRIDES = ("progress", "ray_address", "faults")
+_FROM_FLAGS_ONLY = ("ray_address", "faults")
 
 
 def config_for_resume(args: argparse.Namespace) -> TrainConfig:
     """The job a run directory was started with; a resumed run is the same job."""
     run_dir = Path(args.resume)
-    path = run_dir / "config.json"
-    if not path.is_file():
-        raise ConfigError(f"cannot resume {str(run_dir)!r}: it holds no config.json")
     given = [
         "--" + f.name.replace("_", "-")
         for f in config_fields()
@@ -116,19 +120,55 @@ def config_for_resume(args: argparse.Namespace) -> TrainConfig:
         flags = ", ".join(given + (["--config"] if args.config else []))
         raise ConfigError(
             f"--resume continues the job as it was started; drop {flags} (allowed beside it: "
-            "--progress/--no-progress, --ray-address)"
+            "--progress/--no-progress, --ray-address, --faults)"
         )
-    try:
-        saved = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"cannot resume: {str(path)!r} is not valid JSON ({error})") from None
+    saved = read_saved_config(run_dir)
     known = {f.name for f in config_fields()}
-    values = {k: v for k, v in saved.items() if k in known}
+    values = {k: v for k, v in saved.items() if k in known and k not in _FROM_FLAGS_ONLY}
+    if saved.get("ray_address"):
+        print(
+            "syncswitch: the run directory's config.json names a Ray cluster; it is ignored "
+            "(a resumed run joins a cluster only when --ray-address or RAY_ADDRESS says so)"
+        )
     for name in _RESUME_OVERRIDES:
-        if getattr(args, name, None) is not None:
-            values[name] = getattr(args, name)
+        given_value = getattr(args, name, None)
+        if given_value is None:
+            continue
+        values[name] = load_list_file(given_value, name) if name == "faults" else given_value
     values["out"] = str(run_dir)
     return make_config(values)
+
+
+def read_saved_config(run_dir: Path) -> dict[str, Any]:
+    """A run directory's config.json as a dict, or one ConfigError line saying why not.
+
+    The file is read only if it is a regular file inside the directory (not a symlink, FIFO
+    or device) and of bounded size.
+    """
+    path = run_dir / "config.json"
+    shown = str(path)
+    try:
+        raw = read_regular(path, MAX_CONFIG_FILE_BYTES, follow_symlinks=False)
+    except FileNotFoundError:
+        raise ConfigError(f"cannot resume {str(run_dir)!r}: it holds no config.json") from None
+    except UnsafeFileError as error:
+        raise ConfigError(f"cannot resume: {error}") from None
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ConfigError(f"cannot resume: {shown!r} cannot be read ({reason})") from None
+    try:
+        saved = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"cannot resume: {shown!r} is not UTF-8 text (binary?)") from None
+    except (json.JSONDecodeError, RecursionError, ValueError) as error:
+        detail = " ".join(str(error).split())[:200]
+        raise ConfigError(f"cannot resume: {shown!r} is not valid JSON ({detail})") from None
+    if not isinstance(saved, dict):
+        raise ConfigError(
+            f"cannot resume: {shown!r} holds a JSON {type(saved).__name__}; a run's "
+            "config.json is an object of its options"
+        )
+    return saved
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,6 +28,12 @@ signature, since anyone who can write the directory can write a matching manifes
 is what weights_only is for: a file with a code-execution payload and a correct hash is still
 refused and its payload never runs.
 
+Only regular files are read, never through a symlink, and the directory itself must not be
+a symlink: a run directory may come from elsewhere, and a FIFO planted as a checkpoint would
+block the reader forever, a link would make it read (or prune) files outside the run. A
+caller may bound the data file's size and check the loaded state's structure (`validate`); a
+checkpoint failing either is refused like a damaged one, and the previous one is tried.
+
 One store writes to one directory; two writers on the same directory would race on numbering.
 """
 
@@ -42,7 +48,7 @@ import pickle
 import random
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -51,7 +57,14 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from syncswitch.files import TMP_SUFFIX, fsync_directory, write_atomic
+from syncswitch.files import (
+    TMP_SUFFIX,
+    UnsafeFileError,
+    fsync_directory,
+    open_regular,
+    read_regular,
+    write_atomic,
+)
 
 FORMAT = "syncswitch-checkpoint"
 FORMAT_VERSION = 1
@@ -61,6 +74,8 @@ _TMP_PREFIX = ".checkpoint-"
 # refusing it early beats a RecursionError from inside the pickler.
 MAX_DEPTH = 64
 _LABEL = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+# A manifest is a few hundred bytes; one larger than this is not ours.
+MAX_MANIFEST_BYTES = 1 << 20
 _SCALARS = (str, int, float, bool, type(None))
 
 
@@ -89,6 +104,9 @@ class RefusalKind(StrEnum):
     ALTERED = "altered"  # size or SHA-256 differs from the manifest
     NOT_A_CHECKPOINT = "not_a_checkpoint"  # hash matches but torch.load cannot read it
     UNSAFE_CONTENT = "unsafe_content"  # would need code execution, or is not plain data
+    NOT_A_FILE = "not_a_file"  # a symlink, FIFO, device or directory where a file should be
+    TOO_LARGE = "too_large"  # larger than the caller allows for this run
+    WRONG_CONTENTS = "wrong_contents"  # plain data, but not a state this run can continue from
 
 
 class Refusal(NamedTuple):
@@ -360,6 +378,7 @@ class CheckpointStore:
                 f"checkpoint meta {_short(meta_plain)} must be plain JSON: {exc}"
             ) from exc
 
+        self._refuse_symlinked_directory()
         self.directory.mkdir(parents=True, exist_ok=True)
         self._remove_temp_files()
         # Serialising to memory first costs one extra copy of the state, and buys one write
@@ -411,21 +430,31 @@ class CheckpointStore:
                 found.add(int(match.group(1)))
         return sorted(found, reverse=True)
 
-    def load_latest(self, *, max_samples: int | None = None) -> LoadedCheckpoint:
+    def load_latest(
+        self,
+        *,
+        max_samples: int | None = None,
+        max_bytes: int | None = None,
+        validate: Callable[[dict[str, Any]], None] | None = None,
+    ) -> LoadedCheckpoint:
         """The newest checkpoint that verifies and loads cleanly; older ones as fallback.
 
         With `max_samples`, only checkpoints taken at or before that many samples count (a
         rollback wants one from before the loss began to rise); newer ones are skipped, not
-        refused, and not loaded. Raises NoCheckpointError when there is no candidate at all,
-        and CheckpointError (one line naming each refused file and why) when every candidate
-        was refused.
+        refused, and not loaded. A data file larger than `max_bytes` is refused before it is
+        read; `validate(state)` may raise (ValueError, KeyError, TypeError, ...) to refuse a
+        state whose structure does not fit the caller. Raises NoCheckpointError when there is
+        no candidate at all, and CheckpointError (one line naming each refused file and why)
+        when every candidate was refused.
         """
+        self._refuse_symlinked_directory()
         refused: list[Refusal] = []
         for sequence in self.sequences():
             try:
                 if max_samples is not None and self._manifest_samples(sequence) > max_samples:
                     continue
-                state, info = self._load(sequence)
+                state, info = self._load(sequence, max_bytes)
+                _validated(state, info.path, validate)
             except _Refused as exc:
                 refused.append(exc.refusal)
                 continue
@@ -459,6 +488,13 @@ class CheckpointStore:
             self._data_path(sequence).unlink(missing_ok=True)
         fsync_directory(self.directory)
 
+    def _refuse_symlinked_directory(self) -> None:
+        if self.directory.is_symlink():
+            raise CheckpointError(
+                f"{self.directory} is a symbolic link; a run's checkpoint directory must be a "
+                "directory inside it"
+            )
+
     def _remove_temp_files(self) -> None:
         """Leftovers of a save that crashed before its rename (never a complete checkpoint)."""
         for entry in self.directory.glob(f"{_TMP_PREFIX}*{TMP_SUFFIX}"):
@@ -469,15 +505,18 @@ class CheckpointStore:
         `_load` reports what is wrong with it)."""
         manifest_path = self._manifest_path(sequence)
         try:
-            samples = json.loads(manifest_path.read_text()).get("samples")
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            raw = read_regular(manifest_path, MAX_MANIFEST_BYTES, follow_symlinks=False)
+            samples = json.loads(raw).get("samples")
+        except (OSError, ValueError, RecursionError, AttributeError):
             return -1
         return samples if type(samples) is int else -1
 
-    def _load(self, sequence: int) -> tuple[dict[str, Any], CheckpointInfo]:
+    def _load(
+        self, sequence: int, max_bytes: int | None = None
+    ) -> tuple[dict[str, Any], CheckpointInfo]:
         data_path = self._data_path(sequence)
         manifest_path = self._manifest_path(sequence)
-        if not manifest_path.exists():
+        if not manifest_path.exists() and not manifest_path.is_symlink():
             raise _Refused(
                 data_path,
                 RefusalKind.MISSING_MANIFEST,
@@ -485,35 +524,14 @@ class CheckpointStore:
                 f"{manifest_path.name}, so its content cannot be verified (a save cut short?)",
             )
         info = self._read_manifest(sequence, data_path, manifest_path)
-        try:
-            size = data_path.stat().st_size
-        except OSError as exc:  # absent, or removed by a prune since the listing
+        if max_bytes is not None and info.bytes > max_bytes:
             raise _Refused(
                 data_path,
-                RefusalKind.MISSING_DATA,
-                f"missing data: {manifest_path.name} names {data_path.name}, which cannot be "
-                f"read ({exc.strerror or exc})",
-            ) from exc
-        if size < info.bytes:
-            raise _Refused(
-                data_path,
-                RefusalKind.TRUNCATED,
-                f"truncated: {size} of {info.bytes} bytes",
+                RefusalKind.TOO_LARGE,
+                f"too large: the manifest says {info.bytes} bytes; at most {max_bytes} fit "
+                "this run",
             )
-        if size > info.bytes:
-            raise _Refused(
-                data_path,
-                RefusalKind.ALTERED,
-                f"altered: {size} bytes, the manifest says {info.bytes}",
-            )
-        try:
-            data = data_path.read_bytes()
-        except OSError as exc:
-            raise _Refused(
-                data_path,
-                RefusalKind.MISSING_DATA,
-                f"missing data: {data_path.name} cannot be read ({exc.strerror or exc})",
-            ) from exc
+        data = self._read_data(data_path, manifest_path, info)
         digest = hashlib.sha256(data).hexdigest()
         if digest != info.sha256:
             raise _Refused(
@@ -549,6 +567,48 @@ class CheckpointStore:
             raise _Refused(data_path, RefusalKind.UNSAFE_CONTENT, f"unsafe content: {exc}") from exc
         return state, info
 
+    @staticmethod
+    def _read_data(data_path: Path, manifest_path: Path, info: CheckpointInfo) -> bytes:
+        """The data file's bytes, read only if it is a regular file of the manifest's size."""
+        try:
+            fd = open_regular(data_path, follow_symlinks=False)
+        except UnsafeFileError as exc:
+            raise _Refused(data_path, RefusalKind.NOT_A_FILE, f"not a file: {exc}") from exc
+        except OSError as exc:  # absent, or removed by a prune since the listing
+            raise _Refused(
+                data_path,
+                RefusalKind.MISSING_DATA,
+                f"missing data: {manifest_path.name} names {data_path.name}, which cannot be "
+                f"read ({exc.strerror or exc})",
+            ) from exc
+        with os.fdopen(fd, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size < info.bytes:
+                raise _Refused(
+                    data_path, RefusalKind.TRUNCATED, f"truncated: {size} of {info.bytes} bytes"
+                )
+            if size > info.bytes:
+                raise _Refused(
+                    data_path,
+                    RefusalKind.ALTERED,
+                    f"altered: {size} bytes, the manifest says {info.bytes}",
+                )
+            try:
+                data = handle.read(info.bytes + 1)
+            except OSError as exc:
+                raise _Refused(
+                    data_path,
+                    RefusalKind.MISSING_DATA,
+                    f"missing data: {data_path.name} cannot be read ({exc.strerror or exc})",
+                ) from exc
+        if len(data) != info.bytes:  # changed while it was being read
+            raise _Refused(
+                data_path,
+                RefusalKind.ALTERED,
+                f"altered: {len(data)} bytes read, the manifest says {info.bytes}",
+            )
+        return data
+
     def _read_manifest(self, sequence: int, data_path: Path, manifest_path: Path) -> CheckpointInfo:
         def bad(why: str) -> _Refused:
             return _Refused(
@@ -556,9 +616,15 @@ class CheckpointStore:
             )
 
         try:
-            manifest = json.loads(manifest_path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise bad(f"is not readable JSON ({exc})") from exc
+            raw = read_regular(manifest_path, MAX_MANIFEST_BYTES, follow_symlinks=False)
+        except UnsafeFileError as exc:
+            raise _Refused(data_path, RefusalKind.NOT_A_FILE, f"not a file: {exc}") from exc
+        except OSError as exc:
+            raise bad(f"cannot be read ({exc.strerror or exc})") from exc
+        try:
+            manifest = json.loads(raw)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
+            raise bad(f"is not readable JSON ({' '.join(str(exc).split())[:120]})") from exc
         if type(manifest) is not dict or manifest.get("format") != FORMAT:
             raise bad(f"is not a {FORMAT} manifest")
         version = manifest.get("format_version")
@@ -602,6 +668,18 @@ class CheckpointStore:
             format_version=version,
             meta=meta,
         )
+
+
+def _validated(
+    state: dict[str, Any], path: Path, validate: Callable[[dict[str, Any]], None] | None
+) -> None:
+    if validate is None:
+        return
+    try:
+        validate(state)
+    except Exception as exc:  # the state is untrusted data; any failure to fit refuses it
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise _Refused(path, RefusalKind.WRONG_CONTENTS, f"wrong contents: {detail}") from exc
 
 
 class _Refused(Exception):

@@ -28,6 +28,14 @@ _NUMBERS = ("start", "start_s", "duration", "duration_s", "delay_ms", "factor")
 KEYS = ("workers", *_NUMBERS)
 
 
+# Upper bounds: a scenario is a handful of episodes; past these a value is a typo or a hostile
+# file, and would cost unbounded memory (episodes) or stall a run (delays).
+MAX_EPISODES = 10_000
+MAX_DELAY_MS = 60_000.0
+MAX_FACTOR = 1000.0
+MAX_SECONDS = 7 * 24 * 3600.0
+
+
 class ScenarioError(ValueError):
     """A straggler episode or scenario that cannot describe a run."""
 
@@ -66,11 +74,15 @@ def _episode_problem(values: Mapping[str, object]) -> str | None:
         )
     checks = (
         ("start", lambda v: 0 <= v < 1, "in [0, 1)"),
-        ("start_s", lambda v: v >= 0, ">= 0"),
+        ("start_s", lambda v: 0 <= v <= MAX_SECONDS, f"in [0, {MAX_SECONDS:g}]"),
         ("duration", lambda v: 0 < v <= 1, "> 0 and <= 1"),
-        ("duration_s", lambda v: v > 0, "> 0"),
-        ("delay_ms", lambda v: v > 0, "> 0"),
-        ("factor", lambda v: v > 1, "> 1 (a multiplier of the step time)"),
+        ("duration_s", lambda v: 0 < v <= MAX_SECONDS, f"> 0 and <= {MAX_SECONDS:g}"),
+        ("delay_ms", lambda v: 0 < v <= MAX_DELAY_MS, f"> 0 and <= {MAX_DELAY_MS:g}"),
+        (
+            "factor",
+            lambda v: 1 < v <= MAX_FACTOR,
+            f"> 1 and <= {MAX_FACTOR:g} (a multiplier of the step time)",
+        ),
     )
     for name, ok, allowed in checks:
         value = values.get(name)
@@ -258,8 +270,8 @@ def random_scenario(
     low, high = window
     if not 0 <= low < high <= 1:
         raise ScenarioError(f"{what}: window {window} must satisfy 0 <= low < high <= 1")
-    if count < 0:
-        raise ScenarioError(f"{what}: count must be >= 0, got {count}")
+    if not 0 <= count <= MAX_EPISODES:
+        raise ScenarioError(f"{what}: count must be in 0..{MAX_EPISODES}, got {count}")
     if not 0 < duration <= 1:
         raise ScenarioError(f"{what}: duration must be > 0 and <= 1, got {duration}")
     _check_stragglers(what, stragglers_per_episode, workers)
@@ -304,10 +316,10 @@ def paper_scenario(
     """
     what = "paper stragglers"
     _check_stragglers(what, stragglers, workers)
-    if not delay_ms > 0:
-        raise ScenarioError(f"{what}: delay_ms must be > 0, got {delay_ms}")
-    if occurrences < 1:
-        raise ScenarioError(f"{what}: occurrences must be >= 1, got {occurrences}")
+    if not 0 < delay_ms <= MAX_DELAY_MS:
+        raise ScenarioError(f"{what}: delay_ms must be > 0 and <= {MAX_DELAY_MS:g}, got {delay_ms}")
+    if not 1 <= occurrences <= MAX_EPISODES:
+        raise ScenarioError(f"{what}: occurrences must be in 1..{MAX_EPISODES}, got {occurrences}")
     if not 0 < bsp_end <= 1:
         raise ScenarioError(f"{what}: bsp_end must be > 0 and <= 1, got {bsp_end}")
     if not 0 < coverage <= 1:
@@ -368,7 +380,11 @@ def build_scenario(data: object, *, workers: int, bsp_end: float | None) -> Stra
         assert isinstance(item, Mapping)
         where = f"stragglers[{index}].{kind}"
         episodes.extend(_generate(where, kind, item[kind], workers, bsp_end))
+        if len(episodes) > MAX_EPISODES:
+            raise ScenarioError(f"stragglers: more than {MAX_EPISODES} episodes in all")
     episodes.extend(parse_scenario(plain).episodes)
+    if len(episodes) > MAX_EPISODES:
+        raise ScenarioError(f"stragglers: {len(episodes)} episodes; at most {MAX_EPISODES}")
     return _checked(StragglerScenario(tuple(episodes)), workers)
 
 
@@ -401,8 +417,10 @@ def _generate(
     if missing:
         raise ScenarioError(f"{where}: missing {', '.join(missing)}")
     for name, value in values.items():
-        if name != "window" and value is not None and not _is_number(value):
-            raise ScenarioError(f"{where}: '{name}' must be a number, got {value!r}")
+        if name == "window" or value is None:
+            continue
+        if not (_is_number(value) and math.isfinite(value)):
+            raise ScenarioError(f"{where}: '{name}' must be a finite number, got {value!r}")
     if kind == "random":
         window = values.pop("window")
         if not (isinstance(window, list | tuple) and len(window) == 2):

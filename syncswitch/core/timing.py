@@ -32,6 +32,11 @@ BASELINE = 1.0  # full BSP
 MIN_RESOLUTION = 1 / 4096  # finer fractions would not name a whole BSP update on most jobs
 
 
+# Upper bounds on the search's sizes: each trial is a whole training run.
+MAX_REPEATS = 64
+MAX_TRIALS = 10_000
+
+
 class SearchSpecError(ValueError):
     """Search settings that cannot describe a search; the message names value and range."""
 
@@ -70,8 +75,10 @@ class SearchSpec:
                 f"tolerance = {self.tolerance_points!r} is not allowed; it must be a number "
                 ">= 0 (accuracy points)"
             )
-        if self.repeats < 1:
-            raise SearchSpecError(f"repeats = {self.repeats!r} is not allowed; it must be >= 1")
+        if not 1 <= self.repeats <= MAX_REPEATS:
+            raise SearchSpecError(
+                f"repeats = {self.repeats!r} is not allowed; it must be in 1..{MAX_REPEATS}"
+            )
         if not MIN_RESOLUTION <= self.resolution <= 0.5:
             raise SearchSpecError(
                 f"resolution = {self.resolution!r} is not allowed; it must be in "
@@ -79,6 +86,10 @@ class SearchSpec:
             )
         if not 0 < self.start < 1:
             raise SearchSpecError(f"start = {self.start!r} is not allowed; it must be in (0, 1)")
+        if self.max_trials > MAX_TRIALS:
+            raise SearchSpecError(
+                f"max_trials = {self.max_trials!r} is not allowed; it must be <= {MAX_TRIALS}"
+            )
         if self.max_trials < 2 * self.repeats:
             raise SearchSpecError(
                 f"max_trials = {self.max_trials!r} is not allowed; it must be at least "

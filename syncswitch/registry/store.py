@@ -52,6 +52,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 
 from syncswitch.errors import RegistryError
+from syncswitch.files import UnsafeFileError, open_regular
 
 ENV_VAR = "SYNCSWITCH_REGISTRY"
 SCHEMA_VERSION = 1
@@ -171,7 +172,7 @@ class RegistryLocation:
             url = make_url(text)
         except (ArgumentError, ValueError):
             raise RegistryError(
-                f"registry {text!r} is not a database URL or a file path; use e.g. "
+                f"registry {redact_url(text)!r} is not a database URL or a file path; use e.g. "
                 "sqlite:////path/registry.db, postgresql+psycopg://user@host/db, or a file path"
             ) from None
         path = None
@@ -188,6 +189,21 @@ class RegistryLocation:
     def exists(self) -> bool:
         """False only for a SQLite file that is not there yet (other databases: assumed)."""
         return self.sqlite_path is None or self.sqlite_path.exists()
+
+
+def redact_url(text: str) -> str:
+    """`text` with any password in its user-info part (scheme://user:PASSWORD@host) hidden.
+
+    For URLs SQLAlchemy cannot parse (whose own hiding needs a parsed URL): the text up to
+    the last '@' after the scheme is taken as user info.
+    """
+    scheme, sep, rest = text.partition("://")
+    if not sep or "@" not in rest:
+        return text
+    user_info, _, host = rest.rpartition("@")
+    user = user_info.split(":", 1)[0]
+    hidden = f"{user}:***" if ":" in user_info else user
+    return f"{scheme}://{hidden}@{host}"
 
 
 def default_path() -> Path:
@@ -274,9 +290,18 @@ class Registry:
         row = conn.execute(
             select(registry_meta.c.value).where(registry_meta.c.key == "schema_version")
         ).first()
-        if row is not None and int(row.value) > SCHEMA_VERSION:
+        if row is None:
+            return
+        text = str(row.value).strip()
+        if not text.isdecimal() or len(text) > 9:
             raise RegistryError(
-                f"registry {self.location.display} has schema version {row.value}, newer than "
+                f"registry {self.location.display} has schema version {text[:40]!r}, which is "
+                f"not a version number (this syncswitch writes {SCHEMA_VERSION}); it was left "
+                "untouched: is it a syncswitch registry?"
+            )
+        if int(text) > SCHEMA_VERSION:
+            raise RegistryError(
+                f"registry {self.location.display} has schema version {text}, newer than "
                 f"this syncswitch understands ({SCHEMA_VERSION}); upgrade syncswitch"
             )
 
@@ -317,8 +342,11 @@ class Registry:
         return found[0] if found else None
 
     def find_jobs(self, prefix: str) -> list[JobRecord]:
+        """Jobs whose fingerprint starts with `prefix`, taken literally (autoescape: a '%' or
+        '_' in it is not a LIKE wildcard)."""
+        condition = jobs_table.c.fingerprint.startswith(prefix.lower(), autoescape=True)
         with self._read() as conn:
-            return self._job_where(conn, jobs_table.c.fingerprint.startswith(prefix.lower()))
+            return self._job_where(conn, condition)
 
     def overview(self) -> list[JobOverview]:
         with self._read() as conn:
@@ -522,8 +550,11 @@ def _check_sqlite_file(path: Path) -> None:
             ) from None
         return
     try:
-        with path.open("rb") as handle:
+        # A regular file only: SQLite opening a FIFO or a device would block or misbehave.
+        with os.fdopen(open_regular(path), "rb") as handle:
             header = handle.read(len(_SQLITE_HEADER))
+    except UnsafeFileError as error:
+        raise RegistryError(f"registry: {error}") from None
     except OSError as error:
         raise RegistryError(f"registry {path} cannot be read: {error.strerror}") from None
     if header and header != _SQLITE_HEADER:

@@ -18,7 +18,9 @@ Each of these is logged in events.jsonl and summarised in summary.json.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -54,11 +56,12 @@ from syncswitch.core.records import Decision, EvalPoint, Snapshot
 from syncswitch.core.sharding import parameter_shards
 from syncswitch.core.synchronizer import SyncConfig
 from syncswitch.errors import ConfigError, TrainingStalled
-from syncswitch.files import write_json_atomic
+from syncswitch.files import write_atomic, write_json_atomic
 from syncswitch.results import RunWriter
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
 from syncswitch.runtime.ray_setup import actor_options, connect
+from syncswitch.runtime.resume_check import ResumeCheck
 from syncswitch.runtime.run_record import RunRecord
 from syncswitch.runtime.server import ParameterServer
 from syncswitch.runtime.summary import RunFacts, build_summary
@@ -110,7 +113,8 @@ def train(
     if model_factory is None:
         model_factory = BuiltinModel(config.model_name, _shape_only(dataset))
     run_dir = Path(config.out or _default_run_dir(config))
-    checkpoint = load_resume_checkpoint(run_dir) if resume else refuse_used_run_dir(run_dir)
+    fits = ResumeCheck(config, flatten_parameters(model_factory()).numel()) if resume else None
+    checkpoint = load_resume_checkpoint(run_dir, fits) if fits else refuse_used_run_dir(run_dir)
     writer = RunWriter(
         run_dir,
         config.to_dict(),
@@ -143,13 +147,34 @@ def refuse_used_run_dir(run_dir: Path) -> None:
         )
 
 
-def load_resume_checkpoint(run_dir: Path) -> LoadedCheckpoint:
-    """The last good checkpoint of a run directory, or a one-line error saying why not."""
+def load_resume_checkpoint(run_dir: Path, fits: ResumeCheck | None = None) -> LoadedCheckpoint:
+    """The last good checkpoint of a run directory, or a one-line error saying why not.
+
+    `fits` refuses a state this run cannot continue from (the directory is not trusted);
+    a checkpoint passed over on the way is said on the terminal, not only in events.jsonl.
+    """
     store = CheckpointStore(run_dir / CHECKPOINT_DIR)
     try:
-        return store.load_latest()
+        if fits is None:
+            loaded = store.load_latest()
+        else:
+            loaded = store.load_latest(max_bytes=fits.max_bytes, validate=fits)
     except CheckpointError as error:
         raise ConfigError(f"cannot resume {str(run_dir)!r}: {error}") from None
+    if loaded.refused:
+        say_refused(loaded, "resuming")
+    return loaded
+
+
+def say_refused(loaded: LoadedCheckpoint, action: str) -> None:
+    """One line on the terminal when newer checkpoints were refused and an older one used."""
+    refused = "; ".join(f"{r.path.name}: {r.reason}" for r in loaded.refused)
+    print(
+        f"syncswitch: {action} from {loaded.info.path.name}, past {len(loaded.refused)} "
+        f"refused checkpoint(s) ({refused})"[:1000],
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _resume_point(checkpoint: LoadedCheckpoint | None) -> tuple[int, float] | None:
@@ -241,9 +266,9 @@ class _Run:
             self._checkpoint([ray.get(s.final_snapshot.remote()) for s in self.servers])
             summary = self._summary(setup_s, worker_stats, status="complete")
             self.writer.summary(summary)
-            torch.save(
-                {"flat_weights": torch.tensor(final_weights)}, self.writer.dir / "final_weights.pt"
-            )
+            buffer = io.BytesIO()  # written atomically: never through a planted symlink
+            torch.save({"flat_weights": torch.tensor(final_weights)}, buffer)
+            write_atomic(self.writer.dir / "final_weights.pt", buffer.getvalue())
             return RunResult(summary, self.writer.dir, final_weights)
         except BaseException as error:
             # Whatever was produced stays on disk; the summary says how the run ended.
@@ -530,6 +555,8 @@ class _Run:
             raise RuntimeError(
                 f"{reason}, and there is no checkpoint to recover from: {error}"
             ) from None
+        if loaded.refused:
+            say_refused(loaded, "restoring the parameter server")
         for server in self.servers:
             ray.kill(server, no_restart=True)
         # Every worker run must end (they fail on their next call to the dead server) before

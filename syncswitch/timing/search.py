@@ -45,6 +45,9 @@ from syncswitch.registry import (
 )
 
 AUTO = "auto"
+# Trials at once: each is a whole training run with its own actors; past this a value is a
+# typo (the machine or cluster is also checked before anything starts).
+MAX_PARALLEL_TRIALS = 64
 
 
 class SearchError(RuntimeError):
@@ -64,11 +67,12 @@ class SearchOptions:
         valid_int = (
             isinstance(self.parallel, int)
             and not isinstance(self.parallel, bool)
-            and self.parallel >= 1
+            and 1 <= self.parallel <= MAX_PARALLEL_TRIALS
         )
         if self.parallel != AUTO and not valid_int:
             raise ConfigError(
-                f"parallel = {self.parallel!r} is not allowed; it must be an integer >= 1 or 'auto'"
+                f"parallel = {self.parallel!r} is not allowed; it must be an integer in "
+                f"1..{MAX_PARALLEL_TRIALS} or 'auto'"
             )
 
     def spec(self, base_seed: int) -> SearchSpec:

@@ -1,0 +1,105 @@
+"""Does a loaded checkpoint's state fit the run about to continue from it? (No Ray here.)
+
+A checkpoint's hash only shows that it is the file its manifest describes; whoever wrote the
+directory wrote both. So before a resumed run hands a state to its servers and its record,
+the state is restored once here, in the driver, into throwaway objects of this run's shapes:
+the same code that will use it, so whatever it would trip over (a missing key, a string for
+a number, weights of another model) is found now and refused in one line, and the store
+falls back to the previous checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from syncswitch.config import TrainConfig
+from syncswitch.core.optimizer import FlatSGD
+from syncswitch.core.sharding import parameter_shards
+from syncswitch.core.synchronizer import SyncConfig, Synchronizer
+from syncswitch.runtime.run_record import RunRecord
+
+# Beyond the tensors (weights and momentum, 4 bytes per parameter each), a state holds the
+# run's record: metrics, decisions and failures, a few MB even for a long run.
+_RECORD_ALLOWANCE_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class ResumeCheck:
+    """Called by CheckpointStore.load_latest on each candidate state; raises to refuse it."""
+
+    config: TrainConfig
+    parameters: int  # length of the model's flat parameter vector
+
+    @property
+    def max_bytes(self) -> int:
+        return 2 * 4 * self.parameters + _RECORD_ALLOWANCE_BYTES
+
+    def __call__(self, state: dict[str, Any]) -> None:
+        servers = state.get("servers")
+        if not isinstance(servers, list) or len(servers) != self.config.servers:
+            count = len(servers) if isinstance(servers, list) else type(servers).__name__
+            raise ValueError(
+                f"it holds {count} server states, this run has servers = {self.config.servers}"
+            )
+        coordinator = state.get("coordinator")
+        if not isinstance(coordinator, dict):
+            raise ValueError("it has no coordinator record")
+        _check_record(coordinator)
+        shards = parameter_shards(self.parameters, self.config.servers)
+        for index, (shard_state, shard) in enumerate(zip(servers, shards, strict=True)):
+            try:
+                self._check_shard(shard_state, shard.stop - shard.start)
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+                detail = f"missing {error}" if isinstance(error, KeyError) else str(error)
+                raise ValueError(f"server {index}: {detail}") from None
+
+    def _check_shard(self, shard_state: Any, length: int) -> None:
+        if not isinstance(shard_state, dict):
+            raise ValueError(f"a {type(shard_state).__name__}, not a server state")
+        optimizer = shard_state["optimizer"]
+        _check_vector(optimizer["weights"], "weights", length)
+        if optimizer["momentum_buffer"] is not None:
+            _check_vector(optimizer["momentum_buffer"], "momentum_buffer", length)
+        cfg = self.config
+        sync = Synchronizer(
+            SyncConfig(workers=cfg.workers, total_samples=1, schedule=cfg.parsed_schedule(), lr=1),
+            FlatSGD(torch.zeros(length)),
+        )
+        sync.restore(shard_state)
+        for name in ("samples", "time_s"):
+            value = float(shard_state[name])
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} = {value!r}")
+        named = {int(w) for w in shard_state["clocks"]} | {int(w) for w in shard_state["excluded"]}
+        if not named <= set(range(cfg.workers)):
+            raise ValueError(f"it names workers beyond this run's {cfg.workers}")
+
+
+def _check_vector(value: Any, name: str, length: int) -> None:
+    if type(value) is not torch.Tensor or value.dim() != 1 or value.numel() != length:
+        shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        raise ValueError(f"{name} is {shape}, this run's model needs ({length},)")
+    if not value.is_floating_point():
+        raise ValueError(f"{name} has dtype {value.dtype}, not a floating point type")
+
+
+def _check_record(coordinator: dict[str, Any]) -> None:
+    try:
+        record = RunRecord.from_state(coordinator)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        detail = f"missing {error}" if isinstance(error, KeyError) else str(error)
+        raise ValueError(f"coordinator record: {detail}") from None
+    for name in ("switches", "decisions", "straggler_events", "failures"):
+        if not all(isinstance(entry, dict) for entry in getattr(record, name)):
+            raise ValueError(f"coordinator record: {name} must be a list of mappings")
+    for row in record.metrics:
+        if not isinstance(row, dict):
+            raise ValueError("coordinator record: a metrics row is not a mapping")
+        for key in ("samples", "fraction", "test_accuracy"):
+            value = row.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"coordinator record: a metrics row has {key} = {value!r}")
