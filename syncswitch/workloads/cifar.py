@@ -3,10 +3,16 @@
 Nothing is ever downloaded. The python layout is pickled, so it is read with an unpickler
 that can only rebuild numpy arrays: a pickle names arbitrary callables to run, and a data
 file from an untrusted source must not be able to execute code.
+
+A data directory may come from elsewhere, so sizes are checked against the format before
+anything is allocated: only regular files are read, no larger than the official files; a
+binary file must be whole records; an array a pickle asks to rebuild may hold no more than
+the largest official batch, and the images must be (N, 3072) uint8.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +21,16 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from syncswitch.errors import WorkloadError
+from syncswitch.files import open_regular
 
 _IMAGE_SHAPE = (3, 32, 32)
 _IMAGE_BYTES = 3 * 32 * 32
+# The largest official file holds 50,000 images (CIFAR-100's training set); a little room
+# above it, and nothing near what a hostile file could otherwise ask for.
+MAX_RECORDS_PER_FILE = 60_000
+MAX_ARRAY_BYTES = MAX_RECORDS_PER_FILE * _IMAGE_BYTES
+# Pickled batches carry the images plus labels, file names and pickle framing.
+MAX_PICKLE_BYTES = MAX_ARRAY_BYTES + (32 << 20)
 
 
 @dataclass(frozen=True)
@@ -115,23 +128,42 @@ def _locate(layout: _Layout, data_dir: str | Path | None) -> tuple[str, Path]:
     raise WorkloadError(f"{layout.title} not found in '{root}': expected {layouts} there; {never}")
 
 
-def _require_file(path: Path) -> None:
-    if not path.is_file():
-        raise WorkloadError(f"missing CIFAR file '{path}'; is the archive fully extracted?")
+def _open_data_file(path: Path, max_bytes: int) -> tuple[int, int]:
+    """A descriptor of a regular data file no larger than `max_bytes`, and its size."""
+    try:
+        fd = open_regular(path)
+    except FileNotFoundError:
+        raise WorkloadError(
+            f"missing CIFAR file '{path}'; is the archive fully extracted?"
+        ) from None
+    except OSError as exc:
+        raise WorkloadError(f"cannot read '{path}': {exc}") from None
+    size = os.fstat(fd).st_size
+    if size > max_bytes:
+        os.close(fd)
+        raise WorkloadError(
+            f"'{path}' is {size} bytes, larger than any CIFAR file ({max_bytes} bytes at most); "
+            "it is not a CIFAR batch"
+        )
+    return fd, size
 
 
 def _read_binary(path: Path, layout: _Layout) -> tuple[np.ndarray, np.ndarray]:
-    _require_file(path)
     record = layout.label_bytes + _IMAGE_BYTES
-    try:
-        raw = np.fromfile(path, dtype=np.uint8)
-    except OSError as exc:
-        raise WorkloadError(f"cannot read '{path}': {exc}") from exc
-    if raw.size == 0 or raw.size % record:
+    fd, size = _open_data_file(path, MAX_RECORDS_PER_FILE * record)
+    if size == 0 or size % record:
+        os.close(fd)
         raise WorkloadError(
-            f"'{path}' is truncated or corrupt: {raw.size} bytes is not a positive multiple "
+            f"'{path}' is truncated or corrupt: {size} bytes is not a positive multiple "
             f"of the {record}-byte {layout.title} record"
         )
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            raw = np.frombuffer(handle.read(size), dtype=np.uint8)
+    except OSError as exc:
+        raise WorkloadError(f"cannot read '{path}': {exc}") from exc
+    if raw.size != size:
+        raise WorkloadError(f"'{path}' changed while it was read")
     rows = raw.reshape(-1, record)
     labels = rows[:, layout.label_bytes - 1].astype(np.int64)
     images = np.ascontiguousarray(rows[:, layout.label_bytes :]).reshape(-1, *_IMAGE_SHAPE)
@@ -140,9 +172,9 @@ def _read_binary(path: Path, layout: _Layout) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _read_python(path: Path, layout: _Layout) -> tuple[np.ndarray, np.ndarray]:
-    _require_file(path)
+    fd, _size = _open_data_file(path, MAX_PICKLE_BYTES)
     try:
-        with path.open("rb") as handle:
+        with os.fdopen(fd, "rb") as handle:
             batch = _ArrayOnlyUnpickler(handle).load()
     except WorkloadError as exc:
         raise WorkloadError(f"refusing to load '{path}': {exc}") from None
@@ -155,8 +187,11 @@ def _read_python(path: Path, layout: _Layout) -> tuple[np.ndarray, np.ndarray]:
     data = _get(batch, "data", path)
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.size == 0:
         raise WorkloadError(f"'{path}' is corrupt: 'data' must be a non-empty uint8 array")
-    if data.size % _IMAGE_BYTES:
-        raise WorkloadError(f"'{path}' is corrupt: 'data' has shape {data.shape}")
+    if data.ndim != 2 or data.shape[1] != _IMAGE_BYTES:
+        raise WorkloadError(
+            f"'{path}' is corrupt: 'data' has shape {data.shape}; a CIFAR batch's is "
+            f"(N, {_IMAGE_BYTES})"
+        )
     images = np.ascontiguousarray(data).reshape(-1, *_IMAGE_SHAPE)
     try:
         labels = np.asarray(_get(batch, layout.label_key, path), dtype=np.int64).reshape(-1)
@@ -212,16 +247,60 @@ class _Frozen:
         raise WorkloadError("the pickle tries to modify an array rebuilder")
 
 
+class _NdarrayToken:
+    """What the pickle gets for `numpy.ndarray`: a name for the class, not the class.
+
+    Numpy pickles an array as `_reconstruct(ndarray, shape, dtype)`, so the class must be
+    nameable; but the class itself is callable, and `ndarray((10**10,))` in a tiny pickle
+    would allocate any size. Only `_bounded_reconstruct` turns the token into the class.
+    """
+
+    __slots__ = ()
+
+    def __call__(self, *args: Any) -> Any:
+        raise WorkloadError("the pickle calls numpy.ndarray directly, which no array needs")
+
+
+_NDARRAY = _NdarrayToken()
+
+
+def _checked_array_size(shape: Any, dtype: Any) -> None:
+    """Refuse before allocation an array larger than the largest official CIFAR batch."""
+    dims = (shape,) if isinstance(shape, int) else shape
+    if not isinstance(dims, tuple) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims
+    ):
+        raise WorkloadError(f"the pickle asks for an array of shape {str(shape)[:60]}")
+    n_bytes = int(np.prod(dims, dtype=object)) * np.dtype(dtype).itemsize
+    if n_bytes > MAX_ARRAY_BYTES:
+        raise WorkloadError(
+            f"the pickle asks for an array of shape {str(dims)[:60]} ({n_bytes} bytes); a "
+            f"CIFAR batch's largest holds {MAX_ARRAY_BYTES} bytes"
+        )
+
+
 def _numpy_rebuilders() -> dict[tuple[str, str], Any]:
     # Take the callables numpy itself pickles with instead of importing its private modules,
     # whose names differ between numpy 1.x (numpy.core) and 2.x (numpy._core).
     sample = np.zeros(1, dtype=np.uint8)
-    reconstruct = _Frozen(sample.__reduce__()[0])
-    frombuffer = _Frozen(sample.__reduce_ex__(5)[0])
+    numpy_reconstruct = sample.__reduce__()[0]
+    numpy_frombuffer = sample.__reduce_ex__(5)[0]
+
+    def bounded_reconstruct(subtype: Any, shape: Any, dtype: Any) -> Any:
+        if subtype is not _NDARRAY:
+            raise WorkloadError("the pickle rebuilds something other than a numpy array")
+        _checked_array_size(shape, dtype)
+        return numpy_reconstruct(np.ndarray, shape, dtype)
+
+    def bounded_frombuffer(buffer: Any, dtype: Any, shape: Any, order: Any) -> Any:
+        _checked_array_size(shape, dtype)
+        return numpy_frombuffer(buffer, dtype, shape, order)
+
+    reconstruct = _Frozen(bounded_reconstruct)
+    frombuffer = _Frozen(bounded_frombuffer)
     allowed: dict[tuple[str, str], Any] = {
-        # Types are passed on unwrapped: _reconstruct needs the real ndarray class, and
-        # BUILD on a type fails instead of changing it.
-        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "ndarray"): _NDARRAY,
+        # A type is passed on unwrapped: BUILD on a type fails instead of changing it.
         ("numpy", "dtype"): np.dtype,
         ("_codecs", "encode"): _Frozen(_latin1_encode),
     }
