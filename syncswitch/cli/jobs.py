@@ -114,10 +114,10 @@ def _list(console: Any, registry: Any) -> None:
 def _fingerprint_prefix(text: str) -> str:
     """A fingerprint prefix as given to --show: hex digits only (fingerprints are SHA-256)."""
     prefix = text.strip().lower()
-    if not prefix or len(prefix) > 64 or any(c not in "0123456789abcdef" for c in prefix):
+    if len(prefix) > 64 or any(c not in "0123456789abcdef" for c in prefix):
         shown = " ".join(text.split())[:70]
         raise ConfigError(
-            f"--show {shown!r} is not allowed; give the start of a job fingerprint: 1 to 64 "
+            f"--show {shown!r} is not allowed; give the start of a job fingerprint: up to 64 "
             "hex digits (0-9, a-f), as `syncswitch jobs` lists them"
         )
     return prefix

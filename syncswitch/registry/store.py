@@ -481,7 +481,7 @@ class Registry:
         if condition is not None:
             query = query.where(condition)
         return [
-            JobRecord(row.id, row.fingerprint, dict(row.description), row.created)
+            JobRecord(int(row.id), str(row.fingerprint), dict(row.description), row.created)
             for row in conn.execute(query)
         ]
 
@@ -518,6 +518,13 @@ class Registry:
             raise RegistryError(
                 f"registry {self.location.display}: cannot {action}: {detail}"
             ) from error
+        except (ValueError, TypeError, OverflowError, RecursionError) as error:
+            # A value that is not what its column holds (bad JSON, text in a number column).
+            detail = _one_line(error)[:200]
+            raise RegistryError(
+                f"registry {self.location.display}: cannot {action}: it holds a malformed "
+                f"value ({type(error).__name__}: {detail})"
+            ) from None
 
 
 def _make_sqlite_transactions_explicit(engine: Engine) -> None:
@@ -565,30 +572,37 @@ def _check_sqlite_file(path: Path) -> None:
 
 
 def _trial(row: Any) -> TrialRecord:
+    # Typed on the way out: SQLite stores whatever a writer put in a column, and a registry
+    # may be shared, so a value of the wrong type fails here (one line, via _errors) rather
+    # than in whatever prints or averages it.
     return TrialRecord(
-        fraction=row.fraction,
-        seed=row.seed,
-        schedule=row.schedule,
-        status=row.status,
-        final_accuracy=row.final_accuracy,
-        wall_time_s=row.wall_time_s,
-        run_dir=row.run_dir,
+        fraction=float(row.fraction),
+        seed=int(row.seed),
+        schedule=str(row.schedule),
+        status=str(row.status),
+        final_accuracy=_optional(float, row.final_accuracy),
+        wall_time_s=_optional(float, row.wall_time_s),
+        run_dir=_optional(str, row.run_dir),
         created=row.created,
-        concurrent=row.concurrent,
+        concurrent=_optional(int, row.concurrent),
     )
 
 
 def _decision(row: Any, fingerprint: str) -> DecisionRecord:
     return DecisionRecord(
-        id=row.id,
+        id=int(row.id),
         fingerprint=fingerprint,
-        fraction=row.fraction,
-        tolerance=row.tolerance,
-        repeats=row.repeats,
+        fraction=float(row.fraction),
+        tolerance=float(row.tolerance),
+        repeats=int(row.repeats),
         evidence=dict(row.evidence),
-        reason=row.reason,
+        reason=str(row.reason),
         created=row.created,
     )
+
+
+def _optional(kind: Any, value: Any) -> Any:
+    return None if value is None else kind(value)
 
 
 def _now() -> datetime:

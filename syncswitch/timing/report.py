@@ -12,6 +12,7 @@ accuracy_vs_fraction.png
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ from syncswitch.core.timing import (
     TrialKey,
     format_fraction,
 )
-from syncswitch.files import write_json_atomic
+from syncswitch.files import open_append, write_atomic, write_json_atomic
 
 if TYPE_CHECKING:
     from syncswitch.timing.search import SearchResult, TrialRun
@@ -61,15 +62,16 @@ class TraceWriter:
         self.rows: list[TrialRun] = []
 
     def start(self, reused: list[TrialRun]) -> None:
-        with (self.dir / "trace.csv").open("w", newline="") as handle:
-            csv.writer(handle).writerow(TRACE_COLUMNS)
+        header = io.StringIO()
+        csv.writer(header).writerow(TRACE_COLUMNS)
+        write_atomic(self.dir / "trace.csv", header.getvalue())  # replaces, never follows
         for run in reused:
             self.append(run)
 
     def append(self, run: TrialRun) -> None:
         self.rows.append(run)
         row = run.to_row()
-        with (self.dir / "trace.csv").open("a", newline="") as handle:
+        with open_append(self.dir / "trace.csv") as handle:  # refuses a planted symlink
             csv.writer(handle).writerow([_cell(row[c]) for c in TRACE_COLUMNS])
         self.write_json()
 

@@ -437,15 +437,26 @@ class _Search:
         """A trial that finished on disk but was not stored (stopped in between): keep it."""
         import json
 
+        from syncswitch.files import read_regular
+
         directory = trial_dir(self.search_dir, key)
         try:
-            summary = json.loads((directory / "summary.json").read_text())
-        except (OSError, ValueError):
+            # A regular file inside the trial directory only; any other content is no trial.
+            raw = read_regular(directory / "summary.json", 64 << 20, follow_symlinks=False)
+            summary = json.loads(raw)
+        except (OSError, ValueError, RecursionError):
             return None
-        source = summary.get("schedule_source") or {}
+        if not isinstance(summary, dict) or not isinstance(summary.get("schedule_source"), dict):
+            return None
+        source = summary["schedule_source"]
+        accuracy, wall_s = summary.get("final_accuracy"), summary.get("wall_time_s")
+        numbers = all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            for v in (accuracy, wall_s)
+        )
         same = (
-            summary.get("status") == "complete"
-            and summary.get("final_accuracy") is not None
+            numbers
+            and summary.get("status") == "complete"
             and source.get("kind") == "search"
             and source.get("fingerprint") == self.job_fp
             and source.get("fraction") == key.fraction

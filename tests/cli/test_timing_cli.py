@@ -112,8 +112,10 @@ def test_jobs_lists_jobs_and_shows_one(capsys, tmp_path) -> None:
     out = capsys.readouterr().out
     assert fingerprint(config) in out and "96.20" in out and "2 at once" in out
     assert "decision #1" in out and "because" in out
-    assert "no job's fingerprint starts with 'zz'" in error_of(
-        capsys, ["jobs", "--registry", str(path), "--show", "zz"]
+    stored = (fingerprint(config), fingerprint(other))
+    missing = next(c for c in "0123456789abcdef" if not any(f.startswith(c) for f in stored))
+    assert f"no job's fingerprint starts with '{missing}'" in error_of(
+        capsys, ["jobs", "--registry", str(path), "--show", missing]
     )
     assert "give more characters" in error_of(
         capsys, ["jobs", "--registry", str(path), "--show", ""]

@@ -140,3 +140,20 @@ def test_a_path_to_a_registry_that_is_a_fifo_is_refused(tmp_path: Path, capsys):
     os.mkfifo(path)
     err = one_line_error(capsys, ["jobs", "--registry", str(path)])
     assert "FIFO" in err
+
+
+def test_malformed_values_in_a_shared_registry_are_one_line(tmp_path, capsys):
+    path = tmp_path / "r.db"
+    with Registry(path) as registry:
+        from syncswitch.registry import TrialRecord
+
+        job = registry.ensure_job(FP, {"model": "cnn1d"})
+        registry.record_trial(job, TrialRecord(0.5, 0, "bsp:0.5,asp", "complete", 0.9, 1.0, "r"))
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE trials SET final_accuracy = 'ninety'")
+    err = one_line_error(capsys, ["jobs", "--registry", str(path), "--show", FP[:6]])
+    assert "malformed value" in err
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE jobs SET description = '{not json'")
+    err = one_line_error(capsys, ["jobs", "--registry", str(path)])
+    assert "malformed value" in err
