@@ -9,11 +9,6 @@ import pytest
 
 from syncswitch.config import make_config
 from syncswitch.errors import ConfigError
-from syncswitch.runtime.ray_setup import (
-    check_local_capacity,
-    require_auth_not_disabled,
-    require_token_auth_support,
-)
 from tests.security.helpers import assert_one_line_exit_2, one_line_error, run_cli
 
 TINY_RUN = ["--workers", "1", "--epochs", "0.05", "--mnist1d-samples", "200", "--no-progress"]
@@ -82,6 +77,8 @@ def test_an_environment_turning_authentication_off_is_refused_before_ray_starts(
     )
     err = assert_one_line_exit_2(proc)
     assert "RAY_AUTH_MODE='disabled'" in err and "token" in err
+    from syncswitch.runtime.ray_setup import require_auth_not_disabled
+
     with pytest.raises(ConfigError, match="without token"):
         require_auth_not_disabled({"RAY_AUTH_MODE": "off"})
     require_auth_not_disabled({"RAY_AUTH_MODE": "token"})
@@ -89,6 +86,8 @@ def test_an_environment_turning_authentication_off_is_refused_before_ray_starts(
 
 
 def test_a_ray_version_without_token_authentication_is_refused():
+    from syncswitch.runtime.ray_setup import require_token_auth_support
+
     with pytest.raises(ConfigError, match=r"no token authentication.*ray>=2\.52"):
         require_token_auth_support("2.40.0")
     require_token_auth_support("2.52.0")
@@ -126,6 +125,8 @@ def test_a_config_file_cannot_choose_the_cluster(tmp_path, capsys):
 
 
 def test_a_local_instance_is_sized_to_this_machine():
+    from syncswitch.runtime.ray_setup import check_local_capacity
+
     with pytest.raises(ConfigError, match="this machine allows at most"):
         check_local_capacity(10**6)
     check_local_capacity(4)
