@@ -535,7 +535,7 @@ class RayTrainer:
         return slots, note
 
     def run(self, config: TrainConfig, source: dict[str, Any], started: threading.Event) -> Any:
-        from syncswitch.runtime.coordinator import BuiltinModel, train
+        from syncswitch.runtime.train import BuiltinModel, train
         from syncswitch.workloads import load_dataset
 
         with _DATASET_LOCK:
