@@ -181,7 +181,7 @@ class _Console:
             self._status.update(text)
 
     def trial_started(self, key: Any, running: int) -> None:
-        from syncswitch.core.timing import format_fraction
+        from syncswitch.core.switch_search import format_fraction
 
         if self._status is not None:
             self._status.update(
@@ -190,7 +190,7 @@ class _Console:
             )
 
     def trial_finished(self, run: Any) -> None:
-        from syncswitch.core.timing import format_fraction
+        from syncswitch.core.switch_search import format_fraction
 
         accuracy = "-" if run.final_accuracy is None else f"{100 * run.final_accuracy:.2f}%"
         wall = "-" if run.wall_time_s is None else f"{run.wall_time_s:.1f} s"

@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from syncswitch.core.timing import (
+from syncswitch.core.switch_search import (
     BASELINE,
     SearchSpec,
     TimingDecision,

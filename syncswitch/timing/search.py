@@ -1,7 +1,7 @@
 """Running the switch-point search: trial trainings, stored as they finish, then the decision.
 
-The pure search (`syncswitch.core.timing.next_step`) says which trials it needs; this module
-runs them (one `train()` per trial, several at once in threads of this driver when the Ray
+The pure search (`syncswitch.core.switch_search.next_step`) says which trials it needs; this
+module runs them (one `train()` per trial, several at once in threads of this driver when the Ray
 cluster has room), stores each in the registry the moment it finishes, and stores the
 decision at the end. Before running anything it reads the job's finished trials from the
 registry, so a search that was stopped resumes where it was: no finished trial runs again.
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from syncswitch.config import ConfigError, TrainConfig
-from syncswitch.core.timing import (
+from syncswitch.core.switch_search import (
     BASELINE,
     SearchSpec,
     SearchSpecError,
