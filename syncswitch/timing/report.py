@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from syncswitch.core.switch_search import (
     BASELINE,
@@ -24,9 +24,7 @@ from syncswitch.core.switch_search import (
     format_fraction,
 )
 from syncswitch.files import write_json_atomic
-
-if TYPE_CHECKING:
-    from syncswitch.timing.search import SearchResult, TrialRun
+from syncswitch.timing.results import SearchResult, TrialRun
 
 TRACE_COLUMNS = (
     "fraction",
