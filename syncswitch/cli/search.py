@@ -123,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     options.spec(config.seed)  # bad settings fail here, before the registry or Ray
     # Imported here so that `--help` and input errors answer without loading Ray.
     from syncswitch.registry import Registry
+    from syncswitch.runtime.search_trainer import RayTrainer
     from syncswitch.timing.report import trace_table
     from syncswitch.timing.search import SearchError, run_search
 
@@ -130,7 +131,9 @@ def run(args: argparse.Namespace) -> int:
     listener = _Console(args.show_progress)
     try:
         listener.say(f"registry: {registry.location.display}")
-        result = run_search(config, options, registry, listener=listener)
+        result = run_search(
+            config, options, registry, trainer=RayTrainer(config), listener=listener
+        )
     except KeyboardInterrupt:
         print(
             "syncswitch: search interrupted; finished trials are stored in "

@@ -1,10 +1,12 @@
 """Running the switch-point search: trial trainings, stored as they finish, then the decision.
 
 The pure search (`syncswitch.core.switch_search.next_step`) says which trials it needs; this
-module runs them (one `train()` per trial, several at once in threads of this driver when the Ray
-cluster has room), stores each in the registry the moment it finishes, and stores the
-decision at the end. Before running anything it reads the job's finished trials from the
-registry, so a search that was stopped resumes where it was: no finished trial runs again.
+module runs them through a `Trainer` that the caller passes in (the CLI passes the runtime's,
+`syncswitch.runtime.search_trainer`: one `train()` per trial; several at once in threads of
+this driver when the trainer has room), stores each in the registry the moment it finishes,
+and stores the decision at the end. Before running anything it reads the job's finished trials
+from the registry, so a search that was stopped resumes where it was: no finished trial runs
+again.
 
 Trial directories: `<search_dir>/trial-<fraction>-s<seed>/`, a normal run directory each.
 """
@@ -13,8 +15,6 @@ from __future__ import annotations
 
 import shutil
 import threading
-import uuid
-from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -84,7 +84,8 @@ class SearchOptions:
 
 
 class Trainer(Protocol):
-    """Runs trials. The default trains on Ray; tests may script accuracies instead."""
+    """Runs trials. The CLI passes the runtime's (`syncswitch.runtime.search_trainer`), which
+    trains each trial; tests may script accuracies instead."""
 
     def capacity(self, requested: int | str, config: TrainConfig) -> tuple[int, str]:
         """How many trials may run at once, and a line saying why."""
@@ -92,7 +93,7 @@ class Trainer(Protocol):
 
     def run(self, config: TrainConfig, source: dict[str, Any], started: threading.Event) -> Any:
         """Train one trial; return its summary dict. Set `started` once its model is built
-        (the next trial is started only then; see RayTrainer)."""
+        (the next trial is started only then; see `_Search._start`)."""
         ...
 
     def close(self) -> None: ...
@@ -130,7 +131,7 @@ def run_search(
     options: SearchOptions,
     registry: Registry,
     *,
-    trainer: Trainer | None = None,
+    trainer: Trainer,
     listener: SearchListener | None = None,
 ) -> SearchResult:
     """Search the job's switch point; store every trial and the decision in `registry`."""
@@ -157,7 +158,6 @@ def run_search(
         if t.complete
     }
     trace.start([run for key, run in sorted(known.items(), reverse=True) if key.seed in spec.seeds])
-    trainer = trainer or RayTrainer(config)
     try:
         slots, why = trainer.capacity(options.parallel, config)
         listener.step(why)
@@ -236,7 +236,7 @@ class _Search:
             return decision
         finally:
             # Stopped early (Ctrl-C, a failure): queued trials never start, and running ones
-            # are not waited for; they end when Ray shuts down, and are redone on resume.
+            # are not waited for; they end when the trainer is closed, and are redone on resume.
             pool.shutdown(wait=finished, cancel_futures=True)
 
     def _loop(
@@ -396,110 +396,3 @@ def _clear_unfinished(directory: Path) -> None:
             "can be run there"
         )
     shutil.rmtree(directory)
-
-
-# -- the default trainer: train() on Ray ----------------------------------------------------
-
-
-class RayTrainer:
-    """Trials as `train()` calls in threads of this driver, on one Ray instance.
-
-    The dataset is loaded once and shared by all trials. Ray is started here (and stopped at
-    the end) unless it is already running, so that trials do not each start and stop it.
-    """
-
-    def __init__(self, config: TrainConfig) -> None:
-        self.config = config
-        self._dataset: Any = None
-        self._started_ray = False
-        self._token = uuid.uuid4().hex
-
-    def per_trial_cpus(self, config: TrainConfig) -> int:
-        # One CPU per actor, as the coordinator requests them: workers, servers, evaluator.
-        return config.workers + config.servers + 1
-
-    def capacity(self, requested: int | str, config: TrainConfig) -> tuple[int, str]:
-        import ray
-
-        from syncswitch.runtime.ray_setup import connect
-
-        need = self.per_trial_cpus(config)
-        wanted = requested if isinstance(requested, int) else 1
-        self._started_ray = connect(config.ray_address, min_cpus=need * wanted)
-        if requested == 1:
-            return 1, "trials run one at a time (--parallel 1)"
-        free = ray.available_resources().get("CPU", 0.0)
-        fit = max(1, int(free // need))
-        slots = fit if requested == AUTO else min(int(requested), fit)
-        note = (
-            f"up to {slots} trials at once ({free:g} free Ray CPUs, {need} per trial); their "
-            "wall times share this machine's cores, so they are not comparable with trials "
-            "that ran alone"
-        )
-        if isinstance(requested, int) and slots < requested:
-            note = f"only {slots} of the {requested} requested trials fit at once: " + note
-        return slots, note
-
-    def run(self, config: TrainConfig, source: dict[str, Any], started: threading.Event) -> Any:
-        from syncswitch.runtime.coordinator import BuiltinModel, train
-        from syncswitch.workloads import load_dataset
-
-        with _DATASET_LOCK:
-            if self._dataset is None:
-                self._dataset = load_dataset(
-                    config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
-                )
-        token = f"{self._token}-{source.get('fraction')}-{source.get('seed')}"
-        factory = _SignallingFactory(
-            BuiltinModel(config.model_name, _shape_only(self._dataset)), token
-        )
-        _BUILT[token] = started
-        try:
-            result = train(
-                config, model_factory=factory, dataset=self._dataset, schedule_source=source
-            )
-        finally:
-            _BUILT.pop(token, None)
-        return result.summary
-
-    def close(self) -> None:
-        if self._started_ray:
-            import ray
-
-            ray.shutdown()
-            self._started_ray = False
-
-
-_DATASET_LOCK = threading.Lock()
-# This process's searches waiting for a trial's first model build (see _SignallingFactory).
-_BUILT: dict[str, threading.Event] = {}
-
-
-@dataclass(frozen=True)
-class _SignallingFactory:
-    """The built-in model factory, telling the search when the driver has built the model.
-
-    The coordinator seeds torch's global generator and then builds the initial model; in
-    actor processes `_BUILT` is empty and this is just the inner factory.
-    """
-
-    inner: Callable[[], Any]
-    token: str
-
-    def __call__(self) -> Any:
-        model = self.inner()
-        event = _BUILT.get(self.token)
-        if event is not None:
-            event.set()
-        return model
-
-
-def _shape_only(dataset: Any) -> Any:
-    """The dataset without its samples (a model factory only needs the shapes)."""
-    return replace(
-        dataset,
-        x_train=dataset.x_train[:1],
-        y_train=dataset.y_train[:1],
-        x_test=dataset.x_test[:1],
-        y_test=dataset.y_test[:1],
-    )
