@@ -36,6 +36,7 @@ import torch
 from syncswitch.control.decisions import (
     ApplyPolicyDecision,
     Evaluate,
+    FinishShards,
     KillWorker,
     RequestSnapshot,
     RestartWorker,
@@ -160,6 +161,7 @@ class RunController:
         self._eval_results: dict[EvalPoint, tuple[float, float]] = {}
         self._snapshot_queues: dict[str, list[list[Snapshot]]] = {}  # label -> per shard
         self._pending_rollback: Decision | None = None
+        self._workload_done = False  # some shard has applied the whole workload
         self._last_checkpoint_at = clock()
 
     # -- the run's story, in the order it happens ----------------------------------------------
@@ -181,6 +183,7 @@ class RunController:
         before, decisions = self.phase, []
         first = reports[0]
         self.state = first.state
+        decisions += self._end_workload_everywhere(reports)
         self._record(first)
         decisions += self._queue_evaluations(reports)
         self._take_snapshots(reports)
@@ -482,6 +485,17 @@ class RunController:
             stalled=True,
         ).decisions
 
+    def _end_workload_everywhere(self, reports: list[ShardReport]) -> list[RunDecision]:
+        """The workload is done once any shard has applied it: workers stop on the first
+        shard that says so, and the others must not hold them at a barrier."""
+        done = [report.state.done for report in reports]
+        if self._workload_done or not any(done):
+            return []
+        self._workload_done = True
+        if all(done):
+            return []
+        return [FinishShards(f"shard {done.index(True)} has applied the whole workload")]
+
     def _check_hung(self) -> list[RunDecision]:
         timeout_s = self.plan.reliability.worker_timeout_s
         book, decisions = self.workers, []
@@ -504,9 +518,11 @@ class RunController:
         book = self.workers
         if (
             self.phase is RunPhase.TRAINING
-            and self.state.done
+            and self._workload_done
             and not book.running
             and not book.restarting
+            # Every shard's last evaluation slice is in (one ended later than another).
+            and not any(self._eval_slices)
         ):
             self.phase = RunPhase.FINISHING
 

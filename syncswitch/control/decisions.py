@@ -91,6 +91,17 @@ class ApplyPolicyDecision:
 
 
 @dataclass(frozen=True)
+class FinishShards:
+    """One shard has applied the whole workload: every shard ends the workload now.
+
+    Workers stop once any shard says done; a shard a few samples behind would otherwise hold
+    them at its barrier.
+    """
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Stop:
     """The run cannot go on; `reason` is the one line the user sees.
 
@@ -111,5 +122,6 @@ RunDecision = (
     | RestoreServers
     | RollBack
     | ApplyPolicyDecision
+    | FinishShards
     | Stop
 )

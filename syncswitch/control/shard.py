@@ -100,6 +100,10 @@ class ServerShard:
         """An online policy's decision, made by the controller for every shard alike."""
         return self._record(carry_out(self.sync, decision))
 
+    def finish(self) -> Outcome:
+        """Another shard has applied the whole workload: end here too."""
+        return self._record(self.sync.finish_now())
+
     def worker_lost(self, worker: int) -> Outcome:
         return self._record(self.sync.worker_lost(worker))
 

@@ -28,6 +28,7 @@ from syncswitch.control.controller import (
 from syncswitch.control.decisions import (
     ApplyPolicyDecision,
     Evaluate,
+    FinishShards,
     KillWorker,
     RequestSnapshot,
     RestartWorker,
@@ -247,7 +248,7 @@ class ScriptedRun:
                 and worker.index in self.controller.workers.running
             ):
                 self.handle(self.controller.on_worker_died(worker.index, "ScriptedKill"))
-            elif worker.running and not worker.waiting and self.shards[0].sync.done:
+            elif worker.running and not worker.waiting and any(s.sync.done for s in self.shards):
                 worker.running = False
                 self.handle(
                     self.controller.on_worker_finished(worker.index, {"worker": worker.index})
@@ -276,6 +277,9 @@ class ScriptedRun:
             case ApplyPolicyDecision(decision=policy_decision):
                 for shard in self.shards:
                     shard.carry_out(policy_decision)
+            case FinishShards():
+                for shard in self.shards:
+                    shard.finish()
             case RequestSnapshot(label=label):
                 for shard in self.shards:
                     shard.request_snapshot(label)

@@ -13,6 +13,7 @@ import pytest
 
 from syncswitch.control.controller import RunPhase
 from syncswitch.control.decisions import (
+    FinishShards,
     KillWorker,
     RestartWorker,
     RestoreServers,
@@ -225,3 +226,19 @@ def test_timed_checkpoints_follow_the_injected_clock(tmp_path):
     # Rounds advance the clock by 0.02 s: about one timed checkpoint per 0.5 s of run.
     assert len(timed) >= 2
     assert run.summary["reliability"]["checkpoints"] == len(events(tmp_path, "checkpoint"))
+
+
+def test_one_shard_done_ends_the_workload_on_every_shard(tmp_path):
+    # Shards that dropped a gradient differently (a policy decision reaching them a moment
+    # apart) can be a few samples apart; workers stop on the first "done", so the others end
+    # too instead of holding workers at a barrier.
+    run = ScriptedRun(tmp_path, schedule="bsp", servers=2)
+    behind = run.shards[1]
+    behind.sync.samples -= 8  # one worker batch behind the first shard
+    run.run()
+    finish = [s for s in run.steps if any(isinstance(d, FinishShards) for d in s.decisions)]
+    assert len(finish) == 1
+    assert all(shard.sync.done for shard in run.shards)
+    assert [m["fraction"] for m in run.controller.record.metrics] == [0.25, 0.5, 0.75, 1.0]
+    assert run.summary["status"] == "complete"
+    accounted(run.summary)

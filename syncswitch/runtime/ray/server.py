@@ -135,6 +135,10 @@ class ParameterServer:
         with self._lock:
             self._release(self.shard.carry_out(decision))
 
+    def finish(self) -> None:
+        with self._lock:
+            self._release(self.shard.finish())
+
     def worker_lost(self, worker: int) -> None:
         with self._lock:
             self._release(self.shard.worker_lost(worker))

@@ -25,6 +25,7 @@ from syncswitch.control.controller import RunController, RunPhase, Step
 from syncswitch.control.decisions import (
     ApplyPolicyDecision,
     Evaluate,
+    FinishShards,
     KillWorker,
     RequestSnapshot,
     RestartWorker,
@@ -166,6 +167,8 @@ class RaySupervisor:
                 self._evaluations[self.evaluator.evaluate.remote(weights)] = point
             case ApplyPolicyDecision(decision=policy_decision):
                 ray.get([s.carry_out.remote(policy_decision) for s in self.servers])
+            case FinishShards():
+                ray.get([s.finish.remote() for s in self.servers])
             case RequestSnapshot(label=label):
                 for server in self.servers:
                     server.request_snapshot.remote(label)
