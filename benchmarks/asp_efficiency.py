@@ -18,8 +18,8 @@ import threading
 import time
 
 from syncswitch.config import TrainConfig
-from syncswitch.runtime.coordinator import train
 from syncswitch.runtime.ray_setup import start_local
+from syncswitch.runtime.train import train
 
 _TICK = os.sysconf("SC_CLK_TCK")
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from syncswitch.config import TrainConfig
-from syncswitch.runtime.coordinator import train
 from syncswitch.runtime.ray_setup import start_local
+from syncswitch.runtime.train import train
 
 
 @dataclass(frozen=True)

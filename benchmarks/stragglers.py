@@ -25,8 +25,8 @@ from pathlib import Path
 import matplotlib
 
 from syncswitch.config import TrainConfig
-from syncswitch.runtime.coordinator import train
 from syncswitch.runtime.ray_setup import start_local
+from syncswitch.runtime.train import train
 
 
 @dataclass(frozen=True)

@@ -174,7 +174,7 @@ def read_saved_config(run_dir: Path) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     if args.resume:
         config = config_for_resume(args)
-        from syncswitch.runtime.coordinator import train
+        from syncswitch.runtime.train import train
 
         return _report(train(config, resume=True))
     config = config_from_args(args)
@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
         config, schedule_source = resolve_auto_schedule(config, args.registry)
         print(f"syncswitch: {describe_source(schedule_source)}")
     # Imported here so that `--help` and input errors answer without loading Ray.
-    from syncswitch.runtime.coordinator import train
+    from syncswitch.runtime.train import train
 
     return _report(train(config, schedule_source=schedule_source))
 

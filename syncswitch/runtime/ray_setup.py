@@ -255,10 +255,6 @@ def _physical_memory_bytes() -> int | None:
         return None
 
 
-def actor_options() -> dict:
-    return {"num_cpus": 1}
-
-
 def _loopback(ip: str) -> bool:
     try:
         address = ipaddress.ip_address(ip.split("%", 1)[0])

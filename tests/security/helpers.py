@@ -18,10 +18,11 @@ import torch
 
 from syncswitch.cli.main import main
 from syncswitch.config import make_config
+from syncswitch.control.plan import RunPlan
+from syncswitch.control.record import RunRecord
 from syncswitch.core.checkpoint import CheckpointStore
 from syncswitch.core.optimizer import FlatSGD, flatten_parameters
-from syncswitch.core.synchronizer import SyncConfig, Synchronizer
-from syncswitch.runtime.run_record import RunRecord
+from syncswitch.core.synchronizer import Synchronizer
 from syncswitch.workloads import build_model, load_dataset
 
 # A small job that resumes in seconds: what config.json holds for the run directories below.
@@ -66,19 +67,10 @@ def model_parameters(job: dict[str, Any]) -> int:
 
 def valid_state(job: dict[str, Any] = SMALL_JOB) -> dict[str, Any]:
     """A checkpoint state a resumed run of `job` accepts: what its servers and record save."""
-    config = make_config(job)
-    parameters = model_parameters(job)
-    sync = Synchronizer(
-        SyncConfig(
-            workers=config.workers,
-            total_samples=1000,
-            schedule=config.parsed_schedule(),
-            lr=config.lr,
-        ),
-        FlatSGD(torch.zeros(parameters)),
-    )
+    plan = RunPlan.resolve(make_config(job), train_samples=160)
+    sync = Synchronizer(plan.sync, FlatSGD(torch.zeros(model_parameters(job))))
     record = RunRecord().to_state()
-    return {"servers": [sync.snapshot("periodic").state], "coordinator": record}
+    return {"servers": [sync.snapshot("periodic").state], "controller": record}
 
 
 def make_run_dir(

@@ -41,7 +41,7 @@ def is_loopback(ip: str) -> bool:
 def test_a_local_run_listens_and_advertises_on_loopback_only(ray_session, tmp_path):
     import os
 
-    from syncswitch.runtime.coordinator import train
+    from syncswitch.runtime.train import train
 
     config = make_config(
         {

@@ -14,7 +14,7 @@ import pytest
 
 from syncswitch.cli.train import add_parser, config_for_resume
 from syncswitch.core.checkpoint import CheckpointStore
-from syncswitch.runtime.coordinator import load_resume_checkpoint
+from syncswitch.runtime.train import load_resume_checkpoint
 from tests.security.helpers import (
     SMALL_JOB,
     make_config,
@@ -84,7 +84,7 @@ def test_config_json_must_be_a_regular_file_inside_the_run_directory(tmp_path, c
     ("damage", "fragment"),
     [
         (lambda s: {"servers": "x"}, "server states"),
-        (lambda s: {**s, "coordinator": {"metrics": []}}, "coordinator record"),
+        (lambda s: {**s, "controller": {"metrics": []}}, "controller record"),
         (lambda s: {**s, "servers": [{"optimizer": {}}]}, "server 0"),
         (
             lambda s: {**s, "servers": [{**s["servers"][0], "samples": "many"}]},
@@ -165,10 +165,12 @@ def test_checkpoints_are_never_read_through_symlinks(tmp_path):
 
 
 def test_falling_back_past_a_refused_checkpoint_is_said_on_the_terminal(tmp_path, capsys):
-    from syncswitch.runtime.resume_check import ResumeCheck
+    from syncswitch.control.plan import RunPlan
+    from syncswitch.control.resume_check import ResumeCheck
 
-    run_dir = make_run_dir(tmp_path, [valid_state(), {"servers": [], "coordinator": {}}])
-    fits = ResumeCheck(make_config({**SMALL_JOB, "out": str(run_dir)}), model_parameters(SMALL_JOB))
+    run_dir = make_run_dir(tmp_path, [valid_state(), {"servers": [], "controller": {}}])
+    plan = RunPlan.resolve(make_config({**SMALL_JOB, "out": str(run_dir)}), train_samples=160)
+    fits = ResumeCheck(plan, model_parameters(SMALL_JOB))
     loaded = load_resume_checkpoint(run_dir, fits)  # type: ignore[call-arg]
     assert loaded.info.sequence == 1
     err = capsys.readouterr().err.strip().splitlines()

@@ -11,16 +11,18 @@ falls back to the previous checkpoint.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from syncswitch.config import TrainConfig
+from syncswitch.control.plan import RunPlan
+from syncswitch.control.record import RunRecord
+from syncswitch.core.checkpoint import LoadedCheckpoint
 from syncswitch.core.optimizer import FlatSGD
 from syncswitch.core.sharding import parameter_shards
-from syncswitch.core.synchronizer import SyncConfig, Synchronizer
-from syncswitch.runtime.run_record import RunRecord
+from syncswitch.core.synchronizer import Synchronizer
 
 # Beyond the tensors (weights and momentum, 4 bytes per parameter each), a state holds the
 # run's record: metrics, decisions and failures, a few MB even for a long run.
@@ -31,7 +33,7 @@ _RECORD_ALLOWANCE_BYTES = 256 << 20
 class ResumeCheck:
     """Called by CheckpointStore.load_latest on each candidate state; raises to refuse it."""
 
-    config: TrainConfig
+    plan: RunPlan
     parameters: int  # length of the model's flat parameter vector
 
     @property
@@ -39,17 +41,16 @@ class ResumeCheck:
         return 2 * 4 * self.parameters + _RECORD_ALLOWANCE_BYTES
 
     def __call__(self, state: dict[str, Any]) -> None:
+        expected = self.plan.job.servers
         servers = state.get("servers")
-        if not isinstance(servers, list) or len(servers) != self.config.servers:
+        if not isinstance(servers, list) or len(servers) != expected:
             count = len(servers) if isinstance(servers, list) else type(servers).__name__
-            raise ValueError(
-                f"it holds {count} server states, this run has servers = {self.config.servers}"
-            )
-        coordinator = state.get("coordinator")
-        if not isinstance(coordinator, dict):
-            raise ValueError("it has no coordinator record")
-        _check_record(coordinator)
-        shards = parameter_shards(self.parameters, self.config.servers)
+            raise ValueError(f"it holds {count} server states, this run has servers = {expected}")
+        record = state.get("controller")
+        if not isinstance(record, dict):
+            raise ValueError("it has no controller record")
+        _check_record(record)
+        shards = parameter_shards(self.parameters, expected)
         for index, (shard_state, shard) in enumerate(zip(servers, shards, strict=True)):
             try:
                 self._check_shard(shard_state, shard.stop - shard.start)
@@ -64,19 +65,16 @@ class ResumeCheck:
         _check_vector(optimizer["weights"], "weights", length)
         if optimizer["momentum_buffer"] is not None:
             _check_vector(optimizer["momentum_buffer"], "momentum_buffer", length)
-        cfg = self.config
-        sync = Synchronizer(
-            SyncConfig(workers=cfg.workers, total_samples=1, schedule=cfg.parsed_schedule(), lr=1),
-            FlatSGD(torch.zeros(length)),
-        )
-        sync.restore(shard_state)
+        # The synchronizer a server shard restores the state into, with this run's settings.
+        Synchronizer(self.plan.sync, FlatSGD(torch.zeros(length))).restore(shard_state)
         for name in ("samples", "time_s"):
             value = float(shard_state[name])
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} = {value!r}")
         named = {int(w) for w in shard_state["clocks"]} | {int(w) for w in shard_state["excluded"]}
-        if not named <= set(range(cfg.workers)):
-            raise ValueError(f"it names workers beyond this run's {cfg.workers}")
+        workers = self.plan.sync.workers
+        if not named <= set(range(workers)):
+            raise ValueError(f"it names workers beyond this run's {workers}")
 
 
 def _check_vector(value: Any, name: str, length: int) -> None:
@@ -87,19 +85,29 @@ def _check_vector(value: Any, name: str, length: int) -> None:
         raise ValueError(f"{name} has dtype {value.dtype}, not a floating point type")
 
 
-def _check_record(coordinator: dict[str, Any]) -> None:
+def _check_record(state: dict[str, Any]) -> None:
     try:
-        record = RunRecord.from_state(coordinator)
+        record = RunRecord.from_state(state)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         detail = f"missing {error}" if isinstance(error, KeyError) else str(error)
-        raise ValueError(f"coordinator record: {detail}") from None
+        raise ValueError(f"controller record: {detail}") from None
     for name in ("switches", "decisions", "straggler_events", "failures"):
         if not all(isinstance(entry, dict) for entry in getattr(record, name)):
-            raise ValueError(f"coordinator record: {name} must be a list of mappings")
+            raise ValueError(f"controller record: {name} must be a list of mappings")
     for row in record.metrics:
         if not isinstance(row, dict):
-            raise ValueError("coordinator record: a metrics row is not a mapping")
+            raise ValueError("controller record: a metrics row is not a mapping")
         for key in ("samples", "fraction", "test_accuracy"):
             value = row.get(key)
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"coordinator record: a metrics row has {key} = {value!r}")
+                raise ValueError(f"controller record: a metrics row has {key} = {value!r}")
+
+
+def say_refused(loaded: LoadedCheckpoint, action: str) -> None:
+    """One line on the terminal when newer checkpoints were refused and an older one used."""
+    refused = "; ".join(f"{r.path.name}: {r.reason}" for r in loaded.refused)
+    line = (
+        f"syncswitch: {action} from {loaded.info.path.name}, past {len(loaded.refused)} "
+        f"refused checkpoint(s) ({refused})"
+    )
+    print(" ".join(line.split())[:1000], file=sys.stderr, flush=True)
