@@ -231,7 +231,8 @@ class _Run:
             # Stragglers timed in seconds count run time, which a resumed run carries over.
             self.started_at = time.time() - elapsed_s
             self.runs = {
-                w.run.remote(self.started_at, self.servers): i for i, w in enumerate(self.workers)
+                w.run.remote(self.started_at, self.servers, [self.dataset_ref]): i
+                for i, w in enumerate(self.workers)
             }
             with ProgressDisplay(enabled=cfg.progress, total_samples=self.total_samples) as show:
                 self._follow(show)
@@ -303,7 +304,7 @@ class _Run:
         )
         # Restartable: after a crash Ray starts the actor again with the same arguments.
         options = {**actor_options(), "max_restarts": cfg.max_worker_restarts}
-        return ray.remote(Worker).options(**options).remote(spec, [self.dataset_ref])
+        return ray.remote(Worker).options(**options).remote(spec)
 
     def _announce(self, initial: np.ndarray) -> None:
         cfg = self.config
@@ -501,7 +502,7 @@ class _Run:
             self._pids["workers"][worker] = pid
             self._write_pids()
             run = self.workers[worker].run.remote(
-                self.started_at, self.servers, self._restarts[worker]
+                self.started_at, self.servers, [self.dataset_ref], self._restarts[worker]
             )
             self.runs[run] = worker
 
@@ -566,7 +567,7 @@ class _Run:
         ]
         for worker in restart:
             run = self.workers[worker].run.remote(
-                self.started_at, self.servers, self._restarts[worker]
+                self.started_at, self.servers, [self.dataset_ref], self._restarts[worker]
             )
             self.runs[run] = worker
 
