@@ -46,7 +46,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--resume",
         metavar="RUN_DIR",
         help="continue a killed run from its last good checkpoint, with the job it was started "
-        "with (only --progress/--no-progress and --ray-address may be given beside it)",
+        "with (only --progress/--no-progress, --ray-address, --logger and --tracking-uri may "
+        "be given beside it; a saved tracking URI is not reused)",
     )
     add_registry_argument(parser, "where --schedule auto looks the job up")
     parser.set_defaults(handler=run)
@@ -77,6 +78,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, exclude: Collection[st
         parser.add_argument(
             flag,
             default=None,
+            action="append" if f.metadata.get("repeatable") else "store",
             metavar="FILE" if f.metadata.get("from_file") else _metavar(str(f.type), choices),
             help=help_text + shown,
         )
@@ -98,7 +100,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return make_config(values)
 
 
-_RESUME_OVERRIDES = ("progress", "ray_address")
+_RESUME_OVERRIDES = ("progress", "ray_address", "logger", "tracking_uri")
+# Not taken from the run directory's config.json: a run directory may come from elsewhere,
+# and nothing read from it may choose where the job connects.
+_NOT_RESUMED = ("tracking_uri",)
 
 
 def config_for_resume(args: argparse.Namespace) -> TrainConfig:
@@ -116,14 +121,14 @@ def config_for_resume(args: argparse.Namespace) -> TrainConfig:
         flags = ", ".join(given + (["--config"] if args.config else []))
         raise ConfigError(
             f"--resume continues the job as it was started; drop {flags} (allowed beside it: "
-            "--progress/--no-progress, --ray-address)"
+            "--progress/--no-progress, --ray-address, --logger, --tracking-uri)"
         )
     try:
         saved = json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise ConfigError(f"cannot resume: {str(path)!r} is not valid JSON ({error})") from None
     known = {f.name for f in config_fields()}
-    values = {k: v for k, v in saved.items() if k in known}
+    values = {k: v for k, v in saved.items() if k in known and k not in _NOT_RESUMED}
     for name in _RESUME_OVERRIDES:
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)

@@ -55,6 +55,7 @@ from syncswitch.core.sharding import parameter_shards
 from syncswitch.core.synchronizer import SyncConfig
 from syncswitch.errors import ConfigError, TrainingStalled
 from syncswitch.files import write_json_atomic
+from syncswitch.loggers import make_loggers
 from syncswitch.results import RunWriter
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
@@ -117,6 +118,7 @@ def train(
         config.emulation().describe(),
         faults=config.fault_plan().describe(),
         resume_at=_resume_point(checkpoint),
+        loggers=make_loggers(config, run_dir),
     )
     started_ray = connect(config.ray_address, min_cpus=config.workers + config.servers + 1)
     try:
