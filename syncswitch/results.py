@@ -15,6 +15,7 @@ import io
 import json
 from collections.abc import Sequence
 from dataclasses import fields
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,6 +47,13 @@ WORKER_COLUMNS = (
     "wait_mean_s",
     "emulated",
 )
+
+
+def default_run_dir(schedule: str) -> Path:
+    """runs/<time>-<schedule>, e.g. runs/20261202-180501-bsp025-asp."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    label = schedule.replace(":", "").replace(",", "-")
+    return Path("runs") / f"{stamp}-{label}"
 
 
 class CsvLog:

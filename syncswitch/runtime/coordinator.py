@@ -23,7 +23,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +55,7 @@ from syncswitch.core.synchronizer import SyncConfig
 from syncswitch.errors import ConfigError, TrainingStalled
 from syncswitch.files import write_json_atomic
 from syncswitch.loggers import make_loggers
-from syncswitch.results import RunWriter
+from syncswitch.results import RunWriter, default_run_dir
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
 from syncswitch.runtime.ray_setup import actor_options, connect
@@ -110,7 +109,7 @@ def train(
     )
     if model_factory is None:
         model_factory = BuiltinModel(config.model_name, _shape_only(dataset))
-    run_dir = Path(config.out or _default_run_dir(config))
+    run_dir = Path(config.out or default_run_dir(config.schedule))
     checkpoint = load_resume_checkpoint(run_dir) if resume else refuse_used_run_dir(run_dir)
     writer = RunWriter(
         run_dir,
@@ -725,9 +724,3 @@ def _shape_only(dataset: ArrayDataset) -> ArrayDataset:
         x_test=dataset.x_test[:1],
         y_test=dataset.y_test[:1],
     )
-
-
-def _default_run_dir(config: TrainConfig) -> str:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    label = config.schedule.replace(":", "").replace(",", "-")
-    return os.path.join("runs", f"{stamp}-{label}")

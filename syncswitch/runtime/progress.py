@@ -7,6 +7,8 @@ from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from syncswitch.terminal import project_console
+
 
 class ProgressDisplay:
     def __init__(self, enabled: bool, total_samples: int) -> None:
@@ -25,6 +27,7 @@ class ProgressDisplay:
                 TextColumn("{task.fields[rate]} samples/s"),
                 TextColumn("{task.fields[excluded]}"),
                 TimeElapsedColumn(),
+                console=project_console(),
             )
             self._progress.__enter__()
             self._task = self._progress.add_task(
