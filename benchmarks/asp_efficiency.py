@@ -20,8 +20,8 @@ import time
 import ray
 
 from syncswitch.config import TrainConfig
-from syncswitch.runtime.coordinator import train
 from syncswitch.runtime.ray_setup import local_init_kwargs
+from syncswitch.runtime.train import train
 
 _TICK = os.sysconf("SC_CLK_TCK")
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import ray
 
 from syncswitch.config import TrainConfig
-from syncswitch.runtime.coordinator import train
 from syncswitch.runtime.ray_setup import local_init_kwargs
+from syncswitch.runtime.train import train
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 
 
 def train(config: TrainConfig, **kwargs):
-    """Run one training job (see `syncswitch.runtime.coordinator.train`)."""
-    from syncswitch.runtime.coordinator import train as _train
+    """Run one training job (see `syncswitch.runtime.train.train`)."""
+    from syncswitch.runtime.train import train as _train
 
     return _train(config, **kwargs)

@@ -223,11 +223,6 @@ class TrainConfig:
             raise ConfigError(
                 f"greedy_return applies to online_policy greedy, not {self.online_policy!r}"
             )
-        if self.online_policy != OnlinePolicyKind.NONE and self.servers != 1:
-            raise ConfigError(
-                f"online_policy {self.online_policy!r} needs servers = 1, got {self.servers}: "
-                "each server shard would decide on its own and the shards could disagree"
-            )
         try:
             self.detector_config()
             self.scenario()

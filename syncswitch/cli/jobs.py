@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 def _list(console: Any, registry: Any) -> None:
     from rich.table import Table
 
-    from syncswitch.core.timing import format_fraction
+    from syncswitch.core.switch_search import format_fraction
 
     overview = registry.overview()
     console.print(f"registry: {registry.location.display}")
@@ -109,7 +109,7 @@ def _list(console: Any, registry: Any) -> None:
 def _show(console: Any, registry: Any, prefix: str) -> None:
     from rich.table import Table
 
-    from syncswitch.core.timing import format_fraction
+    from syncswitch.core.switch_search import format_fraction
 
     matches = registry.find_jobs(prefix.strip())
     if not matches:

@@ -123,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     options.spec(config.seed)  # bad settings fail here, before the registry or Ray
     # Imported here so that `--help` and input errors answer without loading Ray.
     from syncswitch.registry import Registry
+    from syncswitch.runtime.search_trainer import RayTrainer
     from syncswitch.timing.report import trace_table
     from syncswitch.timing.search import SearchError, run_search
 
@@ -130,7 +131,9 @@ def run(args: argparse.Namespace) -> int:
     listener = _Console(args.show_progress)
     try:
         listener.say(f"registry: {registry.location.display}")
-        result = run_search(config, options, registry, listener=listener)
+        result = run_search(
+            config, options, registry, trainer=RayTrainer(config), listener=listener
+        )
     except KeyboardInterrupt:
         print(
             "syncswitch: search interrupted; finished trials are stored in "
@@ -181,7 +184,7 @@ class _Console:
             self._status.update(text)
 
     def trial_started(self, key: Any, running: int) -> None:
-        from syncswitch.core.timing import format_fraction
+        from syncswitch.core.switch_search import format_fraction
 
         if self._status is not None:
             self._status.update(
@@ -190,7 +193,7 @@ class _Console:
             )
 
     def trial_finished(self, run: Any) -> None:
-        from syncswitch.core.timing import format_fraction
+        from syncswitch.core.switch_search import format_fraction
 
         accuracy = "-" if run.final_accuracy is None else f"{100 * run.final_accuracy:.2f}%"
         wall = "-" if run.wall_time_s is None else f"{run.wall_time_s:.1f} s"

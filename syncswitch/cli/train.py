@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_args: Any) -> int:
     # Imported here so that `--help` and input errors answer without loading Ray.
-    from syncswitch.runtime.coordinator import refuse_used_run_dir, train
+    from syncswitch.runtime.train import refuse_used_run_dir, train
 
     # The run directory is fixed before the run starts: the library log goes into it.
     run_dir = Path(config.out or default_run_dir(config.schedule))

@@ -1,10 +1,11 @@
-"""Online reaction to stragglers: detector -> policy -> synchronizer, after every gradient.
+"""Online reaction to stragglers: detector -> policy -> decisions, one observed step at a time.
 
-A runtime calls `OnlineMonitor.after_gradient(sync, gradient)` right after
-`sync.submit(gradient)` and merges the returned `Outcome` with the submit outcome: the
-detector reads the gradient's step time, the policy turns any detection into decisions, and
-the synchronizer carries them out in place. Every decision therefore takes effect from the
-next gradient, at a version boundary, and is returned with its reason for the results.
+`OnlineMonitor.observe(step, run)` reads one worker step as a server saw it arrive (a
+`StepObservation`), feeds its time to the detector, and lets the policy turn any detection into
+`Decision` values with reasons. It decides; it does not act. The run controller observes the
+steps that the first server shard reports and sends each decision to every shard, where
+`carry_out` puts it in force at the shard's next version boundary, so all shards follow one
+policy. `after_gradient` does both in one process (tests, or a single in-process synchronizer).
 
 When the run's stragglers are emulated, the scenario is the ground truth: each detection is
 scored against it (which episode it caught, how long after the episode began, or a false
@@ -13,11 +14,12 @@ detection when no episode was on). Nothing here knows about Ray.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from syncswitch.core.policies import Action, OnlinePolicy, OnlinePolicyKind
+from syncswitch.core.policies import Action, OnlinePolicy, OnlinePolicyKind, RunView
 from syncswitch.core.protocol import ProtocolSpec
-from syncswitch.core.records import Decision, Gradient, Outcome
+from syncswitch.core.records import Decision, Gradient, Outcome, StepObservation
 from syncswitch.core.scenarios import StragglerEpisode, StragglerScenario
 from syncswitch.core.stragglers import DetectorConfig, EventKind, StragglerDetector, StragglerEvent
 from syncswitch.core.synchronizer import Synchronizer
@@ -35,6 +37,16 @@ class OnlineConfig:
             "greedy_return": self.greedy_return,
             "detector": self.detector.describe(),
         }
+
+
+@dataclass
+class OnlineReaction:
+    """What one observed step led to: detector events (dicts, for the results) and decisions;
+    `outcome` is what carrying them out did, where `after_gradient` carried them out."""
+
+    straggler_events: list[dict] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    outcome: Outcome = field(default_factory=Outcome)
 
 
 class DetectionAudit:
@@ -113,19 +125,39 @@ class OnlineMonitor:
         # detection a false one. On real hardware (None) detections cannot be scored.
         self.audit = DetectionAudit(scenario) if scenario is not None else None
 
-    def after_gradient(self, sync: Synchronizer, gradient: Gradient) -> Outcome:
-        outcome = Outcome()
-        now_s, progress = sync.now_s(), sync.progress
+    def observe(
+        self,
+        step: StepObservation,
+        run: RunView,
+        act: Callable[[Decision], object] = lambda decision: None,
+    ) -> OnlineReaction:
+        """Detector events for one step (scored if emulated) and what the policy decides.
+
+        `act` is called with each decision as it is made, so that the next one is decided on
+        the run as the last one left it (the caller puts it in force, or updates its view).
+        """
+        reaction = OnlineReaction()
         if self.audit:
-            self.audit.note_progress(progress, now_s)
-        events = self.detector.observe(gradient.worker, gradient.step_time_s, now_s, progress)
+            self.audit.note_progress(step.progress, step.time_s)
+        events = self.detector.observe(step.worker, step.step_time_s, step.time_s, step.progress)
         for event in events:
-            record = self.audit.score(event, progress, now_s) if self.audit else event_record(event)
-            outcome.straggler_events.append(record)
-            for decision in self.policy.decide(event, sync, self.detector.stragglers):
-                outcome.decisions.append(decision)
-                outcome.merge(carry_out(sync, decision))
-        return outcome
+            reaction.straggler_events.append(
+                self.audit.score(event, step.progress, step.time_s)
+                if self.audit
+                else event_record(event)
+            )
+            for decision in self.policy.decide(event, run, self.detector.stragglers):
+                reaction.decisions.append(decision)
+                act(decision)
+        return reaction
+
+    def after_gradient(self, sync: Synchronizer, gradient: Gradient) -> OnlineReaction:
+        """Observe a gradient just submitted to `sync` and carry out the decisions on it."""
+        step = StepObservation(gradient.worker, gradient.step_time_s, sync.now_s(), sync.progress)
+        outcome = Outcome()
+        reaction = self.observe(step, sync, lambda d: outcome.merge(carry_out(sync, d)))
+        reaction.outcome = outcome
+        return reaction
 
     def state(self) -> dict:
         return {
@@ -147,12 +179,22 @@ def event_record(event: StragglerEvent) -> dict:
 
 
 def carry_out(sync: Synchronizer, decision: Decision) -> Outcome:
-    """Put one decision in force on the synchronizer."""
+    """Put one policy decision in force on the synchronizer, if it still applies.
+
+    A decision made elsewhere (the run controller) arrives a little later than it was made: a
+    switch whose protocol is already in force, or one that a divergence rollback has since
+    pinned out, or anything after the workload is done, is skipped.
+    """
     action = Action(decision.action)
+    if sync.done:
+        return Outcome()
     if action in (Action.SWITCH, Action.RETURN):
         assert decision.protocol is not None
+        target = ProtocolSpec.parse(decision.protocol)
+        if target == sync.spec or sync.pinned is not None:
+            return Outcome()
         reason = f"{decision.policy} {action.value}: {decision.reason}"
-        return sync.switch_to(ProtocolSpec.parse(decision.protocol), reason=reason)
+        return sync.switch_to(target, reason=reason)
     assert decision.worker is not None
     if action is Action.EXCLUDE:
         return sync.exclude(decision.worker)

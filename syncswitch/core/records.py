@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -101,28 +101,39 @@ class Snapshot:
 
 @dataclass
 class Outcome:
-    """What a runtime must do after handing the synchronizer a gradient."""
+    """What a runtime must do after handing the synchronizer a gradient.
+
+    Every list field is a kind of record; `merge` extends each, so a new kind is added here
+    once and flows to the runtime, the controller and the results without further listing.
+    """
 
     released: list[int] = field(default_factory=list)  # workers that may pull and go on
     applied: list[UpdateRecord] = field(default_factory=list)
     dropped: list[DropRecord] = field(default_factory=list)
     switches: list[SwitchEvent] = field(default_factory=list)
     evaluations: list[EvalPoint] = field(default_factory=list)
-    straggler_events: list[dict] = field(default_factory=list)  # detections, scored if emulated
-    decisions: list[Decision] = field(default_factory=list)  # what online policies decided
+    decisions: list[Decision] = field(default_factory=list)  # e.g. a quarantine, with its reason
     snapshots: list[Snapshot] = field(default_factory=list)  # states to checkpoint
     done: bool = False
 
     def merge(self, other: Outcome) -> None:
-        self.released.extend(w for w in other.released if w not in self.released)
-        self.applied.extend(other.applied)
-        self.dropped.extend(other.dropped)
-        self.switches.extend(other.switches)
-        self.evaluations.extend(other.evaluations)
-        self.straggler_events.extend(other.straggler_events)
-        self.decisions.extend(other.decisions)
-        self.snapshots.extend(other.snapshots)
-        self.done = self.done or other.done
+        for f in fields(self):
+            if f.name == "done":
+                self.done = self.done or other.done
+            elif f.name == "released":
+                self.released.extend(w for w in other.released if w not in self.released)
+            else:
+                getattr(self, f.name).extend(getattr(other, f.name))
+
+
+@dataclass(frozen=True)
+class StepObservation:
+    """A worker's step as the server saw it arrive: what the straggler detector reads."""
+
+    worker: int
+    step_time_s: float
+    time_s: float  # run seconds at arrival
+    progress: float  # fraction of the training samples applied at arrival
 
 
 @dataclass(frozen=True)

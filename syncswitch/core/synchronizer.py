@@ -122,6 +122,9 @@ class Synchronizer:
         self._clocks: dict[int, int] = {w: 0 for w in range(config.workers)}
         self._next_eval_index = 1
         self._next_checkpoint_index = 1
+        # Version from which a re-admitted worker's gradients count again under BSP: one it
+        # computed while excluded, on older weights, would be applied stale.
+        self._admitted_from: dict[int, int] = {}
 
     # -- reading state ----------------------------------------------------------------------
 
@@ -208,8 +211,16 @@ class Synchronizer:
                 outcome.merge(self.exclude(worker))
             if reason is None and gradient.computed_version < self.version_floor:
                 reason = DropReason.ROLLED_BACK
-            elif reason is None and self.spec.protocol is Protocol.BSP and worker in self.excluded:
-                reason = DropReason.STRAGGLER_EXCLUDED  # the barrier no longer waits for it
+            elif (
+                reason is None
+                and self.spec.protocol is Protocol.BSP
+                and (
+                    worker in self.excluded
+                    or gradient.computed_version < self._admitted_from.get(worker, 0)
+                )
+            ):
+                # The barrier no longer waits for it, or it was computed while it did not.
+                reason = DropReason.STRAGGLER_EXCLUDED
         if reason is not None:
             outcome.dropped.append(self._drop(gradient, reason))
         return reason
@@ -234,6 +245,7 @@ class Synchronizer:
             # held back for the steps it missed while excluded.
             self._clocks[worker] = max(self._clocks.get(worker, 0), self._slowest_clock())
             self.excluded.discard(worker)
+            self._admitted_from[worker] = self.version
         return Outcome()
 
     def switch_to(self, spec: ProtocolSpec, reason: str) -> Outcome:
@@ -526,6 +538,24 @@ class Synchronizer:
             done = self._phase_bsp_samples if index == self.phase_index else 0
             return done >= planned - 1e-9
         return self.progress >= phase.end
+
+    def finish_now(self) -> Outcome:
+        """End the workload here: another shard has applied it all (shards that dropped a
+        gradient differently can differ by a few samples). Gradients at the barrier are dropped
+        as training_complete, every waiting worker is released, and the evaluation points not
+        reached yet are taken now, so every shard reports the same points."""
+        outcome = Outcome()
+        if self.done:
+            return outcome
+        for gradient in self._pending:
+            outcome.dropped.append(self._drop(gradient, DropReason.TRAINING_COMPLETE))
+        self._pending = []
+        cfg = self.config
+        while self._next_eval_index * cfg.eval_every < 1.0 - 1e-9:
+            outcome.evaluations.append(self._eval_point(self._next_eval_index * cfg.eval_every))
+            self._next_eval_index += 1
+        self._finish(outcome)
+        return outcome
 
     def _finish(self, outcome: Outcome) -> None:
         self.done = True

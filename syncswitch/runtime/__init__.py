@@ -1,1 +1,1 @@
-"""The Ray runtime: parameter-server, worker and evaluator actors and the coordinator."""
+"""Runtimes drive the run controller; `train` (runtime/train.py) is the entry point."""

@@ -1,7 +1,8 @@
 """The offline timing policy for recurring jobs: search the switch point, store it, reuse it.
 
-- `syncswitch.core.timing`: the search itself, a pure function of trial results;
+- `syncswitch.core.switch_search`: the search itself, a pure function of trial results;
 - `search`: runs the trials (train() on Ray), stores them and the decision in the registry;
+- `results`: the trial runs, the time saved and the search result (plain data);
 - `report`: the trace as CSV/JSON/markdown and the accuracy-vs-fraction plot;
 - `auto`: `--schedule auto`, the stored decision for a job (or the default, with a hint).
 """

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from syncswitch.config import TrainConfig
-from syncswitch.core.timing import format_fraction, schedule_for
+from syncswitch.core.switch_search import format_fraction, schedule_for
 from syncswitch.registry import Registry, RegistryLocation, fingerprint
 
 DEFAULT_SCHEDULE = "bsp:0.25,asp"  # the paper's finding for 8 workers: a short BSP prefix

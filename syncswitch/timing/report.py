@@ -14,9 +14,9 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from syncswitch.core.timing import (
+from syncswitch.core.switch_search import (
     BASELINE,
     SearchSpec,
     TimingDecision,
@@ -24,9 +24,7 @@ from syncswitch.core.timing import (
     format_fraction,
 )
 from syncswitch.files import write_json_atomic
-
-if TYPE_CHECKING:
-    from syncswitch.timing.search import SearchResult, TrialRun
+from syncswitch.timing.results import SearchResult, TrialRun
 
 TRACE_COLUMNS = (
     "fraction",

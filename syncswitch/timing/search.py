@@ -1,29 +1,27 @@
 """Running the switch-point search: trial trainings, stored as they finish, then the decision.
 
-The pure search (`syncswitch.core.timing.next_step`) says which trials it needs; this module
-runs them (one `train()` per trial, several at once in threads of this driver when the Ray
-cluster has room), stores each in the registry the moment it finishes, and stores the
-decision at the end. Before running anything it reads the job's finished trials from the
-registry, so a search that was stopped resumes where it was: no finished trial runs again.
+The pure search (`syncswitch.core.switch_search.next_step`) says which trials it needs; this
+module runs them through a `Trainer` that the caller passes in (the CLI passes the runtime's,
+`syncswitch.runtime.search_trainer`: one `train()` per trial; several at once in threads of
+this driver when the trainer has room), stores each in the registry the moment it finishes,
+and stores the decision at the end. Before running anything it reads the job's finished trials
+from the registry, so a search that was stopped resumes where it was: no finished trial runs
+again.
 
 Trial directories: `<search_dir>/trial-<fraction>-s<seed>/`, a normal run directory each.
 """
 
 from __future__ import annotations
 
-import math
 import shutil
 import threading
-import uuid
-from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from syncswitch.config import ConfigError, TrainConfig
-from syncswitch.core.timing import (
-    BASELINE,
+from syncswitch.core.switch_search import (
     SearchSpec,
     SearchSpecError,
     StepKind,
@@ -35,7 +33,6 @@ from syncswitch.core.timing import (
     schedule_for,
 )
 from syncswitch.registry import (
-    DecisionRecord,
     JobRecord,
     Registry,
     TrialRecord,
@@ -43,6 +40,8 @@ from syncswitch.registry import (
     describe_job,
     fingerprint,
 )
+from syncswitch.timing.report import TraceWriter, write_report
+from syncswitch.timing.results import SearchResult, TrialRun, time_saved
 
 AUTO = "auto"
 
@@ -84,82 +83,9 @@ class SearchOptions:
             raise ConfigError(str(error)) from None
 
 
-@dataclass
-class TrialRun:
-    """One row of the search trace."""
-
-    key: TrialKey
-    schedule: str
-    status: str
-    final_accuracy: float | None
-    wall_time_s: float | None
-    run_dir: str | None
-    source: str  # "run": trained by this search; "registry": reused; "disk": recovered
-    concurrent: int = 1  # most trials running at once while this one ran
-
-    @property
-    def complete(self) -> bool:
-        return self.status == TrialStatus.COMPLETE and self.final_accuracy is not None
-
-    def to_row(self) -> dict[str, Any]:
-        return {
-            "fraction": self.key.fraction,
-            "label": format_fraction(self.key.fraction),
-            "seed": self.key.seed,
-            "schedule": self.schedule,
-            "status": self.status,
-            "final_accuracy": self.final_accuracy,
-            "wall_time_s": self.wall_time_s,
-            "concurrent": self.concurrent,
-            "source": self.source,
-            "run_dir": self.run_dir,
-        }
-
-
-@dataclass(frozen=True)
-class TimeSaved:
-    """The chosen fraction's mean wall time against full BSP's, over the same seeds."""
-
-    bsp_wall_s: float
-    chosen_wall_s: float
-    comparable: bool  # every trial behind the two means ran alone
-
-    @property
-    def saved_s(self) -> float:
-        return self.bsp_wall_s - self.chosen_wall_s
-
-    @property
-    def speedup(self) -> float:
-        return self.bsp_wall_s / self.chosen_wall_s if self.chosen_wall_s > 0 else math.nan
-
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "bsp_wall_s": self.bsp_wall_s,
-            "chosen_wall_s": self.chosen_wall_s,
-            "saved_s": self.saved_s,
-            "saved_percent": 100 * self.saved_s / self.bsp_wall_s if self.bsp_wall_s else None,
-            "speedup": self.speedup,
-            "comparable": self.comparable,
-        }
-
-
-@dataclass
-class SearchResult:
-    fingerprint: str
-    job: dict[str, Any]
-    spec: SearchSpec
-    decision: TimingDecision
-    stored: DecisionRecord
-    search_dir: Path
-    trace: list[TrialRun]
-    trials: dict[TrialKey, TrialRun]  # every finished trial of the job, reused ones included
-    time_saved: TimeSaved | None
-    slots: int
-    files: dict[str, str] = field(default_factory=dict)
-
-
 class Trainer(Protocol):
-    """Runs trials. The default trains on Ray; tests may script accuracies instead."""
+    """Runs trials. The CLI passes the runtime's (`syncswitch.runtime.search_trainer`), which
+    trains each trial; tests may script accuracies instead."""
 
     def capacity(self, requested: int | str, config: TrainConfig) -> tuple[int, str]:
         """How many trials may run at once, and a line saying why."""
@@ -167,7 +93,7 @@ class Trainer(Protocol):
 
     def run(self, config: TrainConfig, source: dict[str, Any], started: threading.Event) -> Any:
         """Train one trial; return its summary dict. Set `started` once its model is built
-        (the next trial is started only then; see RayTrainer)."""
+        (the next trial is started only then; see `_Search._start`)."""
         ...
 
     def close(self) -> None: ...
@@ -205,7 +131,7 @@ def run_search(
     options: SearchOptions,
     registry: Registry,
     *,
-    trainer: Trainer | None = None,
+    trainer: Trainer,
     listener: SearchListener | None = None,
 ) -> SearchResult:
     """Search the job's switch point; store every trial and the decision in `registry`."""
@@ -216,8 +142,6 @@ def run_search(
     search_dir = Path(options.search_dir) if options.search_dir else default_search_dir(job_fp)
     search_dir.mkdir(parents=True, exist_ok=True)
     listener = listener or _Silent()
-    from syncswitch.timing.report import TraceWriter, write_report
-
     trace = TraceWriter(search_dir, job_fp, description, spec)
     known = {
         TrialKey(t.fraction, t.seed): TrialRun(
@@ -234,7 +158,6 @@ def run_search(
         if t.complete
     }
     trace.start([run for key, run in sorted(known.items(), reverse=True) if key.seed in spec.seeds])
-    trainer = trainer or RayTrainer(config)
     try:
         slots, why = trainer.capacity(options.parallel, config)
         listener.step(why)
@@ -277,23 +200,6 @@ def run_search(
     return result
 
 
-def time_saved(
-    decision: TimingDecision, trials: dict[TrialKey, TrialRun], spec: SearchSpec
-) -> TimeSaved | None:
-    def walls(fraction: float) -> list[TrialRun]:
-        keys = (TrialKey(fraction, seed) for seed in spec.seeds)
-        return [trials[key] for key in keys if key in trials]
-
-    bsp, chosen = walls(BASELINE), walls(decision.fraction)
-    if not bsp or not chosen or any(r.wall_time_s is None for r in bsp + chosen):
-        return None
-    return TimeSaved(
-        bsp_wall_s=sum(r.wall_time_s for r in bsp) / len(bsp),
-        chosen_wall_s=sum(r.wall_time_s for r in chosen) / len(chosen),
-        comparable=all(r.concurrent <= 1 for r in bsp + chosen),
-    )
-
-
 class _Search:
     """The loop: ask the pure search what it needs, run it, record it, until it decides."""
 
@@ -330,7 +236,7 @@ class _Search:
             return decision
         finally:
             # Stopped early (Ctrl-C, a failure): queued trials never start, and running ones
-            # are not waited for; they end when Ray shuts down, and are redone on resume.
+            # are not waited for; they end when the trainer is closed, and are redone on resume.
             pool.shutdown(wait=finished, cancel_futures=True)
 
     def _loop(
@@ -490,110 +396,3 @@ def _clear_unfinished(directory: Path) -> None:
             "can be run there"
         )
     shutil.rmtree(directory)
-
-
-# -- the default trainer: train() on Ray ----------------------------------------------------
-
-
-class RayTrainer:
-    """Trials as `train()` calls in threads of this driver, on one Ray instance.
-
-    The dataset is loaded once and shared by all trials. Ray is started here (and stopped at
-    the end) unless it is already running, so that trials do not each start and stop it.
-    """
-
-    def __init__(self, config: TrainConfig) -> None:
-        self.config = config
-        self._dataset: Any = None
-        self._started_ray = False
-        self._token = uuid.uuid4().hex
-
-    def per_trial_cpus(self, config: TrainConfig) -> int:
-        # One CPU per actor, as the coordinator requests them: workers, servers, evaluator.
-        return config.workers + config.servers + 1
-
-    def capacity(self, requested: int | str, config: TrainConfig) -> tuple[int, str]:
-        import ray
-
-        from syncswitch.runtime.ray_setup import connect
-
-        need = self.per_trial_cpus(config)
-        wanted = requested if isinstance(requested, int) else 1
-        self._started_ray = connect(config.ray_address, min_cpus=need * wanted)
-        if requested == 1:
-            return 1, "trials run one at a time (--parallel 1)"
-        free = ray.available_resources().get("CPU", 0.0)
-        fit = max(1, int(free // need))
-        slots = fit if requested == AUTO else min(int(requested), fit)
-        note = (
-            f"up to {slots} trials at once ({free:g} free Ray CPUs, {need} per trial); their "
-            "wall times share this machine's cores, so they are not comparable with trials "
-            "that ran alone"
-        )
-        if isinstance(requested, int) and slots < requested:
-            note = f"only {slots} of the {requested} requested trials fit at once: " + note
-        return slots, note
-
-    def run(self, config: TrainConfig, source: dict[str, Any], started: threading.Event) -> Any:
-        from syncswitch.runtime.coordinator import BuiltinModel, train
-        from syncswitch.workloads import load_dataset
-
-        with _DATASET_LOCK:
-            if self._dataset is None:
-                self._dataset = load_dataset(
-                    config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
-                )
-        token = f"{self._token}-{source.get('fraction')}-{source.get('seed')}"
-        factory = _SignallingFactory(
-            BuiltinModel(config.model_name, _shape_only(self._dataset)), token
-        )
-        _BUILT[token] = started
-        try:
-            result = train(
-                config, model_factory=factory, dataset=self._dataset, schedule_source=source
-            )
-        finally:
-            _BUILT.pop(token, None)
-        return result.summary
-
-    def close(self) -> None:
-        if self._started_ray:
-            import ray
-
-            ray.shutdown()
-            self._started_ray = False
-
-
-_DATASET_LOCK = threading.Lock()
-# This process's searches waiting for a trial's first model build (see _SignallingFactory).
-_BUILT: dict[str, threading.Event] = {}
-
-
-@dataclass(frozen=True)
-class _SignallingFactory:
-    """The built-in model factory, telling the search when the driver has built the model.
-
-    The coordinator seeds torch's global generator and then builds the initial model; in
-    actor processes `_BUILT` is empty and this is just the inner factory.
-    """
-
-    inner: Callable[[], Any]
-    token: str
-
-    def __call__(self) -> Any:
-        model = self.inner()
-        event = _BUILT.get(self.token)
-        if event is not None:
-            event.set()
-        return model
-
-
-def _shape_only(dataset: Any) -> Any:
-    """The dataset without its samples (a model factory only needs the shapes)."""
-    return replace(
-        dataset,
-        x_train=dataset.x_train[:1],
-        y_train=dataset.y_train[:1],
-        x_test=dataset.x_test[:1],
-        y_test=dataset.y_test[:1],
-    )

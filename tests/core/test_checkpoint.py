@@ -19,6 +19,8 @@ from syncswitch.core.checkpoint import (
     PlainDataError,
     RefusalKind,
     check_plain,
+)
+from tests.core.rng_state import (
     numpy_rng_state,
     python_rng_state,
     restore_numpy_rng,

@@ -51,6 +51,8 @@ class VirtualRun:
         self.monitor = OnlineMonitor(workers, OnlineConfig(policy, greedy_return), scenario)
         self.step_s = step_s
         self.outcome = Outcome()
+        self.straggler_events: list[dict] = []
+        self.policy_decisions: list = []
         self.steps = [0] * workers
         self._queue: list[tuple[float, int, int, int]] = []  # (arrival, tie, worker, version)
         self._tie = itertools.count()
@@ -77,14 +79,17 @@ class VirtualRun:
             )
             self.steps[worker] += 1
             outcome = self.sync.submit(gradient)
-            outcome.merge(self.monitor.after_gradient(self.sync, gradient))
+            reaction = self.monitor.after_gradient(self.sync, gradient)
+            outcome.merge(reaction.outcome)
             self.outcome.merge(outcome)
+            self.straggler_events.extend(reaction.straggler_events)
+            self.policy_decisions.extend(reaction.decisions)
             for released in outcome.released:
                 self._start_step(released)
         return self
 
     def decisions(self, action: str) -> list:
-        return [d for d in self.outcome.decisions if d.action == action]
+        return [d for d in self.policy_decisions if d.action == action]
 
 
 def slowed(worker: int, start: float, end: float, factor: float = 5.0):
@@ -150,15 +155,15 @@ def test_greedy_with_return_resumes_bsp_until_the_planned_bsp_work_is_done():
 
 def test_none_logs_detections_but_decides_nothing():
     run = VirtualRun("bsp:0.5,asp", OnlinePolicyKind.NONE, slowed(3, 0.1, 0.2)).run()
-    kinds = [e["event"] for e in run.outcome.straggler_events]
+    kinds = [e["event"] for e in run.straggler_events]
     assert kinds[:2] == ["straggler_detected", "straggler_recovered"]
-    assert run.outcome.decisions == [] and run.sync.switches[0].reason == "schedule"
+    assert run.policy_decisions == [] and run.sync.switches[0].reason == "schedule"
 
 
 def test_detections_are_scored_against_the_emulated_scenario():
     scenario = StragglerScenario((StragglerEpisode((3,), start=0.1, duration=0.1, factor=5.0),))
     run = VirtualRun("bsp", OnlinePolicyKind.ELASTIC, slowed(3, 0.1, 0.2), scenario=scenario).run()
-    detected, recovered = run.outcome.straggler_events[:2]
+    detected, recovered = run.straggler_events[:2]
     assert detected["episode"] == 0 and detected["false_detection"] is False
     assert 0 < detected["delay_fraction"] < 0.03 and detected["delay_s"] > 0
     assert recovered["event"] == "straggler_recovered" and recovered["delay_s"] > 0
@@ -169,7 +174,7 @@ def test_a_detection_outside_every_episode_counts_as_false():
     # The scenario says worker 3 is slowed late in training, but it is slow early instead.
     scenario = StragglerScenario((StragglerEpisode((3,), start=0.8, duration=0.1, factor=5.0),))
     run = VirtualRun("bsp", OnlinePolicyKind.NONE, slowed(3, 0.1, 0.2), scenario=scenario).run()
-    assert run.outcome.straggler_events[0]["false_detection"] is True
+    assert run.straggler_events[0]["false_detection"] is True
     assert run.monitor.audit is not None and run.monitor.audit.false_detections == 1
 
 

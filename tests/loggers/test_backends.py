@@ -16,7 +16,7 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture(scope="module")
 def logged_run(ray_session, tmp_path_factory):
-    from syncswitch.runtime.coordinator import train
+    from syncswitch.runtime.train import train
 
     config = TrainConfig(
         workers=2,

@@ -13,7 +13,7 @@ def three_runs(ray_session, tmp_path_factory):
     The asp run emulates a 2 ms device time, so the report must label it emulated and the
     others real.
     """
-    from syncswitch.runtime.coordinator import train
+    from syncswitch.runtime.train import train
 
     dataset = load_dataset("mnist1d", mnist1d_samples=1000)
     root = tmp_path_factory.mktemp("runs")

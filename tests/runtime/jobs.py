@@ -4,7 +4,7 @@ import csv
 from pathlib import Path
 
 from syncswitch.config import TrainConfig
-from syncswitch.runtime.coordinator import RunResult, train
+from syncswitch.runtime.train import RunResult, train
 
 LR = 0.2
 

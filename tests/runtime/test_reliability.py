@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from syncswitch.core.checkpoint import CheckpointStore
-from syncswitch.runtime.coordinator import TrainingStalled
+from syncswitch.errors import TrainingStalled
 from tests.runtime.jobs import read_csv, run
 
 pytestmark = pytest.mark.ray
@@ -157,7 +157,7 @@ def test_killed_driver_resumes_past_a_damaged_checkpoint(tmp_path):
     newest.write_bytes(newest.read_bytes()[:100])  # truncated, as by a full disk
     loaded = CheckpointStore(run_dir / "checkpoints").load_latest()
     assert loaded.info.path == checkpoints[0]
-    initial = loaded.state["coordinator"]["guard_initial_level"]
+    initial = loaded.state["controller"]["guard_initial_level"]
     resumed = _cli("--resume", str(run_dir), "--no-progress", log=tmp_path / "log")
     assert resumed.wait(timeout=300) == 0, (tmp_path / "log").read_text()[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -78,3 +78,25 @@ def test_greedy_with_return_resumes_bsp_until_the_planned_work_is_done(
     assert planned <= online["bsp_samples"] < planned + WORKERS * BATCH
     assert summary["switches"][-1]["at_fraction"] > 0.5  # the detour postponed the switch
     assert accounted(summary)
+
+
+def test_elastic_with_two_server_shards_excludes_on_both(ray_session, small_mnist, tmp_path):
+    # The controller decides once, on the steps the first shard saw, for every shard.
+    result = run(
+        tmp_path,
+        small_mnist,
+        schedule="bsp",
+        servers=2,
+        online_policy="elastic",
+        stragglers=[SLOW],
+        **JOB,
+    )
+    summary, online = result.summary, result.summary["online"]
+    assert online["detections"] >= 1
+    actions = [(d["action"], d["worker"]) for d in online["decisions"]]
+    assert actions[:2] == [("exclude", 3), ("readmit", 3)]
+    excluded = [
+        d for d in read_csv(result.run_dir, "drops.csv") if d["reason"] == "straggler_excluded"
+    ]
+    assert excluded and {d["worker"] for d in excluded} == {"3"}
+    assert accounted(summary) and summary["status"] == "complete"

@@ -9,7 +9,7 @@ import torch
 
 from syncswitch.config import TrainConfig
 from syncswitch.core.sharding import BatchStream, worker_shard
-from syncswitch.runtime.coordinator import train
+from syncswitch.runtime.train import train
 from syncswitch.workloads import build_model, prepare_batch
 from tests.runtime.jobs import LR, read_updates, run
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from syncswitch.config import ConfigError, TrainConfig
-from syncswitch.core.timing import SearchSpec, StepKind, TrialKey, next_step
+from syncswitch.core.switch_search import SearchSpec, StepKind, TrialKey, next_step
 from syncswitch.registry import Registry, TrialRecord, fingerprint
 from syncswitch.timing.search import SearchError, SearchOptions, run_search, trial_dir
 

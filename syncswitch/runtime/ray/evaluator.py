@@ -20,8 +20,9 @@ class Evaluator:
         dataset: ArrayDataset,
         model_factory: Callable[[], torch.nn.Module],
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        threads: int = 1,
     ) -> None:
-        torch.set_num_threads(1)
+        torch.set_num_threads(threads)
         self.dataset = dataset
         self.model = model_factory()
         self.loss_fn = loss_fn

@@ -5,7 +5,7 @@ from collections.abc import Callable
 import pytest
 
 from syncswitch.core.protocol import Schedule
-from syncswitch.core.timing import (
+from syncswitch.core.switch_search import (
     BASELINE,
     SearchSpec,
     SearchSpecError,

@@ -1,4 +1,4 @@
-"""What the coordinator has learnt about a run so far, and the summary made from it.
+"""What the run controller has learnt about a run so far; summary.json is made from it.
 
 Kept apart from the actors so that it can be checkpointed (plain data both ways) and a resumed
 run picks up its metrics, switches and decisions where the checkpoint left them. Per-update

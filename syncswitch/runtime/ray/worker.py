@@ -16,7 +16,7 @@ from syncswitch.core.emulation import EmulationConfig, StepTimeModel
 from syncswitch.core.faults import Fault, FaultKind
 from syncswitch.core.optimizer import FlatParameters
 from syncswitch.core.sharding import BatchStream, worker_shard
-from syncswitch.runtime.server import GradientMessage
+from syncswitch.runtime.ray.server import GradientMessage
 from syncswitch.workloads import ArrayDataset, prepare_batch
 
 
@@ -31,13 +31,14 @@ class WorkerSpec:
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     shards: tuple[slice, ...]  # the flat-parameter slice each server holds
     faults: tuple[Fault, ...] = ()  # injected faults for this worker (tests of reliability)
+    threads: int = 1  # torch intra-op threads (the resource plan's)
 
 
 class Worker:
     def __init__(self, spec: WorkerSpec) -> None:
         """The dataset comes with `run`, not here: Ray logs an error for a restartable actor
         whose constructor arguments hold an object reference (ray-project/ray#53727)."""
-        torch.set_num_threads(1)
+        torch.set_num_threads(spec.threads)
         torch.manual_seed(spec.seed * 7919 + spec.worker)
         self.spec = spec
         self.dataset: ArrayDataset | None = None

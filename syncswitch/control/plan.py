@@ -1,0 +1,96 @@
+"""The job resolved once into the frozen configurations each component takes.
+
+`TrainConfig` is what the user wrote (flags, files); a `RunPlan` is what runs: the schedule
+parsed, the emulation, fault plan and straggler scenario built, the workload counted in
+samples. Everything downstream reads the plan, so nothing is parsed twice and every part of
+the run sees the same values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from syncswitch.config import TrainConfig
+from syncswitch.core.divergence import RollbackConfig
+from syncswitch.core.emulation import EmulationConfig
+from syncswitch.core.faults import FaultPlan
+from syncswitch.core.hyperparams import MomentumPolicy
+from syncswitch.core.online import OnlineConfig
+from syncswitch.core.protocol import Protocol, Schedule
+from syncswitch.core.synchronizer import SyncConfig
+
+
+@dataclass(frozen=True)
+class ReliabilityConfig:
+    checkpoint_every_s: float  # timed checkpoints; 0 = off
+    worker_timeout_s: float  # silent this long (not held by a server): hung
+    max_worker_restarts: int
+    divergence_guard: bool
+    rollback: RollbackConfig
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    job: TrainConfig  # as given (a copy), for config.json and the summary
+    total_samples: int
+    schedule: Schedule
+    sync: SyncConfig
+    emulation: EmulationConfig
+    faults: FaultPlan
+    online: OnlineConfig | None  # None: stragglers are neither emulated nor acted on
+    reliability: ReliabilityConfig
+
+    @classmethod
+    def resolve(cls, config: TrainConfig, train_samples: int) -> RunPlan:
+        config.validate()
+        total_samples = round(config.epochs * train_samples)
+        schedule = config.parsed_schedule()
+        return cls(
+            job=replace(config),
+            total_samples=total_samples,
+            schedule=schedule,
+            sync=SyncConfig(
+                workers=config.workers,
+                total_samples=total_samples,
+                schedule=schedule,
+                lr=config.lr,
+                momentum=config.momentum,
+                momentum_policy=MomentumPolicy(config.momentum_at_switch),
+                momentum_ramp_fraction=config.momentum_ramp,
+                lr_schedule=config.lr_schedule_spec(),
+                eval_every=config.eval_every,
+                count_bsp_by_work=config.greedy_return,
+                checkpoint_every=config.checkpoint_every,
+            ),
+            emulation=config.emulation(),
+            faults=config.fault_plan(),
+            online=config.online() if config.watches_stragglers else None,
+            reliability=ReliabilityConfig(
+                checkpoint_every_s=config.checkpoint_every_s,
+                worker_timeout_s=config.worker_timeout_s,
+                max_worker_restarts=config.max_worker_restarts,
+                divergence_guard=config.divergence_guard,
+                rollback=RollbackConfig(lr_factor=config.rollback_lr_factor),
+            ),
+        )
+
+    @property
+    def workers(self) -> int:
+        return self.sync.workers
+
+    @property
+    def policy_name(self) -> str | None:
+        """The online policy's name as its decisions carry it, or None without one."""
+        if self.online is None:
+            return None
+        return "greedy+return" if self.online.greedy_return else self.online.policy.value
+
+    @property
+    def planned_bsp_fraction(self) -> float:
+        phases = self.schedule.phases
+        starts = [0.0, *(p.end for p in phases[:-1])]
+        return sum(
+            p.end - a
+            for p, a in zip(phases, starts, strict=True)
+            if p.spec.protocol is Protocol.BSP
+        )

@@ -1,0 +1,166 @@
+"""One parameter-server shard without the process around it.
+
+A `ServerShard` is the core `Synchronizer` over one slice of the flat parameters, plus a
+record of what happened since the run controller last looked: updates, drops, switches,
+evaluation points (with a copy of the weights as they were then), snapshots, decisions and the
+step times it saw arrive. A runtime wraps it in whatever carries gradients to it (a threaded
+Ray actor, a simulator's event loop) and calls `drain` to hand the controller a `ShardReport`.
+Every value here is typed plain data, so a report crosses process boundaries as it is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from syncswitch.core.hyperparams import MomentumPolicy
+from syncswitch.core.online import carry_out
+from syncswitch.core.optimizer import FlatSGD
+from syncswitch.core.records import Decision, Gradient, Outcome, Snapshot, StepObservation
+from syncswitch.core.synchronizer import SyncConfig, Synchronizer
+
+
+@dataclass(frozen=True)
+class ShardState:
+    """Where a shard stands, as of its last drain."""
+
+    version: int = 0
+    samples: int = 0
+    progress: float = 0.0
+    protocol: str = ""
+    scheduled_protocol: str = ""
+    done: bool = False
+    time_s: float = 0.0  # run seconds
+    time_by_protocol: dict[str, float] = field(default_factory=dict)
+    samples_by_protocol: dict[str, int] = field(default_factory=dict)
+    excluded: tuple[int, ...] = ()
+    quarantined: tuple[int, ...] = ()
+    accounting: dict = field(default_factory=dict)  # sent / applied / dropped / unaccounted
+    pinned: str | None = None  # the protocol a divergence rollback pinned the run to
+    lr_scale: float = 1.0
+    momentum_policy: MomentumPolicy = MomentumPolicy.SCALE
+    # Seconds since each worker last called, for those not held by the shard (a worker held
+    # at a barrier is waiting on the server, not hung). Filled in by the runtime.
+    silent_s: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ShardReport:
+    """Everything a shard recorded since its last drain, and its state now."""
+
+    outcome: Outcome  # applied, dropped, switches, evaluations, decisions, snapshots
+    eval_weights: list[np.ndarray]  # this shard's weights at each of outcome.evaluations
+    observations: list[StepObservation]  # arriving steps, if the shard observes them
+    state: ShardState
+
+
+class ServerShard:
+    def __init__(
+        self,
+        config: SyncConfig,
+        initial: np.ndarray,
+        weight_decay: float,
+        *,
+        restore: dict | None = None,
+        observe_steps: bool = False,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        """`restore`: a snapshot's state to continue from (a replaced server, a resumed run);
+        `observe_steps`: record arriving step times for the straggler detector."""
+        optimizer = FlatSGD(torch.from_numpy(np.array(initial)), weight_decay=weight_decay)
+        self.sync = Synchronizer(config, optimizer, clock=clock)
+        self.restored = restore is not None
+        if restore is not None:
+            self.sync.restore(restore)
+        self._observe_steps = observe_steps
+        self._since_drain = Outcome()
+        self._eval_weights: list[np.ndarray] = []
+        self._observations: list[StepObservation] = []
+
+    def begin(self) -> None:
+        """The workers start now: time before is not training time (a restored shard's clock
+        continues from its snapshot instead)."""
+        if not self.restored:
+            self.sync.restart_clock()
+
+    def submit(self, gradient: Gradient) -> Outcome:
+        outcome = self._record(self.sync.submit(gradient))
+        if self._observe_steps:
+            sync = self.sync
+            self._observations.append(
+                StepObservation(gradient.worker, gradient.step_time_s, sync.now_s(), sync.progress)
+            )
+        return outcome
+
+    def carry_out(self, decision: Decision) -> Outcome:
+        """An online policy's decision, made by the controller for every shard alike."""
+        return self._record(carry_out(self.sync, decision))
+
+    def finish(self) -> Outcome:
+        """Another shard has applied the whole workload: end here too."""
+        return self._record(self.sync.finish_now())
+
+    def worker_lost(self, worker: int) -> Outcome:
+        return self._record(self.sync.worker_lost(worker))
+
+    def rejoin(self, worker: int) -> int:
+        return self.sync.rejoin(worker)
+
+    def request_snapshot(self, label: str) -> None:
+        self.sync.request_snapshot(label)
+
+    def final_snapshot(self) -> Snapshot:
+        return self.sync.snapshot("final")
+
+    def roll_back(
+        self, state: dict, protocol: str, lr_scale: float, momentum: MomentumPolicy, reason: str
+    ) -> Outcome:
+        return self._record(
+            self.sync.roll_back(
+                state, protocol=protocol, lr_scale=lr_scale, momentum_policy=momentum, reason=reason
+            )
+        )
+
+    def drain(self, silent_s: dict[int, float] | None = None) -> ShardReport:
+        report = ShardReport(
+            outcome=self._since_drain,
+            eval_weights=self._eval_weights,
+            observations=self._observations,
+            state=self.state(silent_s or {}),
+        )
+        self._since_drain, self._eval_weights, self._observations = Outcome(), [], []
+        return report
+
+    def state(self, silent_s: dict[int, float]) -> ShardState:
+        sync = self.sync
+        return ShardState(
+            version=sync.version,
+            samples=sync.samples,
+            progress=sync.progress,
+            protocol=sync.spec.name,
+            scheduled_protocol=sync.scheduled_spec.name,
+            done=sync.done,
+            time_s=sync.now_s(),
+            time_by_protocol=dict(sync.time_by_protocol),
+            samples_by_protocol=dict(sync.samples_by_protocol),
+            excluded=tuple(sorted(sync.excluded)),
+            quarantined=tuple(sorted(sync.quarantine.quarantined)),
+            accounting=sync.accounting(),
+            pinned=sync.pinned.name if sync.pinned else None,
+            lr_scale=sync.lr_scale,
+            momentum_policy=sync.momentum_policy,
+            silent_s=silent_s,
+        )
+
+    def _record(self, outcome: Outcome) -> Outcome:
+        for _ in outcome.evaluations:
+            # Copied now: the weights change in place with the next update.
+            self._eval_weights.append(self.sync.weights.numpy().copy())
+        released, outcome.released = outcome.released, []
+        self._since_drain.merge(outcome)
+        outcome.released = released
+        return outcome

@@ -1,0 +1,91 @@
+"""summary.json: the run's figures, built from what the controller has recorded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from syncswitch.control.plan import RunPlan
+from syncswitch.control.record import RunRecord
+from syncswitch.control.shard import ShardState
+
+
+def build_summary(
+    plan: RunPlan,
+    record: RunRecord,
+    state: ShardState,
+    *,
+    schedule_source: dict[str, Any],
+    run_dir: Path,
+    setup_s: float,
+    worker_stats: list[dict],
+    status: str,
+) -> dict[str, Any]:
+    """summary.json: what the run did so far (`status` says whether it is over); `state` is
+    the first shard's latest."""
+    accuracies = [m["test_accuracy"] for m in record.metrics]
+    final = record.final_metric()
+    wall_s = final["time_s"] if final else state.time_s
+    samples = state.samples
+    policy = plan.policy_name
+    return {
+        "status": status,
+        "final_accuracy": final["test_accuracy"] if final else None,
+        "best_accuracy": max(accuracies) if accuracies else None,
+        "final_test_loss": final["test_loss"] if final else None,
+        "wall_time_s": wall_s,
+        "setup_time_s": round(setup_s, 3),
+        "samples": samples,
+        "samples_per_s": samples / wall_s if wall_s else None,
+        "updates": state.version,
+        "updates_per_s": state.version / wall_s if wall_s else None,
+        "schedule": plan.job.schedule,
+        "schedule_source": schedule_source,
+        "time_by_protocol": state.time_by_protocol,
+        "samples_by_protocol": state.samples_by_protocol,
+        "switches": record.switches,
+        "staleness": record.staleness_summary(),
+        "gradients": state.accounting,
+        "workers": plan.workers,
+        "worker_step_time_mean_s": (
+            float(np.mean([w["step_time_mean_s"] for w in worker_stats])) if worker_stats else None
+        ),
+        "emulation": plan.emulation.describe(),
+        "online": _online_summary(plan, record, state),
+        "reliability": {
+            "checkpoints": record.checkpoints,
+            "failures": record.failures,
+            "rollbacks": record.rollbacks,
+            "pinned_protocol": state.pinned,
+            "lr_scale": state.lr_scale,
+            "guard_initial_loss": record.guard_initial_level,
+            # Quarantines, rollbacks: every decision but the online policy's.
+            "decisions": [d for d in record.decisions if d["policy"] != policy],
+            "faults_injected": plan.faults.describe(),
+        },
+        "run_dir": str(run_dir),
+    }
+
+
+def _online_summary(plan: RunPlan, record: RunRecord, state: ShardState) -> dict[str, Any] | None:
+    if plan.online is None:
+        return None
+    events = record.straggler_events
+    detected = [e for e in events if e["event"] == "straggler_detected"]
+    delays = [e["delay_s"] for e in detected if "delay_s" in e]
+    return {
+        **plan.online.describe(),
+        "planned_bsp_samples": round(plan.planned_bsp_fraction * plan.total_samples),
+        "bsp_samples": state.samples_by_protocol.get("bsp", 0),
+        "detections": len(detected),
+        # Scored only against emulated stragglers (ground truth); unknown on real hardware.
+        "false_detections": (
+            sum(1 for e in detected if e.get("false_detection")) if plan.emulation.enabled else None
+        ),
+        "detection_delay_s_median": float(np.median(delays)) if delays else None,
+        "excluded_at_end": list(state.excluded),
+        "decisions": [d for d in record.decisions if d["policy"] == plan.policy_name],
+        "straggler_events": events,
+    }

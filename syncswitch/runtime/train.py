@@ -1,0 +1,141 @@
+"""`train()`: one job from a config to a finished run directory.
+
+It prepares what every runtime needs (the dataset, a model factory, the run directory, a
+resumed checkpoint, the resolved `RunPlan` and the `RunController`), then hands the run to
+the Ray runtime, which drives the controller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from syncswitch.config import TrainConfig
+from syncswitch.control.controller import (
+    CHECKPOINT_DIR,
+    RunController,
+    resume_point,
+    run_dir_in_use,
+)
+from syncswitch.control.plan import RunPlan
+from syncswitch.core.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
+from syncswitch.errors import ConfigError
+from syncswitch.loggers import make_loggers
+from syncswitch.results import RunWriter, default_run_dir
+from syncswitch.workloads import ArrayDataset, build_model, load_dataset
+
+
+@dataclass
+class RunResult:
+    summary: dict[str, Any]
+    run_dir: Path
+    final_weights: np.ndarray
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    """A picklable model factory for the built-in models (carries no training data)."""
+
+    name: str
+    dataset: ArrayDataset
+
+    def __call__(self) -> torch.nn.Module:
+        return build_model(self.name, self.dataset)
+
+
+def train(
+    config: TrainConfig,
+    *,
+    model_factory: Callable[[], torch.nn.Module] | None = None,
+    dataset: ArrayDataset | None = None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
+    schedule_source: dict[str, Any] | None = None,
+    resume: bool = False,
+) -> RunResult:
+    """Train one job and return its summary; results are written to the run directory.
+
+    `schedule_source` says where the schedule came from (e.g. a stored timing decision); it
+    is written to summary.json as is, and defaults to `{"kind": "given"}`. With `resume`, the
+    run continues in `config.out` from its last good checkpoint, appending to its files.
+    """
+    config.validate()
+    dataset = dataset or load_dataset(
+        config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
+    )
+    if model_factory is None:
+        model_factory = BuiltinModel(config.model_name, shape_only(dataset))
+    plan = RunPlan.resolve(config, train_samples=len(dataset.y_train))
+    run_dir = Path(config.out or default_run_dir(config.schedule))
+    checkpoint = load_resume_checkpoint(run_dir) if resume else refuse_used_run_dir(run_dir)
+    writer = RunWriter(
+        run_dir,
+        config.to_dict(),
+        plan.emulation.describe(),
+        faults=plan.faults.describe(),
+        resume_at=resume_point(checkpoint),
+        loggers=make_loggers(config, run_dir),
+    )
+    controller = RunController(
+        plan, writer, resumed_from=checkpoint, schedule_source=schedule_source
+    )
+    # Imported here: the controller and everything above load without Ray.
+    import ray
+
+    from syncswitch.runtime.ray.resources import ResourcePlan
+    from syncswitch.runtime.ray.supervisor import RaySupervisor
+    from syncswitch.runtime.ray_setup import connect
+
+    resources = ResourcePlan()
+    started_ray = connect(
+        config.ray_address, min_cpus=int(resources.cpus(plan.workers, config.servers))
+    )
+    try:
+        supervisor = RaySupervisor(
+            controller, dataset, model_factory, loss_fn, resources, progress=config.progress
+        )
+        summary, final_weights = supervisor.execute()
+        return RunResult(summary, writer.dir, final_weights)
+    finally:
+        writer.close()
+        if started_ray:
+            ray.shutdown()
+
+
+def refuse_used_run_dir(run_dir: Path) -> None:
+    """A new run never writes into an earlier run's directory.
+
+    Its files would append to the old ones, and the old checkpoints would be taken for its
+    own by a server recovery or a divergence rollback before it has written any.
+    """
+    used = run_dir_in_use(run_dir)
+    if used:
+        raise ConfigError(
+            f"--out {str(run_dir)!r} already holds a run ({', '.join(used)}); choose another "
+            f"directory, remove this one, or continue that run with --resume {run_dir}"
+        )
+
+
+def load_resume_checkpoint(run_dir: Path) -> LoadedCheckpoint:
+    """The last good checkpoint of a run directory, or a one-line error saying why not."""
+    store = CheckpointStore(run_dir / CHECKPOINT_DIR)
+    try:
+        return store.load_latest()
+    except CheckpointError as error:
+        raise ConfigError(f"cannot resume {str(run_dir)!r}: {error}") from None
+
+
+def shape_only(dataset: ArrayDataset) -> ArrayDataset:
+    """The dataset's shape and kind without its samples, for a model factory to carry."""
+    return replace(
+        dataset,
+        x_train=dataset.x_train[:1],
+        y_train=dataset.y_train[:1],
+        x_test=dataset.x_test[:1],
+        y_test=dataset.y_test[:1],
+    )
