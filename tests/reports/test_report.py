@@ -257,3 +257,23 @@ def test_bad_input_ends_in_one_line(three_runs, tmp_path, capsys):
 
     err = error_of(capsys, ["report", str(three_runs["bsp"]), "--plot", str(tmp_path / "p.jpg")])
     assert "must end in .png or .svg" in err
+
+
+def test_reports_need_no_ray(three_runs, tmp_path):
+    """A report can be made where Ray is not installed: nothing on its path imports it."""
+    import subprocess
+    import sys
+
+    png = tmp_path / "p.png"
+    code = (
+        "import sys; sys.modules['ray'] = None; from syncswitch.cli.main import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "report", str(three_runs["hybrid"]), "--plot", str(png)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "hybrid" in proc.stdout and png.stat().st_size > 10_000
