@@ -51,7 +51,13 @@ from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.control.summary import build_summary
 from syncswitch.core.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
-from syncswitch.core.divergence import DivergenceGuard, GiveUp, GuardConfig, rollback_decision
+from syncswitch.core.divergence import (
+    Divergence,
+    DivergenceGuard,
+    GiveUp,
+    GuardConfig,
+    rollback_decision,
+)
 from syncswitch.core.online import OnlineMonitor
 from syncswitch.core.policies import Action
 from syncswitch.core.protocol import ASP, ProtocolSpec
@@ -186,9 +192,17 @@ class RunController:
         decisions += self._end_workload_everywhere(reports)
         self._record(first)
         decisions += self._queue_evaluations(reports)
-        self._take_snapshots(reports)
         decisions += self._react_to_stragglers(first)
-        decisions += self._watch_divergence(first)
+        # The guard reads the losses before this drain's snapshots are written: a snapshot
+        # taken after the loss went bad must not push the last good checkpoint out of the
+        # store (it keeps two) before the rollback can load it.
+        verdict = self._watch_divergence(first)
+        healthy = (
+            None if verdict is None else (verdict.healthy_progress or 0.0) * self.plan.total_samples
+        )
+        self._take_snapshots(reports, max_samples=healthy)
+        if verdict is not None:
+            decisions += self._respond_to_divergence(verdict)
         decisions += self._check_quarantine()
         decisions += self._check_hung()
         self._maybe_finishing()
@@ -388,10 +402,13 @@ class RunController:
             decisions.append(Evaluate(point, weights, f"progress reached {point.fraction:g}"))
         return decisions
 
-    def _take_snapshots(self, reports: list[ShardReport]) -> None:
-        """Shards snapshot at the same points; a checkpoint is written once all have."""
+    def _take_snapshots(self, reports: list[ShardReport], max_samples: float | None) -> None:
+        """Shards snapshot at the same points; a checkpoint is written once all have.
+        Snapshots past `max_samples` (where the loss was last healthy) are not kept."""
         for index, report in enumerate(reports):
             for snapshot in report.outcome.snapshots:
+                if max_samples is not None and snapshot.samples > max_samples:
+                    continue
                 queues = self._snapshot_queues.setdefault(snapshot.label, [])
                 while len(queues) < len(reports):
                     queues.append([])
@@ -418,19 +435,19 @@ class RunController:
                 decisions.append(ApplyPolicyDecision(decision))
         return decisions
 
-    def _watch_divergence(self, first: ShardReport) -> list[RunDecision]:
+    def _watch_divergence(self, first: ShardReport) -> Divergence | None:
         if self.guard is None or self.phase is not RunPhase.TRAINING:
-            return []
+            return None
         for update in first.outcome.applied:
             verdict = self.guard.observe(
                 update.loss, progress=update.progress, time_s=update.time_s
             )
             self.record.guard_initial_level = self.guard.initial_level
             if verdict is not None:
-                return self._respond_to_divergence(verdict)
-        return []
+                return verdict
+        return None
 
-    def _respond_to_divergence(self, verdict: Any) -> list[RunDecision]:
+    def _respond_to_divergence(self, verdict: Divergence) -> list[RunDecision]:
         response = rollback_decision(
             verdict,
             self.state.lr_scale,
@@ -442,7 +459,7 @@ class RunController:
             self._log_decision(response.to_decision())
             self.guard = None  # nothing more to do about it; the summary says so
             return []
-        healthy = int(verdict.healthy_progress * self.plan.total_samples)
+        healthy = int((verdict.healthy_progress or 0.0) * self.plan.total_samples)
         try:
             loaded = self.store.load_latest(max_samples=healthy)
         except CheckpointError as error:

@@ -40,6 +40,3 @@ def local_init_kwargs(min_cpus: int) -> dict:
         "runtime_env": {"env_vars": _LOCAL_ENV},
     }
 
-
-def actor_options() -> dict:
-    return {"num_cpus": 1}
