@@ -39,7 +39,9 @@ def read_csv(path):
 def test_tensorboard_events_hold_the_run_against_samples_and_wall_time(logged_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(logged_run / "tensorboard"), size_guidance={"scalars": 0})
+    events = EventAccumulator(
+        str(logged_run / "tensorboard"), size_guidance={"scalars": 0, "histograms": 0}
+    )
     events.Reload()
     tags = events.Tags()
     for tag in (
