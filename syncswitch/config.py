@@ -25,6 +25,8 @@ from syncswitch.core.scenarios import StragglerScenario, build_scenario
 from syncswitch.core.stragglers import DetectorConfig
 from syncswitch.errors import ConfigError
 from syncswitch.files import UnsafeFileError, read_regular
+from syncswitch.loggers import LOGGERS
+from syncswitch.loggers import missing_packages as missing_logger_packages
 
 DATASETS = ("mnist1d", "cifar10", "cifar100")
 MODELS = ("cnn1d", "resnet20", "resnet32")
@@ -110,6 +112,18 @@ class TrainConfig:
     eval_every: float = _opt(0.05, "evaluate test accuracy every this fraction of training")
     out: str | None = _opt(None, "run directory for results (default: runs/<time>-<schedule>)")
     progress: bool = _opt(True, "show a live progress display")
+    logger: list[str] | None = _opt(
+        None,
+        "also log to tensorboard (RUN_DIR/tensorboard) and/or mlflow; repeatable or "
+        "comma-separated; csv (the run directory's files) is always written",
+        choices=list(LOGGERS),
+        repeatable=True,
+    )
+    tracking_uri: str | None = _opt(
+        None,
+        "MLflow tracking URI for --logger mlflow (default: sqlite:///RUN_DIR/mlflow.db); it is "
+        "saved in config.json, so give credentials through MLflow's environment variables",
+    )
     # Where it runs.
     ray_address: str | None = _opt(
         None, "Ray cluster to join (or set RAY_ADDRESS); default starts a local Ray instance"
@@ -223,6 +237,7 @@ class TrainConfig:
         except (ScheduleError, ValueError, TypeError, OverflowError) as error:
             raise ConfigError(str(error)) from None
         self._validate_online()
+        self._validate_loggers()
         _require(
             self.checkpoint_every == 0 or MIN_EVERY_FRACTION <= self.checkpoint_every < 1,
             "checkpoint_every",
@@ -332,6 +347,21 @@ class TrainConfig:
             self.scenario()
         except (ValueError, TypeError, OverflowError) as error:
             raise ConfigError(str(error)) from None
+
+    def _validate_loggers(self) -> None:
+        for name in self.logger or ():
+            if name not in LOGGERS:
+                raise ConfigError(
+                    f"logger {name!r} is not allowed; choose from {', '.join(LOGGERS)}"
+                )
+            missing = missing_logger_packages(name, self.tracking_uri)
+            if missing:
+                raise ConfigError(
+                    f"logger {name!r} needs {', '.join(missing)}, which is not installed: "
+                    f"pip install 'syncswitch[{name}]'"
+                )
+        if self.tracking_uri is not None and "mlflow" not in (self.logger or ()):
+            raise ConfigError("tracking_uri applies to logger mlflow: add --logger mlflow")
 
     def _check_choice(self, name: str) -> None:
         value = getattr(self, name)
@@ -601,10 +631,16 @@ def parse_value(name: str, type_name: str, value: Any) -> Any:
         if base == "list[float]":
             items = value.split(",") if isinstance(value, str) else list(value)
             return [float(item) for item in items if str(item).strip()]
+        if base == "list[str]":
+            # "a,b", ["a", "b"] and a repeated flag's ["a", "b,c"] alike.
+            items = [value] if isinstance(value, str) else list(value)
+            names = [n.strip().lower() for item in items for n in str(item).split(",")]
+            return list(dict.fromkeys(n for n in names if n))
         return str(value)
     except (TypeError, ValueError, OverflowError):
         kind = {
             "list[float]": "a comma-separated list of numbers",
+            "list[str]": "a comma-separated list of names",
             "int": "an integer",
             "float": "a number",
             "bool": "true or false",

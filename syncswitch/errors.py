@@ -25,5 +25,9 @@ class RegistryError(UserError):
     """The job registry cannot be opened, read or written; the message says which and why."""
 
 
+class RunDirError(UserError):
+    """A run directory that cannot be read: missing, not a run, or with a malformed file."""
+
+
 class TrainingStalled(RuntimeError):
     """The run cannot make progress (e.g. every worker quarantined); results so far are kept."""

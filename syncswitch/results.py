@@ -4,7 +4,8 @@ Files: config.json (resolved job, emulation included), summary.json (rewritten a
 run goes, final at the end), metrics.csv (test accuracy/loss and train loss over time and
 samples), updates.csv (one row per applied gradient), drops.csv, events.jsonl (switches and
 other decisions) and worker_steps.csv (per-worker step-time statistics). Each CSV row carries
-an `emulated` column so no figure can be mistaken for real-hardware timing.
+an `emulated` column so no figure can be mistaken for real-hardware timing. What the files
+receive also goes to the configured loggers (TensorBoard, MLflow: syncswitch.loggers).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import io
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import fields
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,6 +30,8 @@ from syncswitch.files import (
     open_regular,
     write_json_atomic,
 )
+from syncswitch.loggers import RunLogger
+from syncswitch.loggers.feed import LoggerFeed
 
 METRIC_COLUMNS = (
     "time_s",
@@ -51,6 +56,13 @@ WORKER_COLUMNS = (
     "wait_mean_s",
     "emulated",
 )
+
+
+def default_run_dir(schedule: str) -> Path:
+    """runs/<time>-<schedule>, e.g. runs/20261202-180501-bsp025-asp."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    label = schedule.replace(":", "").replace(",", "-")
+    return Path("runs") / f"{stamp}-{label}"
 
 
 class CsvLog:
@@ -81,14 +93,20 @@ class RunWriter:
         *,
         faults: list[dict] | None = None,
         resume_at: tuple[int, float] | None = None,
+        loggers: Sequence[RunLogger] = (),
     ) -> None:
         """`resume_at` (samples, run seconds of the checkpoint): a resumed run keeps what the
-        files say up to that point and appends from there."""
+        files say up to that point and appends from there. `loggers` (TensorBoard, MLflow)
+        are fed what the files receive; they start before anything is written, so one that
+        cannot start leaves the directory free for the next try."""
         self.dir = Path(out_dir)
         _make_run_dir(self.dir)
         self._emulated = bool(emulation.get("enabled"))
+        labels = {"emulation": emulation, "faults_injected": faults or None}
+        self._feed = LoggerFeed(loggers, on_failure=self._logger_failed) if loggers else None
+        if self._feed is not None:
+            self._feed.start({**config, **labels}, resume_at[0] if resume_at else None)
         if resume_at is None:
-            labels = {"emulation": emulation, "faults_injected": faults or None}
             write_json_atomic(self.dir / "config.json", {**config, **labels})
         else:
             samples, time_s = resume_at
@@ -103,18 +121,31 @@ class RunWriter:
         self._metrics = CsvLog(self.dir / "metrics.csv", METRIC_COLUMNS)
         self._events = _open_log(self.dir / "events.jsonl")
 
+    @property
+    def loggers(self) -> list[RunLogger]:
+        """The backends still working (one that failed mid-run is switched off)."""
+        return self._feed.loggers if self._feed else []
+
     def updates(self, records: list[UpdateRecord]) -> None:
         self._updates.write([(*_row(r), self._emulated) for r in records])
+        if self._feed:
+            self._feed.updates(records)
 
     def drops(self, records: list[DropRecord]) -> None:
         self._drops.write([_row(r) for r in records])
+        if self._feed:
+            self._feed.drops(records)
 
     def metric(self, row: dict[str, Any]) -> None:
         self._metrics.write([[row.get(c, "") for c in METRIC_COLUMNS[:-1]] + [self._emulated]])
+        if self._feed:
+            self._feed.metric(row)
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
         self._events.write(json.dumps({"event": kind, **payload}) + "\n")
         self._events.flush()
+        if self._feed:
+            self._feed.event(kind, payload)
 
     def worker_stats(self, rows: list[dict[str, Any]]) -> None:
         text = io.StringIO()
@@ -124,14 +155,23 @@ class RunWriter:
             writer.writerow([row.get(c, "") for c in WORKER_COLUMNS[:-1]] + [self._emulated])
         with atomic_writer(self.dir / "worker_steps.csv") as handle:
             handle.write(text.getvalue().encode())
+        if self._feed:
+            self._feed.worker_stats(rows)
 
     def summary(self, summary: dict[str, Any]) -> None:
         write_json_atomic(self.dir / "summary.json", summary)
+        if self._feed:
+            self._feed.summary(summary)
 
     def close(self) -> None:
+        if self._feed:
+            self._feed.close()
         for log in (self._updates, self._drops, self._metrics):
             log.close()
         self._events.close()
+
+    def _logger_failed(self, name: str, reason: str) -> None:
+        self.event("logger_failed", {"logger": name, "reason": reason})
 
 
 def _make_run_dir(directory: Path) -> None:

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from syncswitch.cli import jobs as jobs_command
+from syncswitch.cli import report as report_command
 from syncswitch.cli import search as search_command
 from syncswitch.cli import train as train_command
 from syncswitch.errors import TrainingStalled, UserError
@@ -21,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_command.add_parser(commands)
     search_command.add_parser(commands)
     jobs_command.add_parser(commands)
+    report_command.add_parser(commands)
     return parser
 
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from syncswitch.cli.registry_option import add_registry_argument
+from syncswitch.cli.run_summary import print_summary, summary_json
 from syncswitch.config import (
     MAX_CONFIG_FILE_BYTES,
     ConfigError,
@@ -20,6 +23,11 @@ from syncswitch.config import (
     make_config,
 )
 from syncswitch.files import UnsafeFileError, read_regular
+from syncswitch.results import default_run_dir
+from syncswitch.terminal import library_output_to
+
+# Ray's and PyTorch's output during a run, unless --verbose shows it on the terminal.
+LIBRARY_LOG = "ray.log"
 
 _EXAMPLES = """examples:
   syncswitch train                                   # 8 workers, MNIST-1D, BSP for 25%, then ASP
@@ -30,6 +38,8 @@ _EXAMPLES = """examples:
   syncswitch train --step-time-ms 20 --stragglers slow.yaml --online-policy elastic
   syncswitch train --config job.yaml --seed 3        # file values, overridden by flags
   syncswitch train --resume runs/20261203-101500-bsp025-asp   # continue a killed run
+  syncswitch train --logger tensorboard,mlflow       # also log to TensorBoard and MLflow
+  syncswitch train --json                            # end with JSON for scripts
 """
 
 
@@ -48,8 +58,20 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--resume",
         metavar="RUN_DIR",
         help="continue a killed run from its last good checkpoint, with the job it was started "
-        "with (only --progress/--no-progress, --ray-address and --faults may be given beside "
-        "it; the cluster address and injected faults are never taken from the run directory)",
+        "with (only --progress/--no-progress, --ray-address, --faults, --logger and "
+        "--tracking-uri may be given beside it; the cluster address, injected faults and a "
+        "tracking URI are never taken from the run directory)",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help=f"show Ray's and PyTorch's own output on the terminal (by default it goes to "
+        f"RUN_DIR/{LIBRARY_LOG} and the terminal shows only syncswitch's lines)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="end with the machine-readable summary (JSON on stdout) instead of the table",
     )
     add_registry_argument(parser, "where --schedule auto looks the job up")
     parser.set_defaults(handler=run)
@@ -80,6 +102,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, exclude: Collection[st
         parser.add_argument(
             flag,
             default=None,
+            action="append" if f.metadata.get("repeatable") else "store",
             metavar="FILE" if f.metadata.get("from_file") else _metavar(str(f.type), choices),
             help=help_text + shown,
         )
@@ -101,11 +124,12 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return make_config(values)
 
 
-# What a resumed run takes from the command line. The cluster address and the fault plan are
-# taken only from there: a run directory can come from anywhere (see docs/security.md), and
-# its config.json must not choose the cluster that receives the job, nor inject faults.
-_RESUME_OVERRIDES = ("progress", "ray_address", "faults")
-_FROM_FLAGS_ONLY = ("ray_address", "faults")
+# What a resumed run takes from the command line. The cluster address, the fault plan and the
+# tracking URI are taken only from there: a run directory can come from anywhere (see
+# docs/security.md), and its config.json must not choose where the job connects, nor inject
+# faults.
+_RESUME_OVERRIDES = ("progress", "ray_address", "faults", "logger", "tracking_uri")
+_FROM_FLAGS_ONLY = ("ray_address", "faults", "tracking_uri")
 
 
 def config_for_resume(args: argparse.Namespace) -> TrainConfig:
@@ -120,7 +144,7 @@ def config_for_resume(args: argparse.Namespace) -> TrainConfig:
         flags = ", ".join(given + (["--config"] if args.config else []))
         raise ConfigError(
             f"--resume continues the job as it was started; drop {flags} (allowed beside it: "
-            "--progress/--no-progress, --ray-address, --faults)"
+            "--progress/--no-progress, --ray-address, --faults, --logger, --tracking-uri)"
         )
     saved = read_saved_config(run_dir)
     known = {f.name for f in config_fields()}
@@ -174,25 +198,58 @@ def read_saved_config(run_dir: Path) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     if args.resume:
         config = config_for_resume(args)
-        from syncswitch.runtime.train import train
-
-        return _report(train(config, resume=True))
+        return _train_and_report(args, config, resume=True)
     config = config_from_args(args)
     schedule_source = None
     if config.schedule_is_auto:
         from syncswitch.timing.auto import describe_source, resolve_auto_schedule
 
         config, schedule_source = resolve_auto_schedule(config, args.registry)
-        print(f"syncswitch: {describe_source(schedule_source)}")
+        print(f"syncswitch: {describe_source(schedule_source)}", file=sys.stderr)
+    return _train_and_report(args, config, schedule_source=schedule_source)
+
+
+def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_args: Any) -> int:
     # Imported here so that `--help` and input errors answer without loading Ray.
-    from syncswitch.runtime.train import train
+    from syncswitch.runtime.train import refuse_used_run_dir, train
 
-    return _report(train(config, schedule_source=schedule_source))
-
-
-def _report(result: Any) -> int:
-    summary = result.summary
-    keys = ("final_accuracy", "best_accuracy", "wall_time_s", "samples_per_s", "switches")
-    print(json.dumps({k: summary[k] for k in keys}, indent=2, default=str))
-    print(f"results written to {result.run_dir}/ (summary.json, metrics.csv, updates.csv, ...)")
+    # The run directory is fixed before the run starts: the library log goes into it.
+    run_dir = Path(config.out or default_run_dir(config.schedule))
+    config = replace(config, out=str(run_dir))
+    if not train_args.get("resume"):
+        refuse_used_run_dir(run_dir)  # before the log file is made in it
+    if args.verbose:
+        result = train(config, **train_args)
+        library_log = None
+    else:
+        with library_output_to(run_dir / LIBRARY_LOG) as library_log:
+            result = train(config, **train_args)
+    if args.json:
+        print(summary_json(result.summary, result.run_dir))
+    else:
+        print_summary(
+            result.summary,
+            result.run_dir,
+            library_log=library_log,
+            loggers=_logger_lines(config, result.run_dir),
+        )
     return 0
+
+
+def _logger_lines(config: TrainConfig, run_dir: Path) -> list[str]:
+    """Where the loggers' results are, and any that failed during the run."""
+    lines = []
+    if "tensorboard" in (config.logger or ()):
+        lines.append(f"tensorboard --logdir {run_dir / 'tensorboard'}")
+    if "mlflow" in (config.logger or ()):
+        from syncswitch.loggers.mlflow import default_tracking_uri
+
+        uri = config.tracking_uri or default_tracking_uri(run_dir)
+        lines.append(f"mlflow ui --backend-store-uri {uri}")
+    events = run_dir / "events.jsonl"
+    if lines and events.is_file():
+        for line in events.read_text().splitlines():
+            if '"logger_failed"' in line:
+                failure = json.loads(line)
+                lines.append(f"logger {failure['logger']} failed mid-run: {failure['reason']}")
+    return lines

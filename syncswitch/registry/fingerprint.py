@@ -6,11 +6,11 @@ that two spellings of one job hash alike (the default model named or not, 80 vs 
 settings that the chosen options make irrelevant left out).
 
 What is *not* part of it: `schedule` (what the search decides), `seed` (a recurring job is
-retrained with new seeds), `out`, `progress`, `ray_address` (where and how a run is watched,
-not what it computes), `data_dir` (where a dataset is stored, not which one), `eval_every`
-(evaluation copies the weights off the critical path; the final accuracy is measured at the
-end whatever the cadence), and the checkpoint and worker-restart settings (how a run is kept
-safe).
+retrained with new seeds), `out`, `progress`, `ray_address`, `logger`, `tracking_uri`
+(where and how a run is watched, not what it computes), `data_dir` (where a dataset is
+stored, not which one), `eval_every` (evaluation copies the weights off the critical path;
+the final accuracy is measured at the end whatever the cadence), and the checkpoint and
+worker-restart settings (how a run is kept safe).
 """
 
 from __future__ import annotations
@@ -81,6 +81,9 @@ NOT_JOB_FIELDS: tuple[str, ...] = (
     "checkpoint_every_s",
     "worker_timeout_s",
     "max_worker_restarts",
+    # Where the figures are also sent (TensorBoard, MLflow), not what is trained.
+    "logger",
+    "tracking_uri",
 )
 
 

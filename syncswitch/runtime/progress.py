@@ -7,6 +7,9 @@ from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from syncswitch.control.shard import ShardState
+from syncswitch.terminal import project_console
+
 
 class ProgressDisplay:
     def __init__(self, enabled: bool, total_samples: int) -> None:
@@ -25,6 +28,7 @@ class ProgressDisplay:
                 TextColumn("{task.fields[rate]} samples/s"),
                 TextColumn("{task.fields[excluded]}"),
                 TimeElapsedColumn(),
+                console=project_console(),
             )
             self._progress.__enter__()
             self._task = self._progress.add_task(
@@ -32,17 +36,17 @@ class ProgressDisplay:
             )
         return self
 
-    def update(self, state: dict[str, Any], last_metric: dict[str, Any] | None) -> None:
+    def update(self, state: ShardState, last_metric: dict[str, Any] | None) -> None:
         if self._progress is None:
             return
-        time_s = state.get("time_s") or 0.0
-        rate = f"{state['samples'] / time_s:,.0f}" if time_s > 0 else "-"
+        time_s = state.time_s or 0.0
+        rate = f"{state.samples / time_s:,.0f}" if time_s > 0 else "-"
         accuracy = f"{100 * last_metric['test_accuracy']:5.1f}%" if last_metric else "  -  "
-        excluded = state.get("excluded") or []
+        excluded = state.excluded
         self._progress.update(
             self._task,
-            completed=min(state["samples"], self._total),
-            protocol=state["protocol"],
+            completed=min(state.samples, self._total),
+            protocol=state.protocol,
             accuracy=accuracy,
             rate=rate,
             # Elastic BSP: whom the barrier is not waiting for right now.

@@ -7,10 +7,8 @@ the Ray runtime, which drives the controller.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,8 @@ from syncswitch.control.plan import RunPlan
 from syncswitch.control.resume_check import ResumeCheck, say_refused
 from syncswitch.core.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
 from syncswitch.errors import ConfigError
-from syncswitch.results import RunWriter
+from syncswitch.loggers import make_loggers
+from syncswitch.results import RunWriter, default_run_dir
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset
 
 
@@ -73,7 +72,7 @@ def train(
     if model_factory is None:
         model_factory = BuiltinModel(config.model_name, shape_only(dataset))
     plan = RunPlan.resolve(config, train_samples=len(dataset.y_train))
-    run_dir = Path(config.out or _default_run_dir(config))
+    run_dir = Path(config.out or default_run_dir(config.schedule))
     if resume:
         # The directory is not trusted: each candidate state must fit this run's shapes.
         parameters = sum(p.numel() for p in model_factory().parameters())
@@ -86,6 +85,7 @@ def train(
         plan.emulation.describe(),
         faults=plan.faults.describe(),
         resume_at=resume_point(checkpoint),
+        loggers=make_loggers(config, run_dir),
     )
     controller = RunController(
         plan, writer, resumed_from=checkpoint, schedule_source=schedule_source
@@ -155,9 +155,3 @@ def shape_only(dataset: ArrayDataset) -> ArrayDataset:
         x_test=dataset.x_test[:1],
         y_test=dataset.y_test[:1],
     )
-
-
-def _default_run_dir(config: TrainConfig) -> str:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    label = config.schedule.replace(":", "").replace(",", "-")
-    return os.path.join("runs", f"{stamp}-{label}")

@@ -181,12 +181,16 @@ def test_train_command_runs_a_job_and_says_where_results_are(tmp_path: Path) -> 
             "--no-progress",
             "--out",
             str(out),
+            "--json",
         ],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert f"results written to {out}" in proc.stdout
+    # --json: stdout is the machine-readable summary alone.
+    printed = json.loads(proc.stdout)
+    assert printed["run_dir"] == str(out) and printed["status"] == "complete"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["switches"][0]["to"] == "asp"
+    assert printed["final_accuracy"] == summary["final_accuracy"]

@@ -89,7 +89,7 @@ def test_search_then_auto_reuses_the_decision(ray_session, tmp_path: Path, capsy
     run_dir = tmp_path / "auto-run"
     train_args = ["train", *JOB_ARGS, "--seed", "5", "--no-progress", "--out", str(run_dir)]
     assert main([*train_args, "--schedule", "auto", "--registry", str(registry)]) == 0
-    assert f"from stored decision #{decision.id}" in capsys.readouterr().out
+    assert f"from stored decision #{decision.id}" in capsys.readouterr().err  # a notice: stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["schedule"] == "bsp:0.5,asp" and summary["status"] == "complete"
     source = summary["schedule_source"]

@@ -161,7 +161,9 @@ class RaySupervisor:
     def _do(self, decision: RunDecision) -> None:
         match decision:
             case StartWorker(worker=worker, incarnation=incarnation):
-                run = self.workers[worker].run.remote(self.started_at, self.servers, incarnation)
+                run = self.workers[worker].run.remote(
+                    self.started_at, self.servers, [self.dataset_ref], incarnation
+                )
                 self._runs[run] = worker
             case Evaluate(point=point, weights=weights):
                 self._evaluations[self.evaluator.evaluate.remote(weights)] = point
@@ -314,7 +316,7 @@ class RaySupervisor:
             **self.resources.worker.actor_options(),
             "max_restarts": plan.reliability.max_worker_restarts,
         }
-        return ray.remote(Worker).options(**options).remote(spec, [self.dataset_ref])
+        return ray.remote(Worker).options(**options).remote(spec)
 
     def _write_pids(self) -> None:
         """actors.json: which process is which, for operators (and fault-injection tests)."""

@@ -35,19 +35,17 @@ class WorkerSpec:
 
 
 class Worker:
-    def __init__(self, spec: WorkerSpec, dataset: list) -> None:
-        """`dataset` is [ObjectRef]: nested, so Ray passes the reference and this actor fetches
-        the data itself, also when Ray restarts it."""
+    def __init__(self, spec: WorkerSpec) -> None:
+        """The dataset comes with `run`, not here: Ray logs an error for a restartable actor
+        whose constructor arguments hold an object reference (ray-project/ray#53727)."""
         torch.set_num_threads(spec.threads)
         torch.manual_seed(spec.seed * 7919 + spec.worker)
         self.spec = spec
-        self.dataset: ArrayDataset = ray.get(dataset[0])
+        self.dataset: ArrayDataset | None = None
         self.servers: list = []
         self.model = spec.model_factory()
         self.model.train()
         self.flat = FlatParameters(self.model)
-        self._shard = worker_shard(len(self.dataset.y_train), spec.worker, spec.workers, spec.seed)
-        self._position(0)
         self._step_times: list[float] = []
         self._compute_times: list[float] = []
         self._wait_times: list[float] = []
@@ -55,14 +53,21 @@ class Worker:
     def ready(self) -> int:
         return os.getpid()
 
-    def run(self, started_at: float, servers: list, incarnation: int = 0) -> dict:
+    def run(self, started_at: float, servers: list, dataset: list, incarnation: int = 0) -> dict:
         """Train until the server says the workload is done; return step-time statistics.
 
         `started_at` is the wall time at which the run began, for stragglers timed in seconds.
         `servers` are passed on every run, not only at construction: after a server failure
         they are replacements, and Ray restarts a crashed worker with its original arguments.
-        `incarnation` counts restarts: an injected crash or hang happens in the first only.
+        `dataset` is [ObjectRef]: nested, so Ray passes the reference and this actor fetches
+        the data itself, once per incarnation. `incarnation` counts restarts: an injected
+        crash or hang happens in the first only.
         """
+        if self.dataset is None:
+            self.dataset = ray.get(dataset[0])
+            spec = self.spec
+            samples = len(self.dataset.y_train)
+            self._shard = worker_shard(samples, spec.worker, spec.workers, spec.seed)
         self.servers = servers
         self._faults = [f for f in self.spec.faults if not (f.kind.once and incarnation > 0)]
         sequence, (versions, weights, done, progress) = self._rejoin()

@@ -1,0 +1,67 @@
+"""`syncswitch report`: tables, a paper-style figure and a page from run directories."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+_EXAMPLES = """examples:
+  syncswitch report runs/bsp runs/asp runs/bsp025-asp            # one table, first run = 1.00x
+  syncswitch report runs/* --plot report.png                     # accuracy vs time and samples
+  syncswitch report runs/* --plot report.svg --html report.html  # a self-contained page too
+  syncswitch report --workers runs/bsp025-asp                    # per-worker steps, waits, drops
+"""
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    parser = commands.add_parser(
+        "report",
+        help="tables and plots from run directories",
+        description="Summarise run directories (finished, failed or killed) in a table; "
+        "optionally plot test accuracy against wall time and samples (one line per run, "
+        "protocol phases shaded, switches marked, stragglers, staleness) and write one "
+        "self-contained HTML page. Reads only the files in the run directories.",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    parser.add_argument("--plot", metavar="FILE", help="write the figure to FILE (.png or .svg)")
+    parser.add_argument(
+        "--html", metavar="FILE", help="write one self-contained page (tables and figure)"
+    )
+    parser.add_argument(
+        "--workers",
+        action="store_true",
+        help="show each run's workers (steps, step-time p50/p90/max, wait, dropped gradients, "
+        "straggler episodes and detections) instead of the runs table",
+    )
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from syncswitch.errors import RunDirError
+    from syncswitch.reports import Report
+    from syncswitch.reports.plots import PLOT_SUFFIXES
+
+    plot_path = Path(args.plot) if args.plot else None
+    if plot_path is not None and plot_path.suffix.lower() not in PLOT_SUFFIXES:
+        raise RunDirError(f"--plot {args.plot!r}: the file must end in .png or .svg")
+    report = Report.load(args.run_dirs)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    tables = report.worker_tables() if args.workers else [report.runs_table()]
+    for table in tables:
+        console.print(table.to_rich())
+        for note in table.notes:
+            console.print(f"  {note}", soft_wrap=True)
+    figure = report.write_plot(plot_path) if plot_path else None
+    if plot_path:
+        print(f"plot written to {plot_path}")
+    if args.html:
+        report.write_html(Path(args.html), figure)
+        print(f"page written to {args.html}")
+    return 0

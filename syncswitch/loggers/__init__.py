@@ -1,0 +1,54 @@
+"""Where a run's figures go besides its run directory: TensorBoard, MLflow.
+
+`csv` is the run directory itself (always written). The others are optional extras
+(`pip install 'syncswitch[tensorboard]'`, `'syncswitch[mlflow]'`), imported only when asked
+for; `missing_packages` lets a config be refused before anything starts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from syncswitch.loggers.base import Point, RunLogger
+
+if TYPE_CHECKING:
+    from syncswitch.config import TrainConfig
+
+LOGGERS = ("csv", "tensorboard", "mlflow")
+
+
+def missing_packages(logger: str, tracking_uri: str | None = None) -> list[str]:
+    if logger == "tensorboard":
+        return [] if installed("tensorboard") else ["tensorboard"]
+    if logger == "mlflow":
+        from syncswitch.loggers.mlflow import missing_packages as mlflow_missing
+
+        return mlflow_missing(tracking_uri)
+    return []
+
+
+def installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ValueError:  # in sys.modules without a spec (e.g. blocked with None)
+        return False
+
+
+def make_loggers(config: TrainConfig, run_dir: Path) -> list[RunLogger]:
+    """The backends `config.logger` asks for (csv needs none: the run directory is it)."""
+    loggers: list[RunLogger] = []
+    names = set(config.logger or ())
+    if "tensorboard" in names:
+        from syncswitch.loggers.tensorboard import TensorBoardLogger
+
+        loggers.append(TensorBoardLogger(run_dir))
+    if "mlflow" in names:
+        from syncswitch.loggers.mlflow import MlflowLogger
+
+        loggers.append(MlflowLogger(run_dir, config.tracking_uri))
+    return loggers
+
+
+__all__ = ["LOGGERS", "Point", "RunLogger", "make_loggers", "missing_packages"]

@@ -1,0 +1,218 @@
+"""What a report says about one run, derived from its files: figures, phases, per-worker rows.
+
+Every figure is derived from the append-only files (metrics.csv, events.jsonl, drops.csv), so
+a killed run, whose summary.json is stale or missing, is described as far as it got.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from syncswitch.reports.rundir import RunData, Switch
+
+# config.json may come from elsewhere: its worker count alone never sizes a table.
+MAX_LISTED_WORKERS = 4096
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A stretch of the run under one protocol."""
+
+    protocol: str
+    start_s: float
+    end_s: float
+    start_samples: int
+    end_samples: int
+
+
+@dataclass(frozen=True)
+class RunOverview:
+    """One row of the runs table."""
+
+    label: str
+    status: str  # complete, failed, incomplete
+    status_detail: str  # why, for the notes under the table
+    schedule: str
+    runtime: str
+    timing: str  # real, emulated, simulated
+    final_accuracy: float | None
+    measured_at_fraction: float | None  # where the last accuracy was measured
+    best_accuracy: float | None
+    wall_time_s: float | None
+    samples: int | None
+    samples_per_s: float | None
+    switches: tuple[Switch, ...]
+    switch_overhead_s: float
+    dropped: int
+    time_by_protocol_s: dict[str, float]
+    notes: tuple[str, ...]  # oddities met reading the files (torn lines of a killed run)
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
+
+
+def overview(run: RunData, label: str | None = None) -> RunOverview:
+    metrics = run.metrics
+    has_metrics = len(metrics) > 0
+    end_s, end_samples = run_end(run)
+    return RunOverview(
+        label=label or run.name,
+        status=_status(run),
+        status_detail=_status_detail(run),
+        schedule=run.schedule,
+        runtime=run.runtime,
+        timing=run.timing,
+        final_accuracy=float(metrics.test_accuracy[-1]) if has_metrics else None,
+        measured_at_fraction=float(metrics.fraction[-1]) if has_metrics else None,
+        best_accuracy=float(metrics.test_accuracy.max()) if has_metrics else None,
+        wall_time_s=end_s if has_metrics else None,
+        samples=end_samples if has_metrics else None,
+        samples_per_s=end_samples / end_s if has_metrics and end_s > 0 else None,
+        switches=tuple(run.switches),
+        switch_overhead_s=sum(s.overhead_s for s in run.switches),
+        dropped=sum(run.drops_by_reason.values()),
+        time_by_protocol_s=time_by_protocol(phases(run)),
+        notes=tuple(run.notes),
+    )
+
+
+def run_end(run: RunData) -> tuple[float, int]:
+    """Run time and samples at the last evaluation: the run's end when it completed.
+
+    summary.json's wall time is this same point (the final evaluation), so the table agrees
+    with it; for a killed run it is as far as the run was measured.
+    """
+    metrics = run.metrics
+    if len(metrics) == 0:
+        return 0.0, 0
+    return float(metrics.time_s[-1]), int(metrics.samples[-1])
+
+
+def phases(run: RunData) -> list[Phase]:
+    """The run's protocol phases, from its switches (or, without any, metrics.csv)."""
+    end_s, end_samples = run_end(run)
+    first = _first_protocol(run)
+    if first is None:
+        return []
+    result = []
+    start_s, start_samples, protocol = 0.0, 0, first
+    for switch in sorted(run.switches, key=lambda s: s.time_s):
+        result.append(Phase(protocol, start_s, switch.time_s, start_samples, switch.at_samples))
+        start_s, start_samples, protocol = switch.time_s, switch.at_samples, switch.to_protocol
+    result.append(
+        Phase(
+            protocol, start_s, max(end_s, start_s), start_samples, max(end_samples, start_samples)
+        )
+    )
+    return [p for p in result if p.end_s > p.start_s or p.end_samples > p.start_samples]
+
+
+def time_by_protocol(run_phases: list[Phase]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for phase in run_phases:
+        totals[phase.protocol] = totals.get(phase.protocol, 0.0) + phase.end_s - phase.start_s
+    return totals
+
+
+def _first_protocol(run: RunData) -> str | None:
+    if run.switches:
+        return min(run.switches, key=lambda s: s.time_s).from_protocol
+    if run.metrics.protocol:
+        return run.metrics.protocol[0]
+    first_phase = run.schedule.split(",")[0].split(":")[0].strip()
+    return first_phase or None
+
+
+def _status(run: RunData) -> str:
+    if run.complete:
+        return "complete"
+    if run.status.startswith("failed"):
+        return "failed"
+    return "incomplete"
+
+
+def _status_detail(run: RunData) -> str:
+    status = run.status
+    measured = (
+        f"measured up to {run.metrics.fraction[-1]:.0%} of its samples"
+        if len(run.metrics)
+        else "no evaluation recorded"
+    )
+    if status == "complete":
+        return "complete"
+    if status.startswith("failed"):
+        return f"{status} ({measured})"
+    if status == "running":
+        return f"summary.json says running: still running, or killed ({measured})"
+    if status == "no summary":
+        return f"no summary.json: killed before its first evaluation was summarised ({measured})"
+    return f"status {status!r} ({measured})"
+
+
+# -- per worker ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    worker: int
+    steps: int
+    step_p50_s: float | None
+    step_p90_s: float | None
+    step_max_s: float | None
+    wait_mean_s: float | None  # None when only updates.csv is there (a killed run)
+    dropped: int
+    episodes: tuple[str, ...]  # emulated straggler episodes, described
+    detections: int
+    false_detections: int
+
+
+def worker_rows(run: RunData) -> tuple[list[WorkerRow], str]:
+    """Per-worker rows and where their step times come from."""
+    detections = [m for m in run.straggler_marks if m.kind == "detected"]
+    ids: set[int] = set(run.drops_by_worker)
+    stats: dict[int, dict] = {}
+    if run.worker_stats is not None:
+        stats = {int(s["worker"]): s for s in run.worker_stats}
+        source = "worker_steps.csv (every step of every worker)"
+    else:
+        steps = run.applied_step_times
+        stats = {
+            w: {
+                "steps": len(t),
+                "step_time_p50_s": float(np.percentile(t, 50)),
+                "step_time_p90_s": float(np.percentile(t, 90)),
+                "step_time_max_s": float(t.max()),
+                "wait_mean_s": None,
+            }
+            for w, t in steps.items()
+            if len(t)
+        }
+        source = (
+            "updates.csv (applied gradients only: worker_steps.csv is written at the end, and "
+            "this run has none)"
+        )
+    ids |= set(stats)
+    if run.workers and run.workers <= MAX_LISTED_WORKERS:
+        ids |= set(range(run.workers))  # workers that never got a gradient applied, too
+    rows = []
+    for worker in sorted(ids):
+        stat = stats.get(worker, {})
+        mine = [m for m in detections if m.worker == worker]
+        rows.append(
+            WorkerRow(
+                worker=worker,
+                steps=int(stat.get("steps", 0)),
+                step_p50_s=stat.get("step_time_p50_s"),
+                step_p90_s=stat.get("step_time_p90_s"),
+                step_max_s=stat.get("step_time_max_s"),
+                wait_mean_s=stat.get("wait_mean_s"),
+                dropped=run.drops_by_worker.get(worker, 0),
+                episodes=tuple(e.describe() for e in run.episodes if worker in e.workers),
+                detections=len(mine),
+                false_detections=sum(1 for m in mine if m.false_detection),
+            )
+        )
+    return rows, source

@@ -1,0 +1,260 @@
+"""The report's figure, in the paper's style: test accuracy against wall time and samples.
+
+One line per run; each run's protocol phases are shaded on a strip below (and behind the
+lines when one run is shown) and its switch points are marked on its line. Below them: a
+worker timeline of emulated straggler episodes and detections for runs that have any, and a
+staleness histogram per run. Drawn with matplotlib's Agg canvas (files only, no display and
+no pyplot state), so it works on a headless machine and in threads.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
+
+from syncswitch.errors import RunDirError
+from syncswitch.reports.overview import phases, run_end
+from syncswitch.reports.rundir import RunData
+
+PLOT_SUFFIXES = (".png", ".svg")
+ACCURACY_VS_TIME = "test accuracy vs wall time"
+ACCURACY_VS_SAMPLES = "test accuracy vs samples"
+HISTOGRAM_COLUMNS = 4
+MAX_HISTOGRAM_BARS = 120
+MAX_TIMELINE_WORKERS = 64
+
+_PROTOCOL_COLORS = {"bsp": "#4c72b0", "asp": "#dd8452", "ssp": "#55a868"}
+
+
+def protocol_color(protocol: str) -> str:
+    return _PROTOCOL_COLORS.get(protocol.split("-")[0], "#8c8c8c")
+
+
+def plot_runs(runs: list[tuple[str, RunData]]) -> Figure:
+    """The whole figure for labelled runs (label, run), in the order given."""
+    straggler_runs = [(label, run) for label, run in runs if run.episodes or run.straggler_marks]
+    histogram_rows = math.ceil(len(runs) / HISTOGRAM_COLUMNS)
+    heights = [4.0, 0.45 * len(runs) + 0.9]
+    heights += [_timeline_height(run) for _, run in straggler_runs]
+    heights += [2.6] * histogram_rows
+    figure = Figure(figsize=(13, sum(heights) + 0.8), layout="constrained")
+    FigureCanvasAgg(figure)
+    grid = figure.add_gridspec(len(heights), 2, height_ratios=heights)
+    time_axes = figure.add_subplot(grid[0, 0])
+    samples_axes = figure.add_subplot(grid[0, 1])
+    _accuracy(time_axes, runs, by_samples=False)
+    _accuracy(samples_axes, runs, by_samples=True)
+    _phase_strip(figure.add_subplot(grid[1, 0], sharex=time_axes), runs, by_samples=False)
+    _phase_strip(figure.add_subplot(grid[1, 1], sharex=samples_axes), runs, by_samples=True)
+    row = 2
+    for label, run in straggler_runs:
+        _straggler_timeline(figure.add_subplot(grid[row, :]), label, run)
+        row += 1
+    cells = grid[row:, :].subgridspec(histogram_rows, HISTOGRAM_COLUMNS) if runs else None
+    for index, (label, run) in enumerate(runs):
+        assert cells is not None
+        _staleness(
+            figure.add_subplot(cells[index // HISTOGRAM_COLUMNS, index % HISTOGRAM_COLUMNS]),
+            label,
+            run,
+        )
+    timings = sorted({run.timing for _, run in runs})
+    figure.suptitle(f"Sync-Switch runs (timing: {', '.join(timings)})", fontsize=13)
+    return figure
+
+
+def save_figure(figure: Figure, path: Path) -> None:
+    if path.suffix.lower() not in PLOT_SUFFIXES:
+        raise RunDirError(f"plot file {str(path)!r} must end in .png or .svg")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+
+
+# -- panels ----------------------------------------------------------------------------------
+
+
+def _run_colors(count: int) -> list[str]:
+    return [f"C{index % 10}" for index in range(count)]
+
+
+def _accuracy(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:
+    for color, (label, run) in zip(_run_colors(len(runs)), runs, strict=True):
+        metrics = run.metrics
+        x = metrics.samples if by_samples else metrics.time_s
+        accuracy = 100 * metrics.test_accuracy
+        axes.plot(x, accuracy, color=color, label=label, linewidth=1.6)
+        for switch in run.switches:
+            at = switch.at_samples if by_samples else switch.time_s
+            y = np.interp(at, x, accuracy) if len(x) else np.nan
+            axes.plot(
+                [at],
+                [y],
+                marker="D",
+                markersize=7,
+                markerfacecolor="white",
+                markeredgecolor=color,
+                markeredgewidth=1.8,
+                linestyle="none",
+                label="_switch",
+                zorder=5,
+            )
+        if len(runs) == 1:
+            for phase in phases(run):
+                start, end = (
+                    (phase.start_samples, phase.end_samples)
+                    if by_samples
+                    else (phase.start_s, phase.end_s)
+                )
+                axes.axvspan(start, end, color=protocol_color(phase.protocol), alpha=0.12, lw=0)
+    axes.set_title(ACCURACY_VS_SAMPLES if by_samples else ACCURACY_VS_TIME)
+    axes.set_xlabel("samples processed" if by_samples else "wall time (s)")
+    axes.set_ylabel("test accuracy (%)")
+    axes.grid(alpha=0.3)
+    handles, labels = axes.get_legend_handles_labels()
+    if any(run.switches for _, run in runs):
+        handles.append(
+            Line2D([], [], marker="D", markerfacecolor="white", markeredgecolor="black", ls="none")
+        )
+        labels.append("switch")
+    if handles:
+        axes.legend(handles, labels, loc="lower right", fontsize=8)
+
+
+def _phase_strip(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:
+    seen: dict[str, str] = {}
+    for row, (_, run) in enumerate(runs):
+        for phase in phases(run):
+            start, end = (
+                (phase.start_samples, phase.end_samples)
+                if by_samples
+                else (phase.start_s, phase.end_s)
+            )
+            color = protocol_color(phase.protocol)
+            axes.broken_barh([(start, end - start)], (row - 0.35, 0.7), color=color, alpha=0.8)
+            seen.setdefault(phase.protocol, color)
+        for switch in run.switches:
+            at = switch.at_samples if by_samples else switch.time_s
+            axes.plot([at], [row], marker="|", markersize=14, color="black", mew=2, ls="none")
+    axes.set_yticks(range(len(runs)), [label for label, _ in runs], fontsize=8)
+    axes.set_ylim(len(runs) - 0.5, -0.5)
+    axes.set_title("protocol phases (| = switch)", fontsize=9)
+    axes.set_xlabel("samples processed" if by_samples else "wall time (s)")
+    if seen:
+        axes.legend(
+            [Patch(color=c) for c in seen.values()],
+            list(seen),
+            loc="upper right",
+            fontsize=7,
+            ncols=len(seen),
+        )
+
+
+def _timeline_workers(run: RunData) -> list[int]:
+    workers = {w for e in run.episodes for w in e.workers}
+    workers |= {m.worker for m in run.straggler_marks}
+    return sorted(workers)[:MAX_TIMELINE_WORKERS]
+
+
+def _timeline_height(run: RunData) -> float:
+    return 0.3 * len(_timeline_workers(run)) + 1.3
+
+
+def _straggler_timeline(axes, label: str, run: RunData) -> None:
+    """Which worker was slow when (emulated episodes) and when the detector flagged it."""
+    workers = _timeline_workers(run)
+    end_s, _ = run_end(run)
+    fractions = np.concatenate([[0.0], run.metrics.fraction])
+    times = np.concatenate([[0.0], run.metrics.time_s])
+    for episode in run.episodes:
+        if episode.start is not None and episode.duration is not None:
+            start, stop = np.interp(
+                [episode.start, episode.start + episode.duration], fractions, times
+            )
+        else:
+            start = episode.start_s or 0.0
+            stop = start + (episode.duration_s or 0.0)
+        for worker in episode.workers:
+            if worker in workers:
+                row = workers.index(worker)
+                axes.broken_barh(
+                    [(start, stop - start)], (row - 0.4, 0.8), color="#f4a6a6", alpha=0.9
+                )
+    flagged: dict[int, float] = {}
+    for mark in sorted(run.straggler_marks, key=lambda m: m.time_s):
+        if mark.worker not in workers:
+            continue
+        row = workers.index(mark.worker)
+        if mark.kind == "detected":
+            flagged[mark.worker] = mark.time_s
+            color = "#7f7f7f" if mark.false_detection else "#b22222"
+            axes.plot(
+                [mark.time_s], [row], marker="v", color=color, markersize=9, ls="none", zorder=5
+            )
+        elif mark.worker in flagged:
+            began = flagged.pop(mark.worker)
+            axes.broken_barh([(began, mark.time_s - began)], (row - 0.12, 0.24), color="#b22222")
+    for worker, began in flagged.items():  # still flagged when the run ended
+        row = workers.index(worker)
+        axes.broken_barh([(began, max(end_s - began, 0))], (row - 0.12, 0.24), color="#b22222")
+    axes.set_yticks(range(len(workers)), [f"worker {w}" for w in workers], fontsize=8)
+    axes.set_ylim(len(workers) - 0.5, -0.5)
+    axes.set_xlim(0, max(end_s, 1e-9))
+    axes.set_xlabel("wall time (s)")
+    axes.set_title(f"stragglers: {label}", fontsize=9)
+    axes.legend(
+        [
+            Patch(color="#f4a6a6"),
+            Patch(color="#b22222"),
+            Line2D([], [], marker="v", color="#b22222", ls="none"),
+        ],
+        ["emulated episode", "flagged by the detector", "detection"],
+        loc="upper right",
+        fontsize=7,
+        ncols=3,
+    )
+
+
+def _staleness(axes, label: str, run: RunData) -> None:
+    counts = run.staleness_counts
+    axes.set_title(f"staleness: {label}", fontsize=9)
+    axes.set_xlabel("staleness (versions)", fontsize=8)
+    axes.set_ylabel("applied gradients", fontsize=8)
+    if not counts:
+        axes.text(0.5, 0.5, "no applied gradients recorded", ha="center", transform=axes.transAxes)
+        return
+    everything = [v for by_value in counts.values() for v in by_value]
+    low, high = min(everything), max(everything)
+    if high - low + 1 <= MAX_HISTOGRAM_BARS:
+        edges = np.arange(low, high + 2) - 0.5
+    else:
+        edges = np.linspace(low, high + 1, MAX_HISTOGRAM_BARS + 1)
+    bottom = np.zeros(len(edges) - 1)
+    # Stacked in the order the run went through its protocols: BSP's zeros at the bottom.
+    order = [p.protocol for p in phases(run)]
+    for protocol in sorted(counts, key=lambda p: (order.index(p) if p in order else len(order), p)):
+        by_value = counts[protocol]
+        values = np.fromiter(by_value.keys(), dtype=float, count=len(by_value))
+        weights = np.fromiter(by_value.values(), dtype=float, count=len(by_value))
+        heights, _ = np.histogram(values, bins=edges, weights=weights)
+        mean = float(np.average(values, weights=weights))
+        axes.bar(
+            edges[:-1],
+            heights,
+            width=np.diff(edges),
+            bottom=bottom,
+            align="edge",
+            color=protocol_color(protocol),
+            label=f"{protocol} (mean {mean:.2f})",
+        )
+        bottom += heights
+    axes.set_xlim(low - 0.5, max(high, low + 4) + 0.5)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.legend(fontsize=7)
+    axes.tick_params(labelsize=7)

@@ -1,0 +1,112 @@
+"""A report over run directories: the runs table, per-worker tables, the figure, a page."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from syncswitch.files import write_atomic
+from syncswitch.reports.overview import overview, worker_rows
+from syncswitch.reports.plots import plot_runs, save_figure
+from syncswitch.reports.rundir import RunData, load_run
+from syncswitch.reports.tables import Table, runs_table, workers_table
+
+
+class Report:
+    def __init__(self, runs: list[RunData]) -> None:
+        self.runs = runs
+        self.labelled = list(zip(plot_labels(runs), runs, strict=True))
+
+    @classmethod
+    def load(cls, paths: list[str | Path]) -> Report:
+        return cls([load_run(path) for path in paths])
+
+    def runs_table(self) -> Table:
+        return runs_table([overview(run) for run in self.runs])
+
+    def worker_tables(self) -> list[Table]:
+        tables = []
+        for label, run in self.labelled:
+            rows, source = worker_rows(run)
+            table = workers_table(f"{run.name} ({label})", rows, source)
+            tables.append(table)
+        return tables
+
+    def figure(self) -> Figure:
+        return plot_runs(self.labelled)
+
+    def write_plot(self, path: Path) -> Figure:
+        figure = self.figure()
+        save_figure(figure, path)
+        return figure
+
+    def write_html(self, path: Path, figure: Figure | None = None) -> None:
+        """One self-contained page: the tables and the figure (an embedded PNG)."""
+        figure = figure or self.figure()
+        png = io.BytesIO()
+        figure.savefig(png, format="png", dpi=100)
+        image = base64.b64encode(png.getvalue()).decode("ascii")
+        tables = self.runs_table().to_html("runs")
+        workers = "\n".join(
+            f"<details><summary>{html.escape(t.title)}</summary>\n{t.to_html('workers')}</details>"
+            for t in self.worker_tables()
+        )
+        page = _PAGE.format(
+            generated=datetime.now().strftime("%Y-%m-%d %H:%M"),
+            count=len(self.runs),
+            noun="directory" if len(self.runs) == 1 else "directories",
+            dirs=", ".join(html.escape(str(run.path)) for run in self.runs),
+            table=tables,
+            image=image,
+            workers=workers,
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, page)
+
+
+def plot_labels(runs: list[RunData]) -> list[str]:
+    """Legend labels: the schedule, with the directory name where schedules repeat, and the
+    status of a run that did not complete."""
+    repeated = Counter(run.schedule for run in runs)
+    labels = []
+    for run in runs:
+        label = run.schedule if repeated[run.schedule] == 1 else f"{run.schedule} ({run.name})"
+        if not run.complete:
+            label += " [failed]" if run.status.startswith("failed") else " [incomplete]"
+        labels.append(label)
+    return labels
+
+
+_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Sync-Switch report</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}
+caption {{ text-align: left; font-weight: bold; padding: 0.3em 0; }}
+th, td {{ border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }}
+td.text, th.text {{ text-align: left; }}
+thead {{ background: #f0f0f0; }}
+img {{ max-width: 100%; }}
+.notes {{ font-size: 0.9em; color: #555; }}
+</style>
+</head>
+<body>
+<h1>Sync-Switch report</h1>
+<p>Generated {generated} from {count} run {noun}: {dirs}.</p>
+{table}
+<figure><img alt="test accuracy against wall time and samples, protocol phases, stragglers and \
+staleness per run" src="data:image/png;base64,{image}"></figure>
+<h2>Workers</h2>
+{workers}
+</body>
+</html>
+"""

@@ -1,0 +1,176 @@
+"""The report's tables as plain cells, rendered for the terminal (rich) or a page (HTML)."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+from syncswitch.reports.overview import RunOverview, WorkerRow
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    columns: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+    notes: list[str] = field(default_factory=list)
+    numeric: frozenset[str] = frozenset()  # columns aligned right
+
+    def to_rich(self):  # -> rich.table.Table; rich is imported only when a terminal asks
+        from rich.table import Table as RichTable
+
+        table = RichTable(title=self.title, title_justify="left", show_lines=False)
+        for index, name in enumerate(self.columns):
+            justify = "right" if name in self.numeric else "left"
+            table.add_column(name, no_wrap=index == 0, justify=justify)
+        for row in self.rows:
+            table.add_row(*row)
+        return table
+
+    def to_html(self, css_class: str) -> str:
+        kinds = ["num" if c in self.numeric else "text" for c in self.columns]
+        head = "".join(
+            f'<th class="{k}">{html.escape(c)}</th>'
+            for c, k in zip(self.columns, kinds, strict=True)
+        )
+        body = "\n".join(
+            "<tr>"
+            + "".join(
+                f'<td class="{k}">{html.escape(cell)}</td>'
+                for cell, k in zip(row, kinds, strict=True)
+            )
+            + "</tr>"
+            for row in self.rows
+        )
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
+        return (
+            f'<table class="{css_class}"><caption>{html.escape(self.title)}</caption>\n'
+            f"<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody></table>\n"
+            + (f'<ul class="notes">{notes}</ul>\n' if notes else "")
+        )
+
+
+RUN_COLUMNS = (
+    "run",
+    "status",
+    "schedule",
+    "runtime",
+    "timing",
+    "final acc",
+    "best acc",
+    "wall time",
+    "samples/s",
+    "time vs first",
+    "switches",
+    "switch overhead",
+    "dropped",
+)
+
+
+def runs_table(runs: list[RunOverview]) -> Table:
+    first = runs[0] if runs else None
+    rows = [
+        (
+            run.label,
+            run.status,
+            run.schedule,
+            run.runtime,
+            run.timing,
+            _final_accuracy(run),
+            _percent(run.best_accuracy),
+            _seconds(run.wall_time_s),
+            f"{run.samples_per_s:,.0f}" if run.samples_per_s else "-",
+            _relative_time(run, first),
+            _switches(run),
+            f"{run.switch_overhead_s * 1000:.2f} ms" if run.switches else "-",
+            str(run.dropped),
+        )
+        for run in runs
+    ]
+    notes = [f"{run.label}: {run.status_detail}" for run in runs if not run.complete]
+    notes += [f"{run.label}: {note}" for run in runs for note in run.notes]
+    timings = {run.timing for run in runs}
+    if "emulated" in timings:
+        notes.append(
+            "timing 'emulated': device time was emulated (sleep-padded steps on this machine, "
+            "see config.json 'emulation'); times are not real-hardware times"
+        )
+    if "simulated" in timings:
+        notes.append("timing 'simulated': times come from a simulator's virtual clock")
+    if any(not run.complete for run in runs):
+        notes.append(
+            "an incomplete run's accuracy is its last measured one (@ the fraction of samples)"
+        )
+    numeric = frozenset(RUN_COLUMNS[5:10]) | {"switch overhead", "dropped"}
+    return Table("runs", RUN_COLUMNS, rows, notes, numeric)
+
+
+WORKER_COLUMNS = (
+    "worker",
+    "steps",
+    "step p50",
+    "step p90",
+    "step max",
+    "wait mean",
+    "dropped",
+    "straggler episodes (emulated)",
+    "detected",
+)
+
+
+def workers_table(label: str, rows: list[WorkerRow], source: str) -> Table:
+    cells = [
+        (
+            str(row.worker),
+            str(row.steps),
+            _ms(row.step_p50_s),
+            _ms(row.step_p90_s),
+            _ms(row.step_max_s),
+            _ms(row.wait_mean_s),
+            str(row.dropped),
+            "; ".join(row.episodes) or "-",
+            str(row.detections)
+            + (f" ({row.false_detections} false)" if row.false_detections else ""),
+        )
+        for row in rows
+    ]
+    numeric = frozenset(WORKER_COLUMNS[1:7]) | {"detected"}
+    return Table(
+        f"workers of {label}", WORKER_COLUMNS, cells, [f"step times from {source}"], numeric
+    )
+
+
+def _final_accuracy(run: RunOverview) -> str:
+    text = _percent(run.final_accuracy)
+    if run.final_accuracy is not None and not run.complete and run.measured_at_fraction is not None:
+        text += f" @{run.measured_at_fraction:.0%}"
+    return text
+
+
+def _relative_time(run: RunOverview, first: RunOverview | None) -> str:
+    # Only finished runs have a training time to compare.
+    if first is None or not (run.complete and first.complete):
+        return "-"
+    if not run.wall_time_s or not first.wall_time_s:
+        return "-"
+    return f"{run.wall_time_s / first.wall_time_s:.2f}x"
+
+
+def _switches(run: RunOverview) -> str:
+    if not run.switches:
+        return "-"
+    shown = [f"{s.from_protocol}>{s.to_protocol} @{s.at_fraction:.0%}" for s in run.switches[:3]]
+    more = len(run.switches) - len(shown)
+    return ", ".join(shown) + (f" +{more} more" if more else "")
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}%"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f} s"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{1000 * value:.2f} ms"

@@ -1,0 +1,63 @@
+"""The terminal during a run: the project's own lines on it, every library's output in a file.
+
+Ray and PyTorch write from Python (loggers, warnings, worker output that Ray forwards to the
+driver) and from C++ (Ray's core worker logs straight to the process's stderr). Only the file
+descriptors catch both: `library_output_to` points descriptors 1 and 2 at a log file for the
+duration of a run, so whatever any library or child process (Ray's raylet and GCS inherit
+them) prints lands there, while the project's live display keeps the real terminal through
+`project_console()`. Nothing is lost: `--verbose` simply leaves the descriptors alone.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from rich.console import Console
+
+# The terminal is one per process, like its file descriptors, so the console on it is too.
+_terminal_console: Console | None = None
+
+
+def project_console() -> Console:
+    """The console for syncswitch's own live output (progress): the terminal's stderr, also
+    while library output is captured. (stderr keeps stdout for results, e.g. `--json`.)"""
+    return _terminal_console or Console(stderr=True)
+
+
+@contextmanager
+def library_output_to(log_path: Path) -> Iterator[Path]:
+    """Send everything written to stdout and stderr (by any code, in any language) to
+    `log_path` (appended) until the block ends; `project_console()` still reaches the
+    terminal."""
+    global _terminal_console
+    sys.stdout.flush()
+    sys.stderr.flush()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved_out, saved_err = os.dup(1), os.dup(2)
+    terminal = os.fdopen(os.dup(saved_err), "w", buffering=1)
+    previous = _terminal_console, sys.stdout, sys.stderr
+    _terminal_console = Console(file=terminal, highlight=False)
+    try:
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        # Python-level writes too, also where sys.stdout is not descriptor 1 (a notebook, a
+        # test runner's capture).
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+        yield log_path
+    finally:
+        # Library text still buffered in Python belongs to the log, not the terminal.
+        for stream in (sys.stdout, sys.stderr):
+            with suppress(OSError, ValueError):
+                stream.flush()
+        _terminal_console, sys.stdout, sys.stderr = previous
+        os.dup2(saved_out, 1)
+        os.dup2(saved_err, 2)
+        for fd in (saved_out, saved_err, log_fd):
+            os.close(fd)
+        terminal.close()
