@@ -100,7 +100,7 @@ class RunWriter:
         are fed what the files receive; they start before anything is written, so one that
         cannot start leaves the directory free for the next try."""
         self.dir = Path(out_dir)
-        _make_run_dir(self.dir)
+        create_run_dir(self.dir)
         self._emulated = bool(emulation.get("enabled"))
         labels = {"emulation": emulation, "faults_injected": faults or None}
         self._feed = LoggerFeed(loggers, on_failure=self._logger_failed) if loggers else None
@@ -174,7 +174,7 @@ class RunWriter:
         self.event("logger_failed", {"logger": name, "reason": reason})
 
 
-def _make_run_dir(directory: Path) -> None:
+def create_run_dir(directory: Path) -> None:
     """Create the run directory, or one ConfigError line when `--out` cannot be one."""
     if directory.exists() and not directory.is_dir():
         raise ConfigError(

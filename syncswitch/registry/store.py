@@ -21,6 +21,8 @@ refused with one line and never written to.
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,6 +59,7 @@ from syncswitch.files import UnsafeFileError, open_regular
 ENV_VAR = "SYNCSWITCH_REGISTRY"
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 60.0
+_WAL_RETRY_S = 0.05
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
 metadata = MetaData()
@@ -265,7 +268,7 @@ class Registry:
             # Outside any transaction (SQLite refuses to change the journal mode inside one);
             # the mode is stored in the file, so every later connection uses it.
             with self._errors("switch it to WAL mode"), self._engine.connect() as conn:
-                conn.connection.dbapi_connection.execute("PRAGMA journal_mode=WAL").close()
+                _switch_to_wal(conn.connection.dbapi_connection)
         try:
             with self._write("create its tables") as conn:
                 metadata.create_all(conn)
@@ -513,7 +516,7 @@ class Registry:
     def _errors(self, action: str) -> Iterator[None]:
         try:
             yield
-        except SQLAlchemyError as error:
+        except (SQLAlchemyError, sqlite3.Error) as error:
             detail = _one_line(getattr(error, "orig", None) or error)
             raise RegistryError(
                 f"registry {self.location.display}: cannot {action}: {detail}"
@@ -612,3 +615,22 @@ def _now() -> datetime:
 
 def _one_line(error: object) -> str:
     return " ".join(str(error).split())
+
+
+def _switch_to_wal(dbapi_connection: Any) -> None:
+    """Put a SQLite file in WAL mode, waiting while another process holds it.
+
+    SQLite answers "database is locked" to a journal-mode change at once, without its busy
+    handler, when another connection is reading or creating the file at that moment (two
+    registries opened together on a new file); so wait here, as long as a write would.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            cursor = dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            cursor.close()
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(_WAL_RETRY_S)
