@@ -15,6 +15,14 @@ from typing import Any
 import yaml
 
 from syncswitch.cluster_address import parse_cluster_address
+from syncswitch.core.cluster import (
+    DEFAULT_STEP_TIME_MS,
+    ClusterError,
+    ClusterModel,
+    ComputeModel,
+    parse_cluster,
+    preset,
+)
 from syncswitch.core.emulation import EmulationConfig
 from syncswitch.core.faults import FaultPlan, parse_faults
 from syncswitch.core.hyperparams import LrSchedule, LrScheduleKind, MomentumPolicy
@@ -29,6 +37,7 @@ from syncswitch.loggers import LOGGERS
 from syncswitch.loggers import missing_packages as missing_logger_packages
 
 DATASETS = ("mnist1d", "cifar10", "cifar100")
+RUNTIMES = ("ray", "sim")
 MODELS = ("cnn1d", "resnet20", "resnet32")
 DEFAULT_MODEL = {"mnist1d": "cnn1d", "cifar10": "resnet20", "cifar100": "resnet32"}
 # `schedule: auto` names the job's stored timing decision; it is resolved from the registry
@@ -125,6 +134,18 @@ class TrainConfig:
         "saved in config.json, so give credentials through MLflow's environment variables",
     )
     # Where it runs.
+    runtime: str = _opt(
+        "ray",
+        "ray: real processes (a local Ray, or a cluster); sim: one process plays every worker "
+        "on a simulated clock, with real gradients, times from --cluster (docs/simulator.md)",
+        choices=list(RUNTIMES),
+    )
+    cluster: str | None = _opt(
+        None,
+        "for --runtime sim: the cluster model, a preset (default, paper-k80) or a YAML/TOML "
+        "FILE of compute, network and server costs; default: --step-time-ms etc. for compute "
+        "(20 ms if not given) and a 10 GbE network",
+    )
     ray_address: str | None = _opt(
         None, "Ray cluster to join (or set RAY_ADDRESS); default starts a local Ray instance"
     )
@@ -223,6 +244,8 @@ class TrainConfig:
         self._validate_emulation_sizes()
         if self.ray_address is not None:
             parse_cluster_address(self.ray_address)
+        self._check_choice("runtime")
+        self._validate_cluster()
         self._check_choice("momentum_at_switch")
         self._check_choice("online_policy")
         self._check_choice("lr_schedule")
@@ -331,6 +354,16 @@ class TrainConfig:
                 f"> 0 and <= {MAX_SPEED_FACTOR:g} (each)",
             )
 
+    def _validate_cluster(self) -> None:
+        if self.runtime != "sim":
+            if self.cluster is not None:
+                raise ConfigError(
+                    f"cluster {self.cluster!r} applies to --runtime sim (the simulator); a Ray "
+                    "run's timing is the real one (or --step-time-ms emulation)"
+                )
+            return
+        self.cluster_model()
+
     def _validate_online(self) -> None:
         if self.greedy_return and self.online_policy != OnlinePolicyKind.GREEDY:
             raise ConfigError(
@@ -405,6 +438,47 @@ class TrainConfig:
             jitter_sigma=self.jitter_sigma,
             stragglers=self.scenario(),
         )
+
+    def cluster_model(self) -> ClusterModel:
+        """The simulator's cluster: --cluster (a preset or a file), with its compute model
+        from the emulation flags when the cluster does not give one."""
+        where = "cluster"
+        if self.cluster is None:
+            data: Any = preset("default")
+        elif Path(self.cluster).suffix in (".yaml", ".yml", ".toml"):
+            data = read_structured_file(self.cluster, "cluster file")
+            where = f"cluster file {self.cluster!r}"
+        else:
+            try:
+                data = preset(self.cluster)
+            except ClusterError as error:
+                raise ConfigError(str(error)) from None
+        try:
+            model = parse_cluster(data, where)
+        except ClusterError as error:
+            raise ConfigError(str(error)) from None
+        flags = self.step_time_ms > 0 or self.jitter_sigma > 0 or bool(self.speed_factors)
+        if isinstance(data, dict) and data.get("compute"):
+            if flags:
+                raise ConfigError(
+                    f"{where} gives the compute model (compute: ...), and so do "
+                    "--step-time-ms/--jitter-sigma/--speed-factors: give it in one place"
+                )
+        else:
+            model = model.with_compute(
+                ComputeModel(
+                    step_time_ms=self.step_time_ms or DEFAULT_STEP_TIME_MS,
+                    jitter_sigma=self.jitter_sigma,
+                    speed_factors=tuple(self.speed_factors or ()),
+                )
+            )
+        factors = model.compute.speed_factors
+        if factors and len(factors) != self.workers:
+            raise ConfigError(
+                f"{where}: compute.speed_factors has {len(factors)} values but workers is "
+                f"{self.workers}: give one factor per worker"
+            )
+        return model
 
     def fault_plan(self) -> FaultPlan:
         return parse_faults(self.faults, self.workers)
@@ -509,7 +583,7 @@ class _AliasRefused(Exception):
     pass
 
 
-def _read_structured_file(path: str | Path, what: str) -> Any:
+def read_structured_file(path: str | Path, what: str) -> Any:
     """Parse a YAML or TOML file (YAML loaded safely: no tags that build objects, no aliases).
 
     Only a regular file of at most MAX_CONFIG_FILE_BYTES is read (a FIFO or a device would
@@ -553,7 +627,7 @@ def _os_reason(error: OSError) -> str:
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a YAML or TOML job file into a dict of TrainConfig keys (dashes allowed)."""
-    data = _read_structured_file(path, "config file") or {}
+    data = read_structured_file(path, "config file") or {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of options")
     known = {f.name for f in fields(TrainConfig)}
@@ -585,7 +659,7 @@ def load_list_file(path: str | Path, key: str) -> list:
 
     TOML cannot hold a bare list, so there it is `key = [...]` (an array of tables).
     """
-    data = _read_structured_file(path, f"{key} file")
+    data = read_structured_file(path, f"{key} file")
     if isinstance(data, dict) and set(data) == {key}:
         data = data[key]
     if not isinstance(data, list):

@@ -4,7 +4,8 @@ Files: config.json (resolved job, emulation included), summary.json (rewritten a
 run goes, final at the end), metrics.csv (test accuracy/loss and train loss over time and
 samples), updates.csv (one row per applied gradient), drops.csv, events.jsonl (switches and
 other decisions) and worker_steps.csv (per-worker step-time statistics). Each CSV row carries
-an `emulated` column so no figure can be mistaken for real-hardware timing. What the files
+`emulated` and `simulated` columns so no figure can be mistaken for real-hardware timing
+(simulated: times are seconds of the simulator's clock, docs/simulator.md). What the files
 receive also goes to the configured loggers (TensorBoard, MLflow: syncswitch.loggers).
 """
 
@@ -44,6 +45,7 @@ METRIC_COLUMNS = (
     "train_loss",
     "samples_per_s",
     "emulated",
+    "simulated",
 )
 WORKER_COLUMNS = (
     "worker",
@@ -55,6 +57,7 @@ WORKER_COLUMNS = (
     "compute_mean_s",
     "wait_mean_s",
     "emulated",
+    "simulated",
 )
 
 
@@ -91,6 +94,7 @@ class RunWriter:
         config: dict[str, Any],
         emulation: dict,
         *,
+        simulated: bool = False,
         faults: list[dict] | None = None,
         resume_at: tuple[int, float] | None = None,
         loggers: Sequence[RunLogger] = (),
@@ -102,7 +106,12 @@ class RunWriter:
         self.dir = Path(out_dir)
         create_run_dir(self.dir)
         self._emulated = bool(emulation.get("enabled"))
-        labels = {"emulation": emulation, "faults_injected": faults or None}
+        self._simulated = simulated
+        labels = {
+            "emulation": emulation,
+            "simulated": simulated,
+            "faults_injected": faults or None,
+        }
         self._feed = LoggerFeed(loggers, on_failure=self._logger_failed) if loggers else None
         if self._feed is not None:
             self._feed.start({**config, **labels}, resume_at[0] if resume_at else None)
@@ -114,7 +123,7 @@ class RunWriter:
             _truncate_csv(self.dir / "metrics.csv", "samples", samples)
             _truncate_csv(self.dir / "updates.csv", "samples", samples)
             _truncate_csv(self.dir / "drops.csv", "time_s", time_s)
-        update_cols = (*tuple(f.name for f in fields(UpdateRecord)), "emulated")
+        update_cols = (*tuple(f.name for f in fields(UpdateRecord)), "emulated", "simulated")
         drop_cols = tuple(f.name for f in fields(DropRecord))
         self._updates = CsvLog(self.dir / "updates.csv", update_cols)
         self._drops = CsvLog(self.dir / "drops.csv", drop_cols)
@@ -122,12 +131,16 @@ class RunWriter:
         self._events = _open_log(self.dir / "events.jsonl")
 
     @property
+    def _labels(self) -> list[bool]:
+        return [self._emulated, self._simulated]
+
+    @property
     def loggers(self) -> list[RunLogger]:
         """The backends still working (one that failed mid-run is switched off)."""
         return self._feed.loggers if self._feed else []
 
     def updates(self, records: list[UpdateRecord]) -> None:
-        self._updates.write([(*_row(r), self._emulated) for r in records])
+        self._updates.write([(*_row(r), *self._labels) for r in records])
         if self._feed:
             self._feed.updates(records)
 
@@ -137,7 +150,7 @@ class RunWriter:
             self._feed.drops(records)
 
     def metric(self, row: dict[str, Any]) -> None:
-        self._metrics.write([[row.get(c, "") for c in METRIC_COLUMNS[:-1]] + [self._emulated]])
+        self._metrics.write([[row.get(c, "") for c in METRIC_COLUMNS[:-2]] + self._labels])
         if self._feed:
             self._feed.metric(row)
 
@@ -152,7 +165,7 @@ class RunWriter:
         writer = csv.writer(text)
         writer.writerow(WORKER_COLUMNS)
         for row in rows:
-            writer.writerow([row.get(c, "") for c in WORKER_COLUMNS[:-1]] + [self._emulated])
+            writer.writerow([row.get(c, "") for c in WORKER_COLUMNS[:-2]] + self._labels)
         with atomic_writer(self.dir / "worker_steps.csv") as handle:
             handle.write(text.getvalue().encode())
         if self._feed:

@@ -28,7 +28,10 @@ def summary_json(summary: dict[str, Any], run_dir: Path) -> str:
 
 
 def summary_table(summary: dict[str, Any], run_dir: Path, *, library_log: Path | None) -> Table:
-    timing = "emulated" if (summary.get("emulation") or {}).get("enabled") else "real"
+    if summary.get("runtime") == "sim":
+        timing = "SIMULATED"
+    else:
+        timing = "emulated" if (summary.get("emulation") or {}).get("enabled") else "real"
     table = Table(
         title=f"run {summary.get('status', '?')}: {summary.get('schedule')}, "
         f"{summary.get('workers')} workers, {timing} timing",

@@ -133,13 +133,18 @@ class RunController:
         resumed_from: LoadedCheckpoint | None = None,
         schedule_source: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        host_clock: Callable[[], float] = time.perf_counter,
     ) -> None:
+        """`clock` is the run's time (a simulator's is virtual); `host_clock` is real time,
+        for the host seconds the run took."""
         self.plan = plan
         self.writer = writer
         self.store = CheckpointStore(writer.dir / CHECKPOINT_DIR)
         self.resumed_from = resumed_from
         self.schedule_source = schedule_source or {"kind": "given"}
         self.clock = clock
+        self.host_clock = host_clock
+        self._host_started = host_clock()
         self.phase = RunPhase.STARTING
         self.state = ShardState()  # the first shard's, as of the last drain
         self.workers = WorkerBook()
@@ -369,6 +374,7 @@ class RunController:
             schedule_source=self.schedule_source,
             run_dir=self.writer.dir,
             setup_s=self.setup_s if status == "complete" else 0.0,
+            host_s=self.host_clock() - self._host_started,
             worker_stats=worker_stats,
             status=status,
         )
@@ -569,7 +575,8 @@ class RunController:
                 "schedule": job.schedule,
                 "total_samples": plan.total_samples,
                 "parameters": parameters,
-                "emulation": plan.emulation.describe(),
+                "runtime": plan.runtime,
+                "emulation": plan.timing_label(),
                 "online": plan.online.describe() if plan.online else None,
                 "faults": plan.faults.describe() or None,
             },

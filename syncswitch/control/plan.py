@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from syncswitch.config import TrainConfig
+from syncswitch.core.cluster import ClusterModel
 from syncswitch.core.divergence import RollbackConfig
 from syncswitch.core.emulation import EmulationConfig
 from syncswitch.core.faults import FaultPlan
@@ -39,12 +40,26 @@ class RunPlan:
     faults: FaultPlan
     online: OnlineConfig | None  # None: stragglers are neither emulated nor acted on
     reliability: ReliabilityConfig
+    runtime: str = "ray"  # "ray": measured (or emulated) wall time; "sim": a simulated clock
+    cluster: ClusterModel | None = None  # the simulator's cluster model (None on Ray)
 
     @classmethod
     def resolve(cls, config: TrainConfig, train_samples: int) -> RunPlan:
         config.validate()
         total_samples = round(config.epochs * train_samples)
         schedule = config.parsed_schedule()
+        cluster = config.cluster_model() if config.runtime == "sim" else None
+        emulation = config.emulation()
+        if cluster is not None:
+            # The simulator draws step times exactly as an emulated Ray worker does, from the
+            # cluster's compute model (and the same straggler scenario).
+            compute = cluster.compute
+            emulation = replace(
+                emulation,
+                step_time_ms=compute.step_time_ms,
+                jitter_sigma=compute.jitter_sigma,
+                speed_factors=compute.speed_factors,
+            )
         return cls(
             job=replace(config),
             total_samples=total_samples,
@@ -62,7 +77,7 @@ class RunPlan:
                 count_bsp_by_work=config.greedy_return,
                 checkpoint_every=config.checkpoint_every,
             ),
-            emulation=config.emulation(),
+            emulation=emulation,
             faults=config.fault_plan(),
             online=config.online() if config.watches_stragglers else None,
             reliability=ReliabilityConfig(
@@ -72,7 +87,25 @@ class RunPlan:
                 divergence_guard=config.divergence_guard,
                 rollback=RollbackConfig(lr_factor=config.rollback_lr_factor),
             ),
+            runtime=config.runtime,
+            cluster=cluster,
         )
+
+    @property
+    def simulated(self) -> bool:
+        return self.runtime == "sim"
+
+    def timing_label(self) -> dict:
+        """What a run's times are, for config.json and every result file's readers."""
+        if self.cluster is not None:
+            return {
+                "enabled": True,
+                "kind": "SIMULATED: times are seconds of a simulated clock, from the cluster "
+                "model; gradients and accuracy are real",
+                "cluster": self.cluster.describe(),
+                "stragglers": self.emulation.stragglers.describe() or "none",
+            }
+        return self.emulation.describe()
 
     @property
     def workers(self) -> int:

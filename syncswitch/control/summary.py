@@ -20,6 +20,7 @@ def build_summary(
     schedule_source: dict[str, Any],
     run_dir: Path,
     setup_s: float,
+    host_s: float,
     worker_stats: list[dict],
     status: str,
 ) -> dict[str, Any]:
@@ -35,7 +36,11 @@ def build_summary(
         "final_accuracy": final["test_accuracy"] if final else None,
         "best_accuracy": max(accuracies) if accuracies else None,
         "final_test_loss": final["test_loss"] if final else None,
+        # On the simulator, wall_time_s is simulated seconds; host_time_s is always the real
+        # seconds this process has run the job for.
+        "runtime": plan.runtime,
         "wall_time_s": wall_s,
+        "host_time_s": round(host_s, 3),
         "setup_time_s": round(setup_s, 3),
         "samples": samples,
         "samples_per_s": samples / wall_s if wall_s else None,
@@ -52,7 +57,8 @@ def build_summary(
         "worker_step_time_mean_s": (
             float(np.mean([w["step_time_mean_s"] for w in worker_stats])) if worker_stats else None
         ),
-        "emulation": plan.emulation.describe(),
+        "emulation": plan.timing_label(),
+        "cluster": plan.cluster.describe() if plan.cluster is not None else None,
         "online": _online_summary(plan, record, state),
         "reliability": {
             "checkpoints": record.checkpoints,

@@ -16,9 +16,11 @@ directory's `actors.json` lists every process id.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+
+import numpy as np
 
 
 class FaultError(ValueError):
@@ -93,3 +95,21 @@ def parse_faults(data: object, workers: int) -> FaultPlan:
             raise FaultError(f"{where}: 'at' must be a fraction in [0, 1), got {at!r}")
         faults.append(Fault(FaultKind(kind), worker, float(at)))
     return FaultPlan(tuple(faults))
+
+
+def inject(
+    faults: Iterable[Fault], gradient: np.ndarray, progress: float
+) -> tuple[np.ndarray, FaultKind | None]:
+    """A worker's gradient with the faults active at `progress` applied, and the crash or
+    hang now due (the runtime carries that out: a process exit, a silent worker)."""
+    ends: FaultKind | None = None
+    for fault in faults:
+        if progress < fault.at:
+            continue
+        if fault.kind is FaultKind.NAN_GRADIENT:
+            gradient = np.full_like(gradient, np.nan)
+        elif fault.kind is FaultKind.WRONG_SHAPE:
+            gradient = gradient[:-1].copy()
+        elif ends is None:
+            ends = fault.kind
+    return gradient, ends

@@ -82,11 +82,14 @@ def train(
     writer = RunWriter(
         run_dir,
         config.to_dict(),
-        plan.emulation.describe(),
+        plan.timing_label(),
+        simulated=plan.simulated,
         faults=plan.faults.describe(),
         resume_at=resume_point(checkpoint),
         loggers=make_loggers(config, run_dir),
     )
+    if plan.simulated:
+        return _simulate(plan, writer, dataset, model_factory, loss_fn, checkpoint, schedule_source)
     controller = RunController(
         plan, writer, resumed_from=checkpoint, schedule_source=schedule_source
     )
@@ -111,6 +114,46 @@ def train(
         writer.close()
         if started_ray:
             ray.shutdown()
+
+
+def _simulate(
+    plan: RunPlan,
+    writer: RunWriter,
+    dataset: ArrayDataset,
+    model_factory: Callable[[], torch.nn.Module],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    checkpoint: LoadedCheckpoint | None,
+    schedule_source: dict[str, Any] | None,
+) -> RunResult:
+    """The same run on the simulator: one process, a virtual clock, no Ray."""
+    from syncswitch.runtime.sim.engine import EventQueue
+    from syncswitch.runtime.sim.runtime import SimRuntime
+
+    assert plan.cluster is not None
+    events = EventQueue()
+    controller = RunController(
+        plan,
+        writer,
+        resumed_from=checkpoint,
+        schedule_source=schedule_source,
+        clock=lambda: events.now_s,
+    )
+    threads = torch.get_num_threads()
+    try:
+        runtime = SimRuntime(
+            controller,
+            dataset,
+            model_factory,
+            loss_fn,
+            plan.cluster,
+            events,
+            progress=plan.job.progress,
+        )
+        summary, final_weights = runtime.execute()
+        return RunResult(summary, writer.dir, final_weights)
+    finally:
+        writer.close()
+        torch.set_num_threads(threads)  # one thread while simulating, as each Ray worker has
 
 
 def refuse_used_run_dir(run_dir: Path) -> None:

@@ -42,8 +42,8 @@ from syncswitch.core.records import EvalPoint
 from syncswitch.core.sharding import parameter_shards
 from syncswitch.errors import TrainingStalled
 from syncswitch.files import write_json_atomic
+from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
-from syncswitch.runtime.ray.evaluator import Evaluator
 from syncswitch.runtime.ray.resources import ResourcePlan
 from syncswitch.runtime.ray.server import ParameterServer
 from syncswitch.runtime.ray.worker import Worker, WorkerSpec, join_replies

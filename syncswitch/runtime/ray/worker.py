@@ -13,7 +13,7 @@ import ray
 import torch
 
 from syncswitch.core.emulation import EmulationConfig, StepTimeModel
-from syncswitch.core.faults import Fault, FaultKind
+from syncswitch.core.faults import Fault, FaultKind, inject
 from syncswitch.core.optimizer import FlatParameters
 from syncswitch.core.sharding import BatchStream, worker_shard
 from syncswitch.runtime.ray.server import GradientMessage
@@ -132,17 +132,11 @@ class Worker:
         )
 
     def _inject_faults(self, gradient: np.ndarray, progress: float) -> np.ndarray:
-        for fault in self._faults:
-            if progress < fault.at:
-                continue
-            if fault.kind is FaultKind.NAN_GRADIENT:
-                gradient = np.full_like(gradient, np.nan)
-            elif fault.kind is FaultKind.WRONG_SHAPE:
-                gradient = gradient[:-1].copy()
-            elif fault.kind is FaultKind.CRASH:
-                os._exit(1)  # no cleanup, as when a machine fails
-            elif fault.kind is FaultKind.HANG:
-                threading.Event().wait()  # alive, silent, forever
+        gradient, ends = inject(self._faults, gradient, progress)
+        if ends is FaultKind.CRASH:
+            os._exit(1)  # no cleanup, as when a machine fails
+        if ends is FaultKind.HANG:
+            threading.Event().wait()  # alive, silent, forever
         return gradient
 
     def _push_pull(

@@ -1,4 +1,7 @@
-"""The evaluator actor: measures test accuracy on weight snapshots, off the workers' path."""
+"""The evaluator: test accuracy and loss of weight snapshots.
+
+A Ray actor off the workers' path on Ray; a plain object called in place on the simulator.
+"""
 
 from __future__ import annotations
 

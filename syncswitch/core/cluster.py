@@ -1,0 +1,265 @@
+"""The simulator's cluster model: how long workers compute, what the network and servers cost.
+
+A cluster model is declarative (a YAML/TOML file, or a preset's name) and is recorded whole in
+every simulated run's summary, so a simulated time always says what cluster it stands for:
+
+    name: my-cluster
+    compute:                     # per-worker step time, as the emulation flags give it
+      step_time_ms: 20           # mean device time of one step
+      jitter_sigma: 0.1          # mean-one lognormal multiplier
+      speed_factors: [1, 1, 2]   # optional, one per worker
+    network:
+      worker_bandwidth_gbps: 10  # each worker's link, each direction
+      server_bandwidth_gbps: 10  # each server's link, each direction, shared by transfers
+      latency_ms: 0.05           # one way, per message
+    server:
+      message_ms: 0.02           # CPU per gradient received, whatever its size
+      ns_per_parameter: 1.0      # CPU per parameter of the slice it applies
+    restart_s: 5                 # a crashed or killed worker is back after this long
+
+Every key is optional; what is left out takes the documented default below. Transient
+stragglers come from `--stragglers` as on Ray. Without `--cluster`, `--step-time-ms`,
+`--jitter-sigma` and `--speed-factors` give the compute model and the defaults the rest.
+
+How the simulator uses it (syncswitch/runtime/sim): a message of B bytes from a worker to a
+server takes latency + B / worker bandwidth on the worker's side, and the server's link
+carries one transfer at a time at its full bandwidth, in arrival order (the same throughput as
+fair sharing; so a busy server becomes the bottleneck as workers grow). The server's CPU
+applies one gradient at a time, in arrival order. Weights go back the same way.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+# The network when nothing else is said: a 10 GbE data-centre network (a common cloud VM
+# link) with a one-way latency of 50 us, and a server that spends 20 us per message plus
+# 1 ns per parameter applied (a vectorised SGD step reads and writes ~16 bytes per parameter).
+DEFAULT_BANDWIDTH_GBPS = 10.0
+DEFAULT_LATENCY_MS = 0.05
+DEFAULT_MESSAGE_MS = 0.02
+DEFAULT_NS_PER_PARAMETER = 1.0
+DEFAULT_RESTART_S = 5.0
+# The compute model when neither --cluster nor --step-time-ms gives one: the emulated step
+# time the project's reference benchmarks use.
+DEFAULT_STEP_TIME_MS = 20.0
+
+MAX_BANDWIDTH_GBPS = 10_000.0
+MAX_MS = 60_000.0
+MAX_FACTOR = 1000.0
+MAX_SIGMA = 3.0
+BYTES_PER_PARAMETER = 4  # float32 gradients and weights
+
+
+class ClusterError(ValueError):
+    """A cluster model that cannot describe a cluster (the message names the value)."""
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    step_time_ms: float = DEFAULT_STEP_TIME_MS
+    jitter_sigma: float = 0.0
+    speed_factors: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    worker_bandwidth_gbps: float = DEFAULT_BANDWIDTH_GBPS
+    server_bandwidth_gbps: float = DEFAULT_BANDWIDTH_GBPS
+    latency_ms: float = DEFAULT_LATENCY_MS
+
+    def worker_s(self, nbytes: int) -> float:
+        """A message's time on a worker's own link, latency included."""
+        return self.latency_ms / 1e3 + nbytes * 8 / (self.worker_bandwidth_gbps * 1e9)
+
+    def server_s(self, nbytes: int) -> float:
+        """A message's time on a server's link (the part transfers queue for)."""
+        return nbytes * 8 / (self.server_bandwidth_gbps * 1e9)
+
+
+@dataclass(frozen=True)
+class ServerModel:
+    message_ms: float = DEFAULT_MESSAGE_MS
+    ns_per_parameter: float = DEFAULT_NS_PER_PARAMETER
+
+    def apply_s(self, parameters: int) -> float:
+        """Server CPU to receive and apply one gradient of `parameters` values."""
+        return self.message_ms / 1e3 + parameters * self.ns_per_parameter / 1e9
+
+
+@dataclass(frozen=True)
+class ClusterModel:
+    name: str = "default"
+    compute: ComputeModel = field(default_factory=ComputeModel)
+    network: NetworkModel = field(default_factory=NetworkModel)
+    server: ServerModel = field(default_factory=ServerModel)
+    restart_s: float = DEFAULT_RESTART_S
+    # Where each number comes from (a preset's sources, a calibration's fit); free text.
+    notes: Mapping[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        described = asdict(self)
+        described["compute"]["speed_factors"] = list(self.compute.speed_factors)
+        described["notes"] = dict(self.notes)
+        return described
+
+    def with_compute(self, compute: ComputeModel) -> ClusterModel:
+        return replace(self, compute=compute)
+
+
+_SECTIONS: dict[str, type] = {
+    "compute": ComputeModel,
+    "network": NetworkModel,
+    "server": ServerModel,
+}
+_TOP_KEYS = ("name", *_SECTIONS, "restart_s", "notes")
+# (lowest allowed, whether the lowest is allowed, highest) per numeric key.
+_BOUNDS: dict[str, tuple[float, bool, float]] = {
+    "step_time_ms": (0.0, False, MAX_MS),
+    "jitter_sigma": (0.0, True, MAX_SIGMA),
+    "worker_bandwidth_gbps": (0.0, False, MAX_BANDWIDTH_GBPS),
+    "server_bandwidth_gbps": (0.0, False, MAX_BANDWIDTH_GBPS),
+    "latency_ms": (0.0, True, MAX_MS),
+    "message_ms": (0.0, True, MAX_MS),
+    "ns_per_parameter": (0.0, True, 1e6),
+    "restart_s": (0.0, True, 3600.0),
+}
+
+
+def parse_cluster(data: object, where: str = "cluster") -> ClusterModel:
+    """A ClusterModel from a file's contents; every problem is one ClusterError line."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ClusterError(
+            f"{where}: expected a mapping with keys {', '.join(_TOP_KEYS)}, "
+            f"got {type(data).__name__}"
+        )
+    _refuse_unknown(data, _TOP_KEYS, where)
+    sections = {}
+    for section, model in _SECTIONS.items():
+        values = data.get(section) or {}
+        if not isinstance(values, Mapping):
+            raise ClusterError(f"{where}: {section} must be a mapping, got {values!r}")
+        allowed = tuple(model.__dataclass_fields__)
+        _refuse_unknown(values, allowed, f"{where}: {section}")
+        checked = {
+            key: _checked_number(f"{where}: {section}.{key}", key, value)
+            for key, value in values.items()
+            if key != "speed_factors"
+        }
+        if "speed_factors" in values:
+            checked["speed_factors"] = _checked_factors(
+                f"{where}: {section}.speed_factors", values["speed_factors"]
+            )
+        sections[section] = model(**checked)
+    name = data.get("name", "custom")
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise ClusterError(f"{where}: name must be a short text, got {name!r}")
+    notes = data.get("notes") or {}
+    if not isinstance(notes, Mapping):
+        raise ClusterError(f"{where}: notes must be a mapping of text, got {notes!r}")
+    restart_s = _checked_number(f"{where}: restart_s", "restart_s", data.get("restart_s", 5.0))
+    return ClusterModel(name=name, restart_s=restart_s, notes=dict(notes), **sections)
+
+
+def _refuse_unknown(values: Mapping, allowed: tuple[str, ...], where: str) -> None:
+    for key in values:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ClusterError(
+                f"{where}: unknown key {str(key)[:60]!r}{hint}; allowed keys are "
+                f"{', '.join(allowed)}"
+            )
+
+
+def _checked_number(where: str, key: str, value: object) -> float:
+    low, low_allowed, high = _BOUNDS[key]
+    number_ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if (
+        number_ok
+        and math.isfinite(value)
+        and (value > low or (low_allowed and value == low))
+        and value <= high
+    ):
+        return float(value)
+    lowest = f">= {low:g}" if low_allowed else f"> {low:g}"
+    raise ClusterError(
+        f"{where} = {value!r} is not allowed; it must be a number {lowest} and <= {high:g}"
+    )
+
+
+def _checked_factors(where: str, value: object) -> tuple[float, ...]:
+    if not isinstance(value, list | tuple) or not value:
+        raise ClusterError(f"{where}: expected a non-empty list of numbers, got {value!r}")
+    factors = []
+    for factor in value:
+        ok = isinstance(factor, int | float) and not isinstance(factor, bool)
+        if not (ok and math.isfinite(factor) and 0 < factor <= MAX_FACTOR):
+            raise ClusterError(
+                f"{where}: {factor!r} is not allowed; each factor must be > 0 and <= {MAX_FACTOR:g}"
+            )
+        factors.append(float(factor))
+    return tuple(factors)
+
+
+# -- presets ---------------------------------------------------------------------------------
+
+# The Sync-Switch paper's cluster (MISSION.md): ResNet-32 on CIFAR-10, per-worker batch 128,
+# 8 workers with one NVIDIA K80 each and TensorFlow parameter servers on Google Cloud. Each
+# number says where it comes from: a documented platform limit, or our estimate (marked so).
+# None was fitted to the paper's training times, so the BSP/ASP time ratio the simulator
+# predicts with it is a prediction, not a reproduction (docs/simulator.md).
+PAPER_K80 = {
+    "name": "paper-k80",
+    "compute": {
+        # Estimate: ResNet-32 (0.46M parameters, ~70 MFLOPs per 32x32 image forward) trains
+        # at ~1,100 images/s on one K80 die (~4 TFLOPS peak, ~20% used) -> 128 / 1,100 s.
+        "step_time_ms": 116.0,
+        # Estimate: a dedicated GPU's step-to-step variation is a few percent.
+        "jitter_sigma": 0.05,
+    },
+    "network": {
+        # Google Cloud's documented egress cap for n1 VMs: 2 Gbps per vCPU, at most 16 Gbps.
+        # Estimate of the VM sizes: workers with 4 vCPUs (8 Gbps), servers with 8 (16 Gbps).
+        "worker_bandwidth_gbps": 8.0,
+        "server_bandwidth_gbps": 16.0,
+        # Estimate: ~0.1 ms one way within a zone, plus ~0.4 ms of gRPC handling per message.
+        "latency_ms": 0.5,
+    },
+    "server": {
+        # Estimate: ~0.2 ms of TensorFlow RPC handling per gradient, and a memory-bound SGD
+        # apply at ~1 ns per parameter on one core.
+        "message_ms": 0.2,
+        "ns_per_parameter": 1.0,
+    },
+    # Estimate: a restarted TensorFlow worker process rejoins in ~30 s (the paper's whole-
+    # cluster restart at a switch idled 150-270 s).
+    "restart_s": 30.0,
+    "notes": {
+        "setting": "Sync-Switch paper, ResNet-32 / CIFAR-10 / 8 x K80, batch 128 per worker",
+        "fitted": "nothing; sources and estimates are commented in syncswitch/core/cluster.py",
+    },
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {"name": "default", "notes": {"network": "documented defaults (10 GbE)"}},
+    "paper-k80": PAPER_K80,
+}
+
+
+def preset(name: str) -> dict[str, Any]:
+    """A preset's contents (to parse, or to write out as a starting file)."""
+    if name not in PRESETS:
+        close = difflib.get_close_matches(name, list(PRESETS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ClusterError(
+            f"cluster {name!r} is neither a preset{hint} nor a .yaml/.yml/.toml file; presets "
+            f"are {', '.join(PRESETS)}"
+        )
+    return PRESETS[name]

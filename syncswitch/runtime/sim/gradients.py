@@ -1,0 +1,114 @@
+"""Real gradients for every simulated worker, from one model instance.
+
+A Ray worker keeps its own model; here one model computes every worker's gradient in turn, and
+what a Ray worker keeps besides the parameters is kept per worker and swapped in around each
+step: its data order, its augmentation generator, its torch RNG state (dropout), and its
+buffers (BatchNorm running statistics). Each is seeded and advanced exactly as
+runtime/ray/worker.py does, so a simulated worker computes the gradient its Ray twin would
+compute on the same weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from syncswitch.core.emulation import EmulationConfig, StepTimeModel
+from syncswitch.core.optimizer import FlatParameters
+from syncswitch.core.sharding import BatchStream, worker_shard
+from syncswitch.workloads import ArrayDataset, prepare_batch
+
+
+@dataclass
+class WorkerData:
+    """What one worker carries from step to step, besides the weights it pulls."""
+
+    batches: BatchStream
+    step_times: StepTimeModel
+    generator: torch.Generator  # data augmentation
+    rng_state: torch.Tensor  # torch's global RNG, as the worker's own process would hold it
+    buffers: list[torch.Tensor]  # the model's buffers (BatchNorm statistics), if it has any
+
+
+class GradientComputer:
+    def __init__(
+        self,
+        dataset: ArrayDataset,
+        model_factory: Callable[[], torch.nn.Module],
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        *,
+        workers: int,
+        batch_size: int,
+        seed: int,
+        emulation: EmulationConfig,
+    ) -> None:
+        self.dataset = dataset
+        self.model_factory = model_factory
+        self.loss_fn = loss_fn
+        self.workers = workers
+        self.batch_size = batch_size
+        self.seed = seed
+        self.emulation = emulation
+        self.model = model_factory()
+        self.model.train()
+        self.flat = FlatParameters(self.model)
+        self._buffers = list(self.model.buffers())
+        self._data: dict[int, WorkerData] = {}
+        samples = len(dataset.y_train)
+        self._shards = [worker_shard(samples, w, workers, seed) for w in range(workers)]
+
+    def position(self, worker: int, sequence: int, *, new_process: bool) -> None:
+        """Put `worker` where it stands after `sequence` steps (a start, a restart, a resume).
+
+        `new_process`: its process is new (the run's start, a restart after a crash), so its
+        RNG and buffers start afresh as a new Ray actor's do; otherwise (the servers were
+        replaced under a live worker) they carry on.
+        """
+        batches = BatchStream(self._shards[worker], self.batch_size, self.seed, worker)
+        for _ in range(sequence):
+            batches.next_indices()
+        generator = torch.Generator().manual_seed(self.seed * 104729 + worker + 7 * sequence)
+        step_times = StepTimeModel(self.emulation, worker, self.seed + sequence)
+        old = self._data.get(worker)
+        if new_process or old is None:
+            rng_state, buffers = self._fresh_process(worker)
+        else:
+            rng_state, buffers = old.rng_state, old.buffers
+        self._data[worker] = WorkerData(batches, step_times, generator, rng_state, buffers)
+
+    def next_step_s(self, worker: int) -> float:
+        return self._data[worker].step_times.next_step_s()
+
+    def gradient(self, worker: int, weights: np.ndarray) -> tuple[np.ndarray, float]:
+        """`worker`'s next gradient (a copy of its own) and loss on `weights`."""
+        data = self._data[worker]
+        self.flat.load(weights)
+        for mine, kept in zip(self._buffers, data.buffers, strict=True):
+            mine.copy_(kept)
+        torch.set_rng_state(data.rng_state)
+        indices = data.batches.next_indices()
+        x, y = prepare_batch(
+            self.dataset,
+            self.dataset.x_train[indices],
+            self.dataset.y_train[indices],
+            train=True,
+            generator=data.generator,
+        )
+        self.flat.zero_grad()
+        loss = self.loss_fn(self.model(x), y)
+        loss.backward()
+        data.rng_state = torch.get_rng_state()
+        for mine, kept in zip(self._buffers, data.buffers, strict=True):
+            kept.copy_(mine)
+        return self.flat.gradient.numpy().copy(), float(loss.detach())
+
+    def _fresh_process(self, worker: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        # A Ray worker seeds torch and then builds its model, which draws from that RNG; the
+        # state after the build is where its training steps start.
+        torch.manual_seed(self.seed * 7919 + worker)
+        fresh = self.model_factory()
+        buffers = [b.detach().clone() for b in fresh.buffers()]
+        return torch.get_rng_state(), buffers

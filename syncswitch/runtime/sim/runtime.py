@@ -1,0 +1,432 @@
+"""The simulator runtime: the run controller driven by a discrete-event loop on a virtual clock.
+
+It does what the Ray supervisor does (runtime/ray/supervisor.py) with the same core objects,
+in one process: `ServerShard`s hold the parameters, every `POLL_S` of simulated time they are
+drained into the controller, and the controller's decisions are carried out at once. What a
+Ray run spends in real processes and sleeps, the cluster model (core/cluster.py) says here.
+
+One worker step, as events:
+
+    start_step  the worker has every shard's reply: its real gradient is computed now, on the
+                weights it pulled (the one shared model), and its step time drawn as on Ray
+    push        step_s later: each slice leaves over the worker's link, queues for the
+                server's link and then for the server's CPU ...
+    arrive      ... and is submitted to the shard when the server has applied it; the shard
+                releases workers (at once in ASP, at the barrier in BSP)
+    receive     each released worker's weights slice comes back the same way; with all of
+                them in, its next step starts
+
+Stale events (from before a worker died or the servers were replaced) carry the `life` they
+were made in and are ignored, as Ray ignores a dead process's messages.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from syncswitch.control.controller import RunController, RunPhase, Step
+from syncswitch.control.decisions import (
+    ApplyPolicyDecision,
+    Evaluate,
+    FinishShards,
+    KillWorker,
+    RequestSnapshot,
+    RestartWorker,
+    RestoreServers,
+    RollBack,
+    RunDecision,
+    StartWorker,
+    Stop,
+)
+from syncswitch.control.shard import ServerShard
+from syncswitch.core.cluster import BYTES_PER_PARAMETER, ClusterModel
+from syncswitch.core.faults import FaultKind, inject
+from syncswitch.core.optimizer import flatten_parameters
+from syncswitch.core.records import Gradient, Outcome
+from syncswitch.core.sharding import parameter_shards
+from syncswitch.errors import TrainingStalled
+from syncswitch.runtime.evaluator import Evaluator
+from syncswitch.runtime.progress import ProgressDisplay
+from syncswitch.runtime.sim.engine import EventQueue, FifoQueue
+from syncswitch.runtime.sim.gradients import GradientComputer
+from syncswitch.workloads import ArrayDataset
+
+POLL_S = 0.1  # simulated seconds between drains, as the Ray supervisor polls
+_DISPLAY_EVERY_S = 0.5  # host seconds between progress display updates
+
+
+@dataclass
+class SimWorker:
+    index: int
+    running: bool = False  # its training loop is on
+    life: int = 0  # bumped when it dies or its servers are replaced: older events are stale
+    incarnation: int = 0
+    sequence: int = 0
+    hung: bool = False  # an injected hang: alive, silent
+    last_heard_s: float = 0.0
+    replies: dict[int, tuple[int, np.ndarray, bool, float]] = field(default_factory=dict)
+    step_started_s: float = 0.0
+    step_s: float = 0.0
+    step_times: list[float] = field(default_factory=list)
+    wait_times: list[float] = field(default_factory=list)
+
+    def stats(self) -> dict[str, Any]:
+        steps = np.array(self.step_times) if self.step_times else np.zeros(1)
+        return {
+            "worker": self.index,
+            "steps": len(self.step_times),
+            "step_time_mean_s": float(steps.mean()),
+            "step_time_p50_s": float(np.percentile(steps, 50)),
+            "step_time_p90_s": float(np.percentile(steps, 90)),
+            "step_time_max_s": float(steps.max()),
+            "compute_mean_s": float(steps.mean()),  # simulated: the step is all compute
+            "wait_mean_s": float(np.mean(self.wait_times or [0.0])),
+        }
+
+
+class SimRuntime:
+    def __init__(
+        self,
+        controller: RunController,
+        dataset: ArrayDataset,
+        model_factory: Callable[[], torch.nn.Module],
+        loss_fn: Callable,
+        cluster: ClusterModel,
+        events: EventQueue,
+        *,
+        progress: bool,
+    ) -> None:
+        self.controller = controller
+        self.plan = controller.plan
+        self.cluster = cluster
+        self.dataset = dataset
+        self.model_factory = model_factory
+        self.loss_fn = loss_fn
+        self.progress = progress
+        self.events = events  # the controller's clock reads it too
+        job = self.plan.job
+        self.workers = [SimWorker(w) for w in range(self.plan.workers)]
+        self.computer = GradientComputer(
+            dataset,
+            model_factory,
+            loss_fn,
+            workers=self.plan.workers,
+            batch_size=job.batch_size,
+            seed=job.seed,
+            emulation=self.plan.emulation,
+        )
+        self.evaluator = Evaluator(dataset, model_factory, loss_fn)
+        self.faults = {w: self.plan.faults.for_worker(w) for w in range(self.plan.workers)}
+        self.shards: list[ServerShard] = []
+        self._server_life = 0
+        self._reply_cache: list[tuple[int, bool, np.ndarray] | None] = []
+
+    # -- the run ------------------------------------------------------------------------------
+
+    def execute(self) -> tuple[dict[str, Any], np.ndarray]:
+        setup_started = time.perf_counter()
+        torch.manual_seed(self.plan.job.seed)
+        initial = flatten_parameters(self.model_factory()).numpy()
+        self.slices = parameter_shards(len(initial), self.plan.job.servers)
+        self.initial = initial
+        self._message_bytes = [(s.stop - s.start) * BYTES_PER_PARAMETER for s in self.slices]
+        network = self.cluster.network
+        self._worker_link_s = [network.worker_s(b) for b in self._message_bytes]
+        self._server_link_s = [network.server_s(b) for b in self._message_bytes]
+        self._apply_s = [self.cluster.server.apply_s(s.stop - s.start) for s in self.slices]
+        resumed = self.controller.resumed_from
+        try:
+            self._start_servers(resumed.state["servers"] if resumed else None)
+            self._carry_out(
+                self.controller.start(len(initial), time.perf_counter() - setup_started)
+            )
+            self.events.at(self.events.now_s + POLL_S, self._poll)
+            with ProgressDisplay(self.progress, self.plan.total_samples) as show:
+                self._follow(show)
+            return self._finish()
+        except BaseException as error:
+            self.controller.fail(error)
+            raise
+
+    def _follow(self, show: ProgressDisplay) -> None:
+        shown_at = time.perf_counter()
+        while self.controller.phase is not RunPhase.FINISHING:
+            if not self.events.run_next():
+                raise RuntimeError("simulation has no events left before the run finished")
+            if time.perf_counter() - shown_at > _DISPLAY_EVERY_S:
+                shown_at = time.perf_counter()
+                record = self.controller.record
+                show.update(self.controller.state, record.metrics[-1] if record.metrics else None)
+
+    def _finish(self) -> tuple[dict[str, Any], np.ndarray]:
+        finished = self.controller.workers.finished
+        stats = [finished[i] for i in sorted(finished)]
+        weights = np.concatenate([s.sync.weights.numpy() for s in self.shards])
+        snapshots = [s.final_snapshot() for s in self.shards]
+        return self.controller.finish(snapshots, stats, weights), weights
+
+    # -- the controller -----------------------------------------------------------------------
+
+    def _poll(self) -> None:
+        controller = self.controller
+        now = self.events.now_s
+        reports = [shard.drain(self._silent_s(shard, now)) for shard in self.shards]
+        self._carry_out(controller.on_drained(reports))
+        self._carry_out(controller.on_tick())
+        if controller.phase is not RunPhase.FINISHING:
+            self.events.at(now + POLL_S, self._poll)
+
+    def _silent_s(self, shard: ServerShard, now: float) -> dict[int, float]:
+        waiting = shard.sync.waiting
+        return {
+            w.index: round(now - w.last_heard_s, 3)
+            for w in self.workers
+            if w.running and w.index not in waiting
+        }
+
+    def _carry_out(self, step: Step) -> None:
+        for decision in step.decisions:
+            self._do(decision)
+
+    def _do(self, decision: RunDecision) -> None:
+        match decision:
+            case StartWorker(worker=index, incarnation=incarnation):
+                self._start_worker(index, incarnation)
+            case Evaluate(point=point, weights=weights):
+                accuracy, loss = self.evaluator.evaluate(weights)
+                self._carry_out(self.controller.on_evaluated(point, accuracy, loss))
+            case ApplyPolicyDecision(decision=policy_decision):
+                self._on_all(lambda s: s.carry_out(policy_decision))
+            case FinishShards():
+                self._on_all(ServerShard.finish)
+            case RequestSnapshot(label=label):
+                for shard in self.shards:
+                    shard.request_snapshot(label)
+            case RestartWorker(worker=index):
+                self._on_all(lambda s: s.worker_lost(index))
+                # The process comes back after the cluster's restart time.
+                self.events.at(self.events.now_s + self.cluster.restart_s, self._worker_up, index)
+            case KillWorker(worker=index):
+                self._kill(index)
+                self._carry_out(self.controller.on_worker_died(index, "killed: hung"))
+            case RestoreServers(shard_states=states):
+                for worker in self.workers:
+                    worker.running = False
+                    worker.life += 1
+                self._start_servers(states)
+                self._carry_out(self.controller.on_servers_restored())
+            case RollBack() as order:
+                for shard, state in zip(self.shards, order.shard_states, strict=True):
+                    self._released(
+                        shard.roll_back(
+                            state, order.protocol, order.lr_scale, order.momentum, order.label
+                        ),
+                        self.shards.index(shard),
+                    )
+                self._carry_out(self.controller.on_rolled_back())
+            case Stop(reason=reason, stalled=stalled):
+                raise TrainingStalled(reason) if stalled else RuntimeError(reason)
+
+    def _on_all(self, action: Callable[[ServerShard], Outcome]) -> None:
+        for index, shard in enumerate(self.shards):
+            self._released(action(shard), index)
+
+    def _worker_up(self, index: int) -> None:
+        if self.controller.phase is RunPhase.TRAINING:
+            self._carry_out(self.controller.on_worker_ready(index))
+
+    # -- servers ------------------------------------------------------------------------------
+
+    def _start_servers(self, restore: list[dict] | None) -> None:
+        self._server_life += 1
+        clock = self._now
+        self.shards = [
+            ServerShard(
+                self.plan.sync,
+                self.initial[part],
+                self.plan.job.weight_decay,
+                restore=restore[i] if restore else None,
+                observe_steps=i == 0 and self.plan.online is not None,
+                clock=clock,
+            )
+            for i, part in enumerate(self.slices)
+        ]
+        for shard in self.shards:
+            shard.begin()
+        self._links_in = [FifoQueue() for _ in self.shards]
+        self._links_out = [FifoQueue() for _ in self.shards]
+        self._cpus = [FifoQueue() for _ in self.shards]
+        self._reply_cache = [None] * len(self.shards)
+
+    def _now(self) -> float:
+        return self.events.now_s
+
+    def _reply(self, index: int) -> tuple[int, np.ndarray, bool, float]:
+        """A shard's weights as a reply; one copy per version, shared by every reply of it."""
+        sync = self.shards[index].sync
+        cached = self._reply_cache[index]
+        if cached is None or cached[0] != sync.version or cached[1] != sync.done:
+            cached = (sync.version, sync.done, sync.weights.numpy().copy())
+            self._reply_cache[index] = cached
+        return cached[0], cached[2], cached[1], sync.progress
+
+    def _released(self, outcome: Outcome, index: int) -> None:
+        """Send each worker the shard released its weights (over its links)."""
+        if not outcome.released:
+            return
+        now = self.events.now_s
+        reply = self._reply(index)
+        for worker_index in outcome.released:
+            worker = self.workers[worker_index]
+            worker.last_heard_s = now  # held until now, it was waiting on us, not silent
+            if not worker.running:
+                continue
+            # Replies leave over the server's link one after another.
+            sent = self._links_out[index].serve(now, self._server_link_s[index])
+            self.events.at(
+                sent + self._worker_link_s[index],
+                self._receive,
+                worker_index,
+                worker.life,
+                index,
+                reply,
+            )
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def _start_worker(self, index: int, incarnation: int) -> None:
+        worker = self.workers[index]
+        new_process = incarnation != worker.incarnation or not worker.step_times
+        worker.running, worker.hung = True, False
+        worker.life += 1
+        worker.incarnation = incarnation
+        worker.sequence = max(s.rejoin(index) for s in self.shards)
+        self.computer.position(index, worker.sequence, new_process=new_process)
+        worker.last_heard_s = self.events.now_s
+        worker.replies = {}
+        for shard_index in range(len(self.shards)):
+            self._released_one(index, shard_index)
+
+    def _released_one(self, worker_index: int, shard_index: int) -> None:
+        worker = self.workers[worker_index]
+        now = self.events.now_s
+        sent = self._links_out[shard_index].serve(now, self._server_link_s[shard_index])
+        self.events.at(
+            sent + self._worker_link_s[shard_index],
+            self._receive,
+            worker_index,
+            worker.life,
+            shard_index,
+            self._reply(shard_index),
+        )
+
+    def _receive(
+        self, index: int, life: int, shard_index: int, reply: tuple[int, np.ndarray, bool, float]
+    ) -> None:
+        worker = self.workers[index]
+        if life != worker.life or not worker.running:
+            return
+        worker.replies[shard_index] = reply
+        if len(worker.replies) == len(self.shards):
+            self._start_step(worker)
+
+    def _start_step(self, worker: SimWorker) -> None:
+        now = self.events.now_s
+        replies = [worker.replies[i] for i in range(len(self.shards))]
+        worker.replies = {}
+        if worker.step_times:
+            # Since the last step's compute ended: the push, the server, the barrier, the pull.
+            worker.wait_times.append(now - worker.step_started_s - worker.step_s)
+        versions = [r[0] for r in replies]
+        done = any(r[2] for r in replies)
+        progress = min(r[3] for r in replies)
+        if done:
+            worker.running = False
+            self._carry_out(self.controller.on_worker_finished(worker.index, worker.stats()))
+            return
+        weights = replies[0][1] if len(replies) == 1 else np.concatenate([r[1] for r in replies])
+        gradient, loss = self.computer.gradient(worker.index, weights)
+        gradient, ends = inject(self._faults_of(worker), gradient, progress)
+        if ends is FaultKind.CRASH:
+            self._kill(worker.index)
+            self._carry_out(self.controller.on_worker_died(worker.index, "injected crash"))
+            return
+        if ends is FaultKind.HANG:
+            worker.hung = True  # alive and silent: the controller's hang check finds it
+            worker.life += 1
+            return
+        base_s = self.computer.next_step_s(worker.index)
+        # Stragglers timed in seconds count run time, which a resumed run carries over.
+        run_s = self.shards[0].sync.now_s()
+        step_s = self.plan.emulation.stragglers.step_time_s(worker.index, base_s, progress, run_s)
+        worker.step_started_s, worker.step_s = now, step_s
+        worker.step_times.append(step_s)
+        self.events.at(
+            now + step_s,
+            self._push,
+            worker.index,
+            worker.life,
+            worker.sequence,
+            versions,
+            gradient,
+            loss,
+            step_s,
+        )
+        worker.sequence += 1
+
+    def _faults_of(self, worker: SimWorker) -> tuple:
+        faults = self.faults[worker.index]
+        if worker.incarnation > 0:
+            faults = tuple(f for f in faults if not f.kind.once)
+        return faults
+
+    def _push(
+        self,
+        index: int,
+        life: int,
+        sequence: int,
+        versions: list[int],
+        gradient: np.ndarray,
+        loss: float,
+        step_s: float,
+    ) -> None:
+        worker = self.workers[index]
+        if life != worker.life:
+            return
+        now = self.events.now_s
+        worker.last_heard_s = now
+        batch = self.plan.job.batch_size
+        for shard_index, (part, version) in enumerate(zip(self.slices, versions, strict=True)):
+            # Over the worker's link, then in turn over the server's link and its CPU.
+            on_link = self._links_in[shard_index].serve(
+                now + self._worker_link_s[shard_index], self._server_link_s[shard_index]
+            )
+            applied_at = self._cpus[shard_index].serve(on_link, self._apply_s[shard_index])
+            message = Gradient(
+                worker=index,
+                sequence=sequence,
+                computed_version=version,
+                values=torch.from_numpy(gradient[part]),
+                samples=batch,
+                loss=loss,
+                step_time_s=step_s,
+            )
+            self.events.at(applied_at, self._arrive, shard_index, self._server_life, message)
+
+    def _arrive(self, shard_index: int, server_life: int, message: Gradient) -> None:
+        if server_life != self._server_life:
+            return  # sent to servers that have since been replaced: lost with them
+        worker = self.workers[message.worker]
+        worker.last_heard_s = self.events.now_s
+        self._released(self.shards[shard_index].submit(message), shard_index)
+
+    def _kill(self, index: int) -> None:
+        worker = self.workers[index]
+        worker.running = False
+        worker.life += 1
