@@ -79,7 +79,7 @@ def _list(console: Any, registry: Any) -> None:
         "batch",
         "lr",
         "epochs",
-        "emulation",
+        "timing",
         "trials",
         "decision",
         "decided (UTC)",
@@ -180,6 +180,10 @@ def _dataset(job: dict) -> str:
 
 
 def _emulation(job: dict) -> str:
+    cluster = job.get("cluster")
+    if job.get("runtime") == "sim" and isinstance(cluster, dict):
+        compute = cluster.get("compute") or {}
+        return f"SIMULATED, {compute.get('step_time_ms', '?'):g} ms steps"
     step = job.get("step_time_ms") or 0
     if not step:
         return "off"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from syncswitch.cli import calibrate as calibrate_command
 from syncswitch.cli import jobs as jobs_command
 from syncswitch.cli import report as report_command
 from syncswitch.cli import search as search_command
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     search_command.add_parser(commands)
     jobs_command.add_parser(commands)
     report_command.add_parser(commands)
+    calibrate_command.add_parser(commands)
     return parser
 
 

@@ -195,8 +195,8 @@ def _checked_number(where: str, key: str, value: object) -> float:
 
 
 def _checked_factors(where: str, value: object) -> tuple[float, ...]:
-    if not isinstance(value, list | tuple) or not value:
-        raise ClusterError(f"{where}: expected a non-empty list of numbers, got {value!r}")
+    if not isinstance(value, list | tuple):
+        raise ClusterError(f"{where}: expected a list of numbers (empty: all 1), got {value!r}")
     factors = []
     for factor in value:
         ok = isinstance(factor, int | float) and not isinstance(factor, bool)

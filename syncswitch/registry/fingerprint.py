@@ -113,6 +113,15 @@ def describe_job(config: TrainConfig) -> dict[str, Any]:
         job["momentum_ramp"] = None
     if not job.get("speed_factors"):
         job["speed_factors"] = None
+    if config.runtime == "sim":
+        # A simulated job is its own job, identified by its cluster model's numbers (not by
+        # a file name or a preset name, which may come to mean other numbers): a decision
+        # found on the simulator is never taken for one measured on real workers.
+        cluster = config.cluster_model().describe()
+        cluster.pop("name")
+        cluster.pop("notes")
+        job["runtime"] = "sim"
+        job["cluster"] = cluster
     return job
 
 

@@ -160,7 +160,7 @@ class RunData:
         """Applied gradients per staleness value, per protocol (from updates.csv)."""
         counts: dict[str, Counter[str]] = {}
         with _naming(self.path):
-            for protocol, staleness in self._update_columns(("protocol", "staleness")):
+            for protocol, staleness in self.update_columns(("protocol", "staleness")):
                 counts.setdefault(protocol, Counter())[staleness] += 1
             return {
                 p: Counter({_int(s, "staleness"): n for s, n in c.items()})
@@ -173,11 +173,11 @@ class RunData:
         worker_steps.csv was never written."""
         times: dict[int, list[float]] = {}
         with _naming(self.path):
-            for worker, step in self._update_columns(("worker", "step_time_s")):
+            for worker, step in self.update_columns(("worker", "step_time_s")):
                 times.setdefault(_int(worker, "worker"), []).append(_float(step, "step_time_s"))
         return {w: np.asarray(t) for w, t in sorted(times.items())}
 
-    def _update_columns(self, names: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    def update_columns(self, names: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
         path = self.path / "updates.csv"
         if not path.is_file():
             return

@@ -1,4 +1,5 @@
-"""The switch-point search's trainer on Ray: each trial a `train()` call on one Ray instance.
+"""The switch-point search's trainer: each trial a `train()` call, on one Ray instance (or
+on the simulator, one after another, for `--runtime sim`).
 
 `syncswitch.timing.search.run_search` takes any `Trainer`; the CLI passes a `RayTrainer`, and
 tests of the search's bookkeeping pass scripted ones instead.
@@ -36,6 +37,10 @@ class RayTrainer:
         return int(ResourcePlan().cpus(config.workers, config.servers))
 
     def capacity(self, requested: int | str, config: TrainConfig) -> tuple[int, str]:
+        if config.runtime == "sim":
+            # Simulated trials need no Ray, and share torch's global RNG in this process:
+            # one at a time.
+            return 1, "simulated trials run one at a time in this process"
         import ray
 
         from syncswitch.runtime.ray_setup import connect

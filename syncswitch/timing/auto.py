@@ -47,6 +47,7 @@ def resolve_auto_schedule(
             "decided_at": decision.created.isoformat() + "Z",
             "fingerprint": job_fp,
             "registry": location.display,
+            **_measured_on(config),
         }
     else:
         schedule = DEFAULT_SCHEDULE
@@ -64,11 +65,24 @@ def resolve_auto_schedule(
 def describe_source(source: dict[str, Any]) -> str:
     """One line for the terminal saying where an auto schedule came from."""
     if source["kind"] == "registry":
+        how = (
+            f"SIMULATED decision (cluster {source['cluster']})"
+            if source.get("runtime") == "sim"
+            else "decision measured on real workers"
+        )
         return (
-            f"schedule {source['schedule']} from stored decision #{source['decision_id']} "
+            f"schedule {source['schedule']} from stored {how} #{source['decision_id']} "
             f"(BSP fraction {source['label']}, job {source['fingerprint'][:12]}, registry "
             f"{source['registry']})"
         )
     if source["kind"] == "default":
         return f"schedule {source['schedule']} (default): {source['hint']}"
     return f"schedule as given ({source['kind']})"
+
+
+def _measured_on(config: TrainConfig) -> dict[str, Any]:
+    """Where the decision's trials ran: the same runtime (and cluster) as this job's, since
+    the fingerprint holds both."""
+    if config.runtime == "sim":
+        return {"runtime": "sim", "cluster": config.cluster_model().name}
+    return {"runtime": "ray"}
