@@ -1,0 +1,90 @@
+"""A simulated worker computes the gradient its Ray twin would, from one shared model."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from syncswitch.core.emulation import EmulationConfig
+from syncswitch.core.optimizer import flatten_parameters
+from syncswitch.runtime.ray.worker import Worker, WorkerSpec
+from syncswitch.runtime.sim.gradients import GradientComputer
+
+from .models import NoisyNetFactory
+
+WORKERS, BATCH, SEED = 3, 16, 4
+
+
+def ray_twin(mnist, worker: int, sequence: int) -> Worker:
+    """The Ray worker's class as a plain object: what its actor would compute."""
+    spec = WorkerSpec(
+        worker=worker,
+        workers=WORKERS,
+        batch_size=BATCH,
+        seed=SEED,
+        emulation=EmulationConfig(),
+        model_factory=NoisyNetFactory(),
+        loss_fn=F.cross_entropy,
+        shards=(slice(0, None),),
+    )
+    twin = Worker(spec)
+    twin.dataset = mnist
+    from syncswitch.core.sharding import worker_shard
+
+    twin._shard = worker_shard(len(mnist.y_train), worker, WORKERS, SEED)
+    twin._position(sequence)
+    return twin
+
+
+@pytest.mark.parametrize("start", [0, 5])
+def test_each_worker_gets_its_ray_twins_gradients(mnist, start) -> None:
+    threads = torch.get_num_threads()
+    computer = GradientComputer(
+        mnist,
+        NoisyNetFactory(),
+        F.cross_entropy,
+        workers=WORKERS,
+        batch_size=BATCH,
+        seed=SEED,
+        emulation=EmulationConfig(),
+    )
+    twins, twin_rng = {}, {}
+    for w in range(WORKERS):
+        twins[w] = ray_twin(mnist, w, start)
+        twin_rng[w] = torch.get_rng_state()  # in its own process, nobody else draws from it
+    for w in range(WORKERS):
+        computer.position(w, start, new_process=True)
+    torch.set_num_threads(threads)
+    weights = flatten_parameters(NoisyNetFactory()()).numpy()
+    # Interleaved, as the simulator runs them: each worker's RNG, data and BatchNorm
+    # statistics must be its own however the others' steps fall between.
+    for step in range(3):
+        for w in (2, 0, 1):
+            mine, my_loss = computer.gradient(w, weights)
+            torch.set_rng_state(twin_rng[w])
+            theirs, their_loss = twins[w]._gradient(weights)
+            twin_rng[w] = torch.get_rng_state()
+            np.testing.assert_array_equal(mine, theirs)
+            assert my_loss == their_loss
+        weights = weights - 0.1 * mine  # the next step computes on new weights
+        del step
+
+
+def test_the_batchnorm_statistics_are_kept_per_worker(mnist) -> None:
+    computer = GradientComputer(
+        mnist,
+        NoisyNetFactory(),
+        F.cross_entropy,
+        workers=2,
+        batch_size=BATCH,
+        seed=SEED,
+        emulation=EmulationConfig(),
+    )
+    for w in range(2):
+        computer.position(w, 0, new_process=True)
+    weights = flatten_parameters(NoisyNetFactory()()).numpy()
+    computer.gradient(0, weights)
+    computer.gradient(0, weights)
+    computer.gradient(1, weights)
+    tracked = [int(data.buffers[-1]) for data in computer._data.values()]
+    assert tracked == [2, 1]  # num_batches_tracked: each worker counts its own steps
