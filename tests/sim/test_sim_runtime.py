@@ -170,3 +170,18 @@ def test_elastic_on_two_simulated_shards(mnist, tmp_path) -> None:
     assert actions[:2] == [("exclude", 3), ("readmit", 3)]
     assert online["false_detections"] == 0
     accounted(result.summary)
+
+
+def test_a_simulated_run_needs_no_ray(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['ray'] = None; from syncswitch.cli.main import main; "
+        f"sys.exit(main(['train', '--runtime', 'sim', '--workers', '16', '--epochs', '1', "
+        f"'--mnist1d-samples', '1000', '--no-progress', '--out', {str(tmp_path / 'r')!r}]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "SIMULATED timing" in done.stdout
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["runtime"] == "sim"
