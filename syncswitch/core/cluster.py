@@ -8,6 +8,7 @@ every simulated run's summary, so a simulated time always says what cluster it s
       step_time_ms: 20           # mean device time of one step
       jitter_sigma: 0.1          # mean-one lognormal multiplier
       speed_factors: [1, 1, 2]   # optional, one per worker
+      sends_during_step: false   # true: the transfer overlaps the step (emulated devices)
     network:
       worker_bandwidth_gbps: 10  # each worker's link, each direction
       server_bandwidth_gbps: 10  # each server's link, each direction, shared by transfers
@@ -16,6 +17,7 @@ every simulated run's summary, so a simulated time always says what cluster it s
       message_ms: 0.02           # CPU per gradient received, whatever its size
       ns_per_parameter: 1.0      # CPU per parameter of the slice it applies
     restart_s: 5                 # a crashed or killed worker is back after this long
+    startup_s: 0                 # before the first steps: processes starting and warming up
 
 Every key is optional; what is left out takes the documented default below. Transient
 stragglers come from `--stragglers` as on Ray. Without `--cluster`, `--step-time-ms`,
@@ -64,6 +66,11 @@ class ComputeModel:
     step_time_ms: float = DEFAULT_STEP_TIME_MS
     jitter_sigma: float = 0.0
     speed_factors: tuple[float, ...] = ()
+    # False (a real device): a gradient leaves when its step ends. True: it leaves as soon as
+    # it is computed and counts as arrived when the step's time is up, so its transfer and
+    # server handling overlap the step; that is how a Ray worker with an emulated device
+    # time (--step-time-ms) behaves, so a cluster calibrated on such a run says true.
+    sends_during_step: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,9 @@ class ClusterModel:
     network: NetworkModel = field(default_factory=NetworkModel)
     server: ServerModel = field(default_factory=ServerModel)
     restart_s: float = DEFAULT_RESTART_S
+    # Run seconds before the workers' first steps: on a real system, processes starting and
+    # warming up (imports, first allocations, first transfers), which a run's wall time counts.
+    startup_s: float = 0.0
     # Where each number comes from (a preset's sources, a calibration's fit); free text.
     notes: Mapping[str, Any] = field(default_factory=dict)
 
@@ -116,7 +126,7 @@ _SECTIONS: dict[str, type] = {
     "network": NetworkModel,
     "server": ServerModel,
 }
-_TOP_KEYS = ("name", *_SECTIONS, "restart_s", "notes")
+_TOP_KEYS = ("name", *_SECTIONS, "restart_s", "startup_s", "notes")
 # (lowest allowed, whether the lowest is allowed, highest) per numeric key.
 _BOUNDS: dict[str, tuple[float, bool, float]] = {
     "step_time_ms": (0.0, False, MAX_MS),
@@ -127,6 +137,7 @@ _BOUNDS: dict[str, tuple[float, bool, float]] = {
     "message_ms": (0.0, True, MAX_MS),
     "ns_per_parameter": (0.0, True, 1e6),
     "restart_s": (0.0, True, 3600.0),
+    "startup_s": (0.0, True, 3600.0),
 }
 
 
@@ -147,11 +158,19 @@ def parse_cluster(data: object, where: str = "cluster") -> ClusterModel:
             raise ClusterError(f"{where}: {section} must be a mapping, got {values!r}")
         allowed = tuple(model.__dataclass_fields__)
         _refuse_unknown(values, allowed, f"{where}: {section}")
-        checked = {
+        checked: dict[str, Any] = {
             key: _checked_number(f"{where}: {section}.{key}", key, value)
             for key, value in values.items()
-            if key != "speed_factors"
+            if key not in ("speed_factors", "sends_during_step")
         }
+        if "sends_during_step" in values:
+            flag = values["sends_during_step"]
+            if not isinstance(flag, bool):
+                raise ClusterError(
+                    f"{where}: {section}.sends_during_step = {flag!r} is not allowed; it must "
+                    "be true or false"
+                )
+            checked["sends_during_step"] = flag
         if "speed_factors" in values:
             checked["speed_factors"] = _checked_factors(
                 f"{where}: {section}.speed_factors", values["speed_factors"]
@@ -163,8 +182,12 @@ def parse_cluster(data: object, where: str = "cluster") -> ClusterModel:
     notes = data.get("notes") or {}
     if not isinstance(notes, Mapping):
         raise ClusterError(f"{where}: notes must be a mapping of text, got {notes!r}")
-    restart_s = _checked_number(f"{where}: restart_s", "restart_s", data.get("restart_s", 5.0))
-    return ClusterModel(name=name, restart_s=restart_s, notes=dict(notes), **sections)
+    times = {
+        key: _checked_number(f"{where}: {key}", key, data[key])
+        for key in ("restart_s", "startup_s")
+        if key in data
+    }
+    return ClusterModel(name=name, notes=dict(notes), **times, **sections)
 
 
 def _refuse_unknown(values: Mapping, allowed: tuple[str, ...], where: str) -> None:

@@ -34,6 +34,7 @@ def test_a_file_sets_each_section_and_leaves_the_rest_at_the_defaults() -> None:
         ({"compute": {"jitter_sigma": "high"}}, "jitter_sigma = 'high' is not allowed"),
         ({"compute": {"speed_factors": [1, -2]}}, "-2 is not allowed"),
         ({"server": {"message_ms": float("nan")}}, "message_ms = nan is not allowed"),
+        ({"compute": {"sends_during_step": "yes"}}, "must be true or false"),
         ([1, 2], "expected a mapping"),
     ],
 )

@@ -185,3 +185,22 @@ def test_a_simulated_run_needs_no_ray(tmp_path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "SIMULATED timing" in done.stdout
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["runtime"] == "sim"
+
+
+def test_an_emulated_device_overlaps_the_servers_work_with_the_step(mnist, tmp_path) -> None:
+    # A server taking 10 ms per gradient serves 4 workers in 40 ms, twice their 20 ms step.
+    seconds_per_round = {}
+    for overlap in (False, True):
+        cluster = tmp_path / f"overlap-{overlap}.yaml"
+        cluster.write_text(
+            f"compute: {{step_time_ms: 20, sends_during_step: {str(overlap).lower()}}}\n"
+            "network: {latency_ms: 0}\nserver: {message_ms: 10, ns_per_parameter: 0}\n"
+        )
+        result = simulate(
+            tmp_path, mnist, f"o{overlap}", schedule="bsp", epochs=2.0, cluster=str(cluster)
+        )
+        seconds_per_round[overlap] = result.summary["wall_time_s"] / result.summary["updates"]
+    # After the step (a real device): the step, then four gradients in turn.
+    assert seconds_per_round[False] == pytest.approx(0.020 + 0.040, rel=0.02)
+    # During the step (an emulated one): the server's 40 ms hides the 20 ms step.
+    assert seconds_per_round[True] == pytest.approx(0.040, rel=0.02)

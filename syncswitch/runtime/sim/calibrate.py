@@ -6,13 +6,15 @@ What is fitted, and from what (every figure read from the run directory):
   are fitted robustly (median and inter-quartile range of the log step times), so straggler
   episodes do not inflate them; a worker whose median differs from the others' by more than
   10% gets a speed factor.
-- the cost around a step: how much longer than its compute each protocol's steps took
-  (summary.json's samples and seconds per protocol). ASP's extra time per step is a round
-  trip (two latencies) plus one server apply; BSP's extra time per round is the wait for the
-  slowest worker's step (known from the fitted compute) plus the server applying every
-  worker's gradient in turn. Two protocols give two equations for the latency and the apply
-  cost; the simulator then replays the run's own job and corrects both until its predicted
-  seconds per protocol match the measured ones (`_REFINE_ROUNDS` rounds).
+- the cost around a step: how much longer than its compute each protocol's steps took in
+  steady state (updates.csv's times, without each phase's first fifth, which fresh processes
+  run slower). ASP's extra time per step is a round trip (two
+  latencies) plus one server apply; BSP's extra time per round is the wait for the slowest
+  worker's step (known from the fitted compute) plus the server applying every worker's
+  gradient in turn. Two protocols give two equations for the latency and the apply cost;
+  the simulator then replays the run's own job and corrects both until its seconds per step
+  match the measured ones (`_REFINE_ROUNDS` rounds).
+- start-up: the first phase's excess over its steady pace (processes warming up).
 - bandwidths keep the default (10 Gbps): on one machine a message's size barely changes its
   time, so the run cannot tell bandwidth apart from latency.
 
@@ -29,13 +31,21 @@ from typing import Any
 
 import numpy as np
 
-from syncswitch.core.cluster import ClusterModel, ComputeModel, NetworkModel, ServerModel
+from syncswitch.core.cluster import (
+    DEFAULT_LATENCY_MS,
+    ClusterModel,
+    ComputeModel,
+    NetworkModel,
+    ServerModel,
+)
 from syncswitch.errors import ConfigError
 from syncswitch.reports.rundir import RunData, load_run
 
-_REFINE_ROUNDS = 3
+_REFINE_ROUNDS = 4
 _PROBE_GRADIENTS = 4000  # the replayed job is shortened to about this many gradients
 _SPEED_FACTOR_TOLERANCE = 0.10
+_WARM_UP = 0.2  # the share of each phase's updates left out of the step-cost fit
+_WARM_UP_S = 5.0  # the run's first seconds, left out of the ASP cycle spread
 
 
 def calibrate(run_dir: str | Path, *, refine: bool = True) -> tuple[ClusterModel, dict]:
@@ -53,8 +63,17 @@ def calibrate(run_dir: str | Path, *, refine: bool = True) -> tuple[ClusterModel
         # is the jitter that makes staleness vary as it did.
         compute = replace(compute, jitter_sigma=round(max(compute.jitter_sigma, cycle_sigma), 4))
     measured = _seconds_per_step(run)
+    # An emulated Ray worker hands its gradient over as soon as it is computed and the server
+    # applies it when the emulated step ends: the handling overlaps the step.
+    overlap = bool(config.get("step_time_ms"))
+    compute = replace(compute, sends_during_step=overlap)
     expected_max = _expected_slowest_s(compute, workers)
-    latency_s, apply_s = _solve(measured, compute.step_time_ms / 1e3, expected_max, workers)
+    if overlap:
+        # Handling that overlaps the step shows only where the server is the bottleneck:
+        # there a cycle (ASP) or a round (BSP) is every worker's gradient handled in turn.
+        latency_s, apply_s = DEFAULT_LATENCY_MS / 1e3, min(measured.values()) / workers
+    else:
+        latency_s, apply_s = _solve(measured, compute.step_time_ms / 1e3, expected_max, workers)
     parameters = _parameters(run)
     servers = int(config.get("servers") or 1)
     per_server = math.ceil(parameters / servers)
@@ -65,6 +84,7 @@ def calibrate(run_dir: str | Path, *, refine: bool = True) -> tuple[ClusterModel
         compute=compute,
         network=network,
         server=server,
+        startup_s=round(_startup_s(run, measured), 3),
         notes={},
     )
     rounds: list[dict[str, Any]] = []
@@ -78,9 +98,11 @@ def calibrate(run_dir: str | Path, *, refine: bool = True) -> tuple[ClusterModel
     }
     notes = {
         "calibrated_from": str(run_dir),
-        "fitted": "compute from updates.csv step times (median, IQR); network latency and "
-        "server message cost from summary.json seconds per protocol, refined by replaying "
-        "the run on the simulator",
+        "fitted": "compute from updates.csv step times (median, IQR; jitter from the ASP "
+        "cycles' spread when steps were emulated); network latency and server message cost "
+        "from each protocol's steady pace in updates.csv, refined by replaying the run on "
+        "the simulator",
+        "startup": "the first phase's excess over its steady pace",
         "kept_default": "bandwidths (10 Gbps), ns_per_parameter (1)",
     }
     return replace(model, notes=notes), report
@@ -143,7 +165,7 @@ def _asp_cycle_sigma(run: RunData) -> float | None:
             last.pop(worker, None)
             continue
         now = float(time_s)
-        if worker in last and now > last[worker]:
+        if worker in last and now > last[worker] and now >= _WARM_UP_S:
             cycles.append(now - last[worker])
             steps.append(float(step_s))
         last[worker] = now
@@ -155,25 +177,51 @@ def _asp_cycle_sigma(run: RunData) -> float | None:
 
 
 def _seconds_per_step(run: RunData) -> dict[str, float]:
-    """Measured seconds per worker step (ASP) or per round (BSP), per protocol."""
-    summary = run.summary or {}
-    config = run.config
-    batch = int(config["batch_size"])
-    workers = int(config["workers"])
-    seconds = summary.get("time_by_protocol") or {}
-    samples = summary.get("samples_by_protocol") or {}
-    measured = {}
-    for protocol in ("bsp", "asp"):
-        s, n = float(seconds.get(protocol) or 0), int(samples.get(protocol) or 0)
-        if s > 0 and n >= 20 * batch * workers:
-            updates = n / batch
-            # ASP: a worker's cycle is workers / (updates per second); BSP: one round.
-            measured[protocol] = s * workers / updates
+    """Measured seconds per worker step (ASP) or per round (BSP), per protocol, in steady
+    state: the first `_WARM_UP` of each phase's updates is left out, since fresh processes
+    run slower for a while (measured on Ray here: the first ~80 BSP rounds up to twice as
+    long) and that would be taken for a cost of the protocol; the start-up time
+    (`_startup_s`) accounts for it instead."""
+    workers = int(run.config["workers"])
+    phases: list[tuple[str, list[float]]] = []
+    for protocol, time_s in run.update_columns(("protocol", "time_s")):
+        if not phases or phases[-1][0] != protocol:
+            phases.append((protocol, []))
+        phases[-1][1].append(float(time_s))
+    updates: dict[str, int] = {}
+    seconds: dict[str, float] = {}
+    for protocol, times in phases:
+        steady = times[int(len(times) * _WARM_UP) :]
+        if len(steady) > 1 and steady[-1] > steady[0]:
+            updates[protocol] = updates.get(protocol, 0) + len(steady) - 1
+            seconds[protocol] = seconds.get(protocol, 0.0) + steady[-1] - steady[0]
+    measured = {
+        protocol: seconds[protocol] * workers / updates[protocol]
+        for protocol in ("bsp", "asp")
+        if updates.get(protocol, 0) >= 20 * workers
+    }
     if not measured:
         raise ConfigError(
             f"{str(run.path)!r} has too few BSP or ASP steps to fit (at least 20 rounds)"
         )
     return measured
+
+
+def _startup_s(run: RunData, measured: dict[str, float]) -> float:
+    """The run's first phase took longer than its steady pace explains: processes warming up.
+    That excess (never below 0) is the cluster's start-up time."""
+    workers = int(run.config["workers"])
+    first: str | None = None
+    count, last_s = 0, 0.0
+    for protocol, time_s in run.update_columns(("protocol", "time_s")):
+        if first is None:
+            first = protocol
+        if protocol != first:
+            break
+        count, last_s = count + 1, float(time_s)
+    if first not in measured:
+        return 0.0
+    return max(0.0, last_s - count * measured[first] / workers)
 
 
 def _expected_slowest_s(compute: ComputeModel, workers: int) -> float:
@@ -253,34 +301,40 @@ def _refine(
                 divergence_guard=False,
                 out=str(Path(scratch) / "run"),
             )
-            summary = train(probe).summary
-        simulated = _seconds_per_step_of(summary, job)
+            train(probe)
+            simulated = _seconds_per_step(load_run(probe.out))
         rounds.append({"round": index, "simulated_s_per_step": simulated})
-        latency_s = model.network.latency_ms / 1e3
-        apply_s = model.server.message_ms / 1e3  # the per-parameter part stays as it is
-        d_asp = measured.get("asp", 0.0) - simulated.get("asp", 0.0) if "asp" in measured else None
-        d_bsp = measured.get("bsp", 0.0) - simulated.get("bsp", 0.0) if "bsp" in measured else None
-        if d_asp is not None and d_bsp is not None and workers > 1:
-            d_apply = (d_bsp - d_asp) / (workers - 1)
-            apply_s = max(0.0, apply_s + d_apply)
-            latency_s = max(0.0, latency_s + (d_asp - d_apply) / 2)
-        else:
-            latency_s = max(0.0, latency_s + ((d_asp if d_asp is not None else d_bsp) or 0) / 2)
-        model = replace(
-            model,
-            network=replace(model.network, latency_ms=round(latency_s * 1e3, 5)),
-            server=replace(model.server, message_ms=round(apply_s * 1e3, 5)),
-        )
+        model = _corrected(model, measured, simulated, workers)
     return model, rounds
 
 
-def _seconds_per_step_of(summary: dict[str, Any], job: Any) -> dict[str, float]:
-    out = {}
-    for protocol, seconds in (summary.get("time_by_protocol") or {}).items():
-        samples = (summary.get("samples_by_protocol") or {}).get(protocol, 0)
-        if seconds and samples:
-            out[protocol] = seconds * job.workers / (samples / job.batch_size)
-    return out
+def _corrected(
+    model: ClusterModel, measured: dict[str, float], simulated: dict[str, float], workers: int
+) -> ClusterModel:
+    """One correction of latency and server cost towards the measured seconds per step."""
+    latency_s = model.network.latency_ms / 1e3
+    apply_s = model.server.message_ms / 1e3  # the per-parameter part stays as it is
+    d_asp = measured["asp"] - simulated.get("asp", 0.0) if "asp" in measured else None
+    d_bsp = measured["bsp"] - simulated.get("bsp", 0.0) if "bsp" in measured else None
+    if model.compute.sends_during_step:
+        # The server's cost sets the pace where it is the bottleneck (scaled to match); the
+        # latency takes up what is left of BSP's round.
+        key = "asp" if "asp" in measured else "bsp"
+        if simulated.get(key):
+            apply_s *= measured[key] / simulated[key]
+        if d_asp is not None and d_bsp is not None:
+            latency_s = max(0.0, latency_s + d_bsp / 2)
+    elif d_asp is not None and d_bsp is not None and workers > 1:
+        d_apply = (d_bsp - d_asp) / (workers - 1)
+        apply_s = max(0.0, apply_s + d_apply)
+        latency_s = max(0.0, latency_s + (d_asp - d_apply) / 2)
+    else:
+        latency_s = max(0.0, latency_s + ((d_asp if d_asp is not None else d_bsp) or 0) / 2)
+    return replace(
+        model,
+        network=replace(model.network, latency_ms=round(latency_s * 1e3, 5)),
+        server=replace(model.server, message_ms=round(max(0.0, apply_s) * 1e3, 5)),
+    )
 
 
 def _train_samples(job: Any) -> int:

@@ -126,6 +126,7 @@ class SimRuntime:
         self.shards: list[ServerShard] = []
         self._server_life = 0
         self._reply_cache: list[tuple[int, bool, np.ndarray] | None] = []
+        self._first_steps_at = 0.0
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -143,6 +144,8 @@ class SimRuntime:
         resumed = self.controller.resumed_from
         try:
             self._start_servers(resumed.state["servers"] if resumed else None)
+            # The workers' first steps wait for the cluster's start-up time.
+            self._first_steps_at = self.events.now_s + self.cluster.startup_s
             self._carry_out(
                 self.controller.start(len(initial), time.perf_counter() - setup_started)
             )
@@ -315,7 +318,7 @@ class SimRuntime:
 
     def _released_one(self, worker_index: int, shard_index: int) -> None:
         worker = self.workers[worker_index]
-        now = self.events.now_s
+        now = max(self.events.now_s, self._first_steps_at)
         sent = self._links_out[shard_index].serve(now, self._server_link_s[shard_index])
         self.events.at(
             sent + self._worker_link_s[shard_index],
@@ -367,8 +370,12 @@ class SimRuntime:
         step_s = self.plan.emulation.stragglers.step_time_s(worker.index, base_s, progress, run_s)
         worker.step_started_s, worker.step_s = now, step_s
         worker.step_times.append(step_s)
+        # Normally the gradient leaves when the step ends; with `sends_during_step` (an
+        # emulated device time, as on Ray with --step-time-ms) it leaves at once and counts as
+        # arrived when the step's time is up, so its transfer and handling overlap the step.
+        overlap = self.cluster.compute.sends_during_step
         self.events.at(
-            now + step_s,
+            now if overlap else now + step_s,
             self._push,
             worker.index,
             worker.life,
@@ -408,6 +415,8 @@ class SimRuntime:
                 now + self._worker_link_s[shard_index], self._server_link_s[shard_index]
             )
             applied_at = self._cpus[shard_index].serve(on_link, self._apply_s[shard_index])
+            if self.cluster.compute.sends_during_step:
+                applied_at = max(applied_at, now + step_s)
             message = Gradient(
                 worker=index,
                 sequence=sequence,
