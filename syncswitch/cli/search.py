@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     from syncswitch.timing.search import SearchError, run_search
 
     registry = Registry(args.registry)
-    listener = _Console(args.show_progress)
+    listener = _Console(args.show_progress, simulated=config.runtime == "sim")
     try:
         listener.say(f"registry: {registry.location.display}")
         result = run_search(
@@ -162,10 +162,11 @@ def run(args: argparse.Namespace) -> int:
 class _Console:
     """Progress lines on stderr: what the search is testing, each trial as it ends."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, *, simulated: bool = False) -> None:
         from rich.console import Console
 
         self.enabled = enabled
+        self.clock = "SIMULATED time" if simulated else "wall time"
         # Paths and reasons are printed as they are, never read as rich markup or emoji codes.
         self.console = Console(stderr=True, highlight=False, markup=False, emoji=False)
         self._status: Any = None
@@ -204,7 +205,7 @@ class _Console:
         )
         self.say(
             f"  trial {format_fraction(run.key.fraction):>6} seed {run.key.seed}: "
-            f"{run.status}, final accuracy {accuracy}, wall time {wall}{origin}"
+            f"{run.status}, final accuracy {accuracy}, {self.clock} {wall}{origin}"
         )
 
     def close(self) -> None:

@@ -12,8 +12,9 @@ def test_a_simulated_search_is_stored_and_reused_only_as_simulated(tmp_path, cap
     registry = str(tmp_path / "registry.db")
     argv = ["search", "--runtime", "sim", *JOB, "--repeats", "1", "--registry", registry]
     assert main([*argv, "--max-trials", "4"]) == 0
-    out = capsys.readouterr().out
-    assert "mean SIMULATED time s" in out
+    captured = capsys.readouterr()
+    assert "mean SIMULATED time s" in captured.out
+    assert "SIMULATED time" in captured.err and "wall time" not in captured.err
     simulated = TrainConfig(
         runtime="sim", workers=4, mnist1d_samples=1000, epochs=2, batch_size=16, schedule="auto"
     )
