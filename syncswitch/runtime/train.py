@@ -66,6 +66,9 @@ def train(
     run continues in `config.out` from its last good checkpoint, appending to its files.
     """
     config.validate()
+    from syncswitch.runtime.ray.launch import check_before_start
+
+    check_before_start(config)  # e.g. --device cuda without CUDA: before any file or process
     dataset = dataset or load_dataset(
         config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
     )
@@ -91,26 +94,13 @@ def train(
         plan, writer, resumed_from=checkpoint, schedule_source=schedule_source
     )
     # Imported here: the controller and everything above load without Ray.
-    import ray
+    from syncswitch.runtime.ray.launch import run_on_ray
 
-    from syncswitch.runtime.ray.resources import ResourcePlan
-    from syncswitch.runtime.ray.supervisor import RaySupervisor
-    from syncswitch.runtime.ray_setup import connect
-
-    resources = ResourcePlan()
-    started_ray = connect(
-        config.ray_address, min_cpus=int(resources.cpus(plan.workers, config.servers))
-    )
     try:
-        supervisor = RaySupervisor(
-            controller, dataset, model_factory, loss_fn, resources, progress=config.progress
-        )
-        summary, final_weights = supervisor.execute()
+        summary, final_weights = run_on_ray(config, controller, dataset, model_factory, loss_fn)
         return RunResult(summary, writer.dir, final_weights)
     finally:
         writer.close()
-        if started_ray:
-            ray.shutdown()
 
 
 def refuse_used_run_dir(run_dir: Path) -> None:
