@@ -66,9 +66,7 @@ def train(
     run continues in `config.out` from its last good checkpoint, appending to its files.
     """
     config.validate()
-    from syncswitch.runtime.ray.launch import check_before_start
-
-    check_before_start(config)  # e.g. --device cuda without CUDA: before any file or process
+    check_runnable(config)
     dataset = dataset or load_dataset(
         config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
     )
@@ -101,6 +99,14 @@ def train(
         return RunResult(summary, writer.dir, final_weights)
     finally:
         writer.close()
+
+
+def check_runnable(config: TrainConfig) -> None:
+    """Refuse, in one line and before any file or process exists, what the runtime cannot
+    run here (e.g. --device cuda on a machine without CUDA)."""
+    from syncswitch.runtime.ray.launch import check_before_start
+
+    check_before_start(config)
 
 
 def refuse_used_run_dir(run_dir: Path) -> None:
