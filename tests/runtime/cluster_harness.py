@@ -111,7 +111,8 @@ def main(out: Path) -> None:
         report["spread_s"] = round(time.monotonic() - begun, 1)
 
         begun = time.monotonic()
-        epochs, total = 8, 8 * 320
+        # Long enough (about 10 s of training here) that the node goes at 30%, mid-run.
+        epochs, total = 12, 12 * 320
         lossy = train(
             address,
             out / "node_loss",
