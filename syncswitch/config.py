@@ -64,6 +64,9 @@ MAX_STRAGGLER_WINDOW = 10_000
 MAX_SEED = 2**31 - 1  # seed + repeats must still fit numpy's and torch's seed types
 MAX_LIST_ITEMS = 10_000  # lr_milestones, speed_factors, stragglers and faults entries
 MAX_TEXT_CHARS = 4096  # any text option: schedule, paths, addresses
+MAX_GPUS_PER_ACTOR = 64.0  # more GPUs than any one machine holds
+DEVICES = ("auto", "cpu", "cuda")
+PLACEMENTS = ("pack", "spread", "strict-spread")
 # Config and list files are a few hundred bytes; a cap keeps a hostile one from filling memory.
 MAX_CONFIG_FILE_BYTES = 1 << 20
 
@@ -148,6 +151,33 @@ class TrainConfig:
     )
     ray_address: str | None = _opt(
         None, "Ray cluster to join (or set RAY_ADDRESS); default starts a local Ray instance"
+    )
+    device: str = _opt(
+        "auto",
+        "device the workers compute on: cuda, cpu, or auto (cuda when Ray reports GPUs)",
+        choices=list(DEVICES),
+    )
+    evaluator_device: str = _opt(
+        "auto", "device of the evaluator (auto: as for --device)", choices=list(DEVICES)
+    )
+    server_device: str = _opt(
+        "cpu",
+        "device the parameter servers apply updates on (auto: as for --device); cpu by "
+        "default, so the GPUs are left to the workers",
+        choices=list(DEVICES),
+    )
+    gpus_per_worker: float = _opt(
+        0.0,
+        "GPUs each worker asks Ray for (and the evaluator and servers when on cuda); a "
+        "fraction shares one GPU, e.g. 0.125 puts 8 workers on a GPU; 0 = share the "
+        "cluster's GPUs evenly when on cuda",
+    )
+    placement: str = _opt(
+        "pack",
+        "where Ray puts the actors, through a placement group of one bundle per worker, "
+        "server and the evaluator: pack (as few nodes as possible), spread (over the nodes, "
+        "best effort) or strict-spread (each on its own node)",
+        choices=list(PLACEMENTS),
     )
     # Cluster emulation (sleep-padded device time); recorded in every result file.
     step_time_ms: float = _opt(0.0, "emulated device time per worker step in ms; 0 = off")
@@ -250,6 +280,7 @@ class TrainConfig:
         self._check_choice("online_policy")
         self._check_choice("lr_schedule")
         self._check_choice("dataset")
+        self._validate_devices()
         if self.model is not None:
             self._check_choice("model")
         try:
@@ -333,6 +364,26 @@ class TrainConfig:
                 f"{total:.3g} samples; at most {MAX_TOTAL_SAMPLES:.0e} allowed"
             )
 
+    def _validate_devices(self) -> None:
+        for name in ("device", "evaluator_device", "server_device", "placement"):
+            self._check_choice(name)
+        _require(
+            0 <= self.gpus_per_worker <= MAX_GPUS_PER_ACTOR,
+            "gpus_per_worker",
+            self.gpus_per_worker,
+            f"in [0, {MAX_GPUS_PER_ACTOR:g}]",
+        )
+        if self.gpus_per_worker > 1 and not float(self.gpus_per_worker).is_integer():
+            raise ConfigError(
+                f"gpus_per_worker = {self.gpus_per_worker:g} is not allowed; above 1 it must be "
+                "a whole number of GPUs (Ray shares a GPU only in fractions of one)"
+            )
+        if self.gpus_per_worker > 0 and all(d == "cpu" for d in self.role_devices().values()):
+            raise ConfigError(
+                f"gpus_per_worker = {self.gpus_per_worker:g} asks for GPUs, but every device is "
+                "cpu; use --device cuda or auto, or drop --gpus-per-worker"
+            )
+
     def _validate_emulation_sizes(self) -> None:
         _require(
             0 <= self.step_time_ms <= MAX_STEP_TIME_MS,
@@ -405,6 +456,19 @@ class TrainConfig:
             )
 
     # -- derived views ----------------------------------------------------------------------
+
+    def role_devices(self) -> dict[str, str]:
+        """Each role's device as asked ('auto' still to be resolved against the cluster);
+        the evaluator's and servers' 'auto' follows --device."""
+
+        def follow(value: str) -> str:
+            return self.device if value == "auto" else value
+
+        return {
+            "worker": self.device,
+            "evaluator": follow(self.evaluator_device),
+            "server": follow(self.server_device),
+        }
 
     @property
     def model_name(self) -> str:

@@ -55,6 +55,8 @@ def summary_table(summary: dict[str, Any], run_dir: Path, *, library_log: Path |
     table.add_row("phases", _phases(summary))
     table.add_row("switches", _switches(summary.get("switches") or []))
     table.add_row("dropped", _dropped(summary.get("gradients") or {}))
+    if summary.get("placement"):
+        table.add_row("placement", _placement(summary["placement"]))
     if library_log is not None:
         table.add_row("Ray/PyTorch log", str(library_log))
     return table
@@ -107,6 +109,22 @@ def _dropped(gradients: dict[str, Any]) -> str:
     reasons = ", ".join(f"{n} {reason}" for reason, n in dropped.items()) if count else ""
     text = f"{count} of {sent:,} gradients" if sent else str(count)
     return text + (f" ({reasons})" if reasons else "")
+
+
+def _placement(placement: dict[str, Any]) -> str:
+    """e.g. "spread: 2 nodes (ab12cd34, ef56ab78) on host vm; workers on cuda (0.25 GPU)"."""
+    ids = placement.get("node_ids") or []
+    shown = ", ".join(str(node)[:8] for node in ids[:4]) + (", ..." if len(ids) > 4 else "")
+    hosts = ", ".join(placement.get("hosts") or []) or "?"
+    text = f"{placement.get('placement')}: {len(ids)} node(s) ({shown}) on host {hosts}"
+    seen = placement.get("nodes_seen") or []
+    if len(seen) > len(ids):
+        text += f", {len(seen)} nodes used in all"
+    worker = (placement.get("resources") or {}).get("worker") or {}
+    if worker:
+        gpus = worker.get("num_gpus") or 0
+        text += f"; workers on {worker.get('device')}" + (f" ({gpus:g} GPU each)" if gpus else "")
+    return text
 
 
 def _percent(value: float | None) -> str:

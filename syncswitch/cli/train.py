@@ -212,13 +212,14 @@ def run(args: argparse.Namespace) -> int:
 def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_args: Any) -> int:
     # Imported here so that `--help` and input errors answer without loading Ray.
     from syncswitch.results import create_run_dir
-    from syncswitch.runtime.train import refuse_used_run_dir, train
+    from syncswitch.runtime.train import check_runnable, refuse_used_run_dir, train
 
     # The run directory is fixed before the run starts: the library log goes into it.
     run_dir = Path(config.out or default_run_dir(config.schedule))
     config = replace(config, out=str(run_dir))
     if not train_args.get("resume"):
         refuse_used_run_dir(run_dir)  # before the log file is made in it
+    check_runnable(config)  # e.g. --device cuda without CUDA: no run directory made
     create_run_dir(run_dir)  # `--out` naming a file is one line, not a traceback in mkdir
     if args.verbose:
         result = train(config, **train_args)

@@ -177,6 +177,7 @@ class RunController:
         self._pending_rollback: Decision | None = None
         self._workload_done = False  # some shard has applied the whole workload
         self._last_checkpoint_at = clock()
+        self.placement: dict[str, Any] | None = None  # the runtime's word on where actors run
 
     # -- the run's story, in the order it happens ----------------------------------------------
 
@@ -328,6 +329,14 @@ class RunController:
         self.phase = RunPhase.TRAINING
         return Step(before, self.phase)
 
+    def on_placed(self, placement: dict[str, Any]) -> Step:
+        """Where the actors run now, as the runtime describes it (nodes, hosts, devices):
+        kept for the summary, and logged whenever it changes (a restart on another node)."""
+        if placement != self.placement:
+            self.placement = placement
+            self.writer.event("placement", placement)
+        return Step(self.phase, self.phase)
+
     def on_tick(self) -> Step:
         """Time passed: a checkpoint may be due by time."""
         every_s = self.plan.reliability.checkpoint_every_s
@@ -377,6 +386,7 @@ class RunController:
             host_s=self.host_clock() - self._host_started,
             worker_stats=worker_stats,
             status=status,
+            placement=self.placement,
         )
 
     # -- what a drain tells -----------------------------------------------------------------

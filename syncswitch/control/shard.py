@@ -68,10 +68,15 @@ class ServerShard:
         restore: dict | None = None,
         observe_steps: bool = False,
         clock: Callable[[], float] = time.perf_counter,
+        device: str = "cpu",
     ) -> None:
         """`restore`: a snapshot's state to continue from (a replaced server, a resumed run);
-        `observe_steps`: record arriving step times for the straggler detector."""
-        optimizer = FlatSGD(torch.from_numpy(np.array(initial)), weight_decay=weight_decay)
+        `observe_steps`: record arriving step times for the straggler detector; `device`:
+        where the weights and the optimizer state live (gradients come and weights go in
+        CPU memory either way)."""
+        optimizer = FlatSGD(
+            torch.from_numpy(np.array(initial)), weight_decay=weight_decay, device=device
+        )
         self.sync = Synchronizer(config, optimizer, clock=clock)
         self.restored = restore is not None
         if restore is not None:
@@ -159,7 +164,7 @@ class ServerShard:
     def _record(self, outcome: Outcome) -> Outcome:
         for _ in outcome.evaluations:
             # Copied now: the weights change in place with the next update.
-            self._eval_weights.append(self.sync.weights.numpy().copy())
+            self._eval_weights.append(self.sync.optimizer.weights_on_cpu().numpy().copy())
         released, outcome.released = outcome.released, []
         self._since_drain.merge(outcome)
         outcome.released = released

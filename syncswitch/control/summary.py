@@ -23,6 +23,7 @@ def build_summary(
     host_s: float,
     worker_stats: list[dict],
     status: str,
+    placement: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """summary.json: what the run did so far (`status` says whether it is over); `state` is
     the first shard's latest."""
@@ -71,6 +72,8 @@ def build_summary(
             "decisions": [d for d in record.decisions if d["policy"] != policy],
             "faults_injected": plan.faults.describe(),
         },
+        # Where the actors ran (nodes, hosts, devices), as the runtime reported it.
+        "placement": placement,
         "run_dir": str(run_dir),
     }
 

@@ -18,8 +18,17 @@ class FlatSGD:
     with the protocol; the momentum buffer carries over across protocol switches.
     """
 
-    def __init__(self, initial: torch.Tensor, *, weight_decay: float = 0.0, nesterov: bool = False):
-        self._param = torch.nn.Parameter(initial.detach().to(torch.float32).clone())
+    def __init__(
+        self,
+        initial: torch.Tensor,
+        *,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        device: str | torch.device = "cpu",
+    ):
+        self._param = torch.nn.Parameter(
+            initial.detach().to(device=device, dtype=torch.float32).clone()
+        )
         # momentum > 0 at construction so that torch keeps a momentum buffer from the first step.
         self._optimizer = torch.optim.SGD(
             [self._param], lr=0.1, momentum=0.9, weight_decay=weight_decay, nesterov=nesterov
@@ -27,22 +36,29 @@ class FlatSGD:
 
     @property
     def weights(self) -> torch.Tensor:
+        """The weights where they live (on the optimizer's device)."""
         return self._param.data
+
+    def weights_on_cpu(self) -> torch.Tensor:
+        """The weights in CPU memory: the tensor itself on a CPU, a copy from a GPU."""
+        return self._param.data.cpu()
 
     def step(self, gradient: torch.Tensor, *, lr: float, momentum: float) -> None:
         group = self._optimizer.param_groups[0]
         group["lr"] = lr
         group["momentum"] = momentum
-        self._param.grad = gradient.to(torch.float32)
+        # Gradients arrive in CPU memory; on a GPU the aggregate crosses over once per update.
+        self._param.grad = gradient.to(device=self._param.device, dtype=torch.float32)
         self._optimizer.step()
         self._param.grad = None
 
     def state_dict(self) -> dict:
         """Weights and momentum buffer as plain tensors (a checkpoint holds nothing else)."""
         buffer = self._optimizer.state.get(self._param, {}).get("momentum_buffer")
+        # In CPU memory whatever the device: a checkpoint must load on a machine without it.
         return {
-            "weights": self._param.data.clone(),
-            "momentum_buffer": None if buffer is None else buffer.clone(),
+            "weights": self._param.data.to("cpu", copy=True),
+            "momentum_buffer": None if buffer is None else buffer.to("cpu", copy=True),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -52,7 +68,8 @@ class FlatSGD:
         if buffer is None:
             self._optimizer.state.pop(self._param, None)
         else:
-            self._optimizer.state[self._param] = {"momentum_buffer": buffer.clone()}
+            moved = buffer.to(device=self._param.device, copy=True)
+            self._optimizer.state[self._param] = {"momentum_buffer": moved}
 
 
 def flatten_parameters(model: torch.nn.Module) -> torch.Tensor:
@@ -74,9 +91,13 @@ class FlatParameters:
     A worker loads new weights and reads its gradient once per step; with views that is one
     copy each way instead of one per tensor (on the small MNIST-1D model the per-tensor
     version costs more than the Ray call that moves the buffer).
+
+    On a GPU (`staged`) each crossing goes through a host buffer allocated once (pinned, so
+    the copy is a single DMA transfer): weights come in as one copy host->device, the
+    gradient leaves as one copy device->host. On the CPU the buffers are used directly.
     """
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, *, staged: bool | None = None) -> None:
         params = list(model.parameters())
         self.values = parameters_to_vector(params).detach().clone()
         self.gradient = torch.zeros_like(self.values)
@@ -88,11 +109,32 @@ class FlatParameters:
             # straight into the flat gradient buffer.
             p.grad = self.gradient[offset : offset + n].view_as(p)
             offset += n
-        self._values_np = self.values.numpy()
+        self.device = self.values.device
+        self.staged = self.device.type != "cpu" if staged is None else staged
+        if self.staged:
+            pin = self.device.type == "cuda"
+            self._host_in = torch.empty(self.values.shape, pin_memory=pin)
+            self._host_out = torch.empty(self.values.shape, pin_memory=pin)
+            self._values_np = self._host_in.numpy()
+        else:
+            self._values_np = self.values.numpy()
 
     def load(self, weights: np.ndarray) -> None:
         """Copy new weights in (the source may be a read-only array from Ray)."""
         np.copyto(self._values_np, weights)
+        if self.staged:
+            # Ordered before the next forward on the same stream; the host buffer is not
+            # written again before gradient_to_host() has waited for the stream.
+            self.values.copy_(self._host_in, non_blocking=True)
+
+    def gradient_to_host(self) -> np.ndarray:
+        """The flat gradient in host memory, valid until the next call (it is reused)."""
+        if not self.staged:
+            return self.gradient.numpy()
+        self._host_out.copy_(self.gradient, non_blocking=True)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        return self._host_out.numpy()
 
     def zero_grad(self) -> None:
         self.gradient.zero_()

@@ -24,21 +24,27 @@ class Evaluator:
         model_factory: Callable[[], torch.nn.Module],
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         threads: int = 1,
+        device: str = "cpu",
     ) -> None:
         torch.set_num_threads(threads)
         self.dataset = dataset
-        self.model = model_factory()
+        self.device = torch.device(device)
+        self.model = model_factory().to(self.device)
         self.loss_fn = loss_fn
         self._has_batchnorm = any(
             isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.model.modules()
         )
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> dict:
+        """Where this evaluator runs; asked of the Ray actor only (the simulator's evaluator
+        is called in place), so Ray is imported here, not with the module."""
+        from syncswitch.runtime.ray.placement import here
+
+        return here(self.device.type)
 
     def evaluate(self, weights: np.ndarray) -> tuple[float, float]:
         """(test accuracy in [0, 1], mean test loss) of the given flat weights."""
-        load_flat_parameters(self.model, torch.tensor(weights))
+        load_flat_parameters(self.model, torch.tensor(weights, device=self.device))
         if self._has_batchnorm:
             self._calibrate_batchnorm()
         self.model.eval()
@@ -52,6 +58,7 @@ class Evaluator:
                     y_test[start : start + _BATCH],
                     train=False,
                 )
+                x, y = x.to(self.device), y.to(self.device)
                 logits = self.model(x)
                 loss_sum += float(self.loss_fn(logits, y)) * len(y)
                 correct += int((logits.argmax(dim=1) == y).sum())
@@ -73,4 +80,4 @@ class Evaluator:
                 x, _ = prepare_batch(
                     self.dataset, self.dataset.x_train[idx], self.dataset.y_train[idx], train=False
                 )
-                self.model(x)
+                self.model(x.to(self.device))

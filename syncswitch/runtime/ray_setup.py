@@ -18,7 +18,13 @@ A local instance is locked down (see docs/security.md):
 
 A cluster address (a flag or RAY_ADDRESS, never a file) must be `HOST:PORT` or
 `ray://HOST:PORT`; it is reached with a timeout first, because ray.init retries an address
-nobody answers for many minutes.
+nobody answers for many minutes. Joining uses whatever authentication the cluster and the
+user's environment agree on (RAY_AUTH_MODE, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH, Ray's
+token file); nothing here changes it. A cluster bound to loopback (a locked-down one on this
+machine, like the test clusters) is joined on loopback: ray.init would otherwise rewrite
+127.0.0.1 to the LAN address, where nothing listens (measured: it then waits forever). A
+joined cluster is never shut down: `connect` says whether this process started Ray, and only
+then does the caller call ray.shutdown.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import ray
 
 from syncswitch.cluster_address import ClusterAddress, parse_cluster_address
 from syncswitch.errors import ConfigError
+from syncswitch.runtime.ray.resources import ClusterView
 
 # Workers mostly sleep (emulated device time) or wait on the server, so on one machine the
 # actors are scheduled on logical CPUs, not one physical core each.
@@ -55,33 +62,72 @@ ACTOR_MEMORY_BYTES = 200 << 20
 
 
 def connect(address: str | None, min_cpus: int) -> bool:
-    """Make sure Ray is up; return True when this call started it (and should stop it).
+    """Make sure Ray is up; return True when this call started a local instance (which the
+    caller then stops). Joining a cluster returns False: its Ray is not ours to shut down.
 
-    `address` comes from a flag (or RAY_ADDRESS); `min_cpus` is what the job's actors need.
+    `address` comes from a flag (or RAY_ADDRESS); `min_cpus` is what a local instance needs
+    (a cluster's size is checked against the job by resources.plan_resources).
     """
     if ray.is_initialized():
         return False
-    address = address or os.environ.get("RAY_ADDRESS")
-    if address:
-        join_cluster(parse_cluster_address(address), min_cpus)
-    else:
-        start_local(min_cpus)
+    address = cluster_address(address)
+    if address is not None:
+        join_cluster(address)
+        return False
+    start_local(min_cpus)
     return True
+
+
+def cluster_address(flag: str | None) -> ClusterAddress | None:
+    """The cluster to join, from the flag or RAY_ADDRESS; None: start a local instance."""
+    text = flag or os.environ.get("RAY_ADDRESS")
+    return parse_cluster_address(text) if text else None
 
 
 # -- a cluster ---------------------------------------------------------------------------------
 
 
-def join_cluster(address: ClusterAddress, min_cpus: int) -> None:
+def join_cluster(address: ClusterAddress) -> None:
     check_reachable(address)
-    ray.init(address=address.for_ray, logging_level=logging.WARNING)
-    cpus = ray.cluster_resources().get("CPU", 0.0)
-    if cpus < min_cpus:
-        ray.shutdown()
-        raise ConfigError(
-            f"the Ray cluster at {address.for_ray} has {cpus:g} CPUs; this job needs {min_cpus} "
-            "(one per worker, server and the evaluator): use fewer workers or a larger cluster"
-        )
+    kwargs: dict = {"address": address.for_ray, "logging_level": logging.WARNING}
+    if address.client or not _loopback_host(address.host):
+        ray.init(**kwargs)
+        return
+    with _loopback_node_ip():
+        ray.init(**kwargs, _node_ip_address=LOOPBACK)
+
+
+def cluster_view(where: str) -> ClusterView:
+    """What the connected Ray cluster has: its alive nodes' CPUs and GPUs."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    gpus = tuple(float(n.get("Resources", {}).get("GPU", 0.0)) for n in nodes)
+    return ClusterView(
+        cpus=sum(float(n.get("Resources", {}).get("CPU", 0.0)) for n in nodes),
+        gpus=sum(gpus),
+        nodes=len(nodes),
+        max_node_gpus=max(gpus, default=0.0),
+        where=where,
+        node_gpus=gpus,
+    )
+
+
+def local_view(min_cpus: int) -> ClusterView:
+    """What a local instance will have, known before it starts: as many CPUs as the job
+    needs (start_local asks for them) and this machine's CUDA GPUs."""
+    import torch
+
+    gpus = float(torch.cuda.device_count()) if torch.cuda.is_available() else 0.0
+    where = "this machine"
+    if torch.version.cuda is None:
+        where += f" (torch {torch.__version__} is built without CUDA)"
+    return ClusterView(
+        cpus=float(max(os.cpu_count() or 1, min_cpus)),
+        gpus=gpus,
+        nodes=1,
+        max_node_gpus=gpus,
+        where=where,
+        node_gpus=(gpus,),
+    )
 
 
 def check_reachable(address: ClusterAddress, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
@@ -253,6 +299,10 @@ def _physical_memory_bytes() -> int | None:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
         return None
+
+
+def _loopback_host(host: str) -> bool:
+    return host.lower() == "localhost" or _loopback(host)
 
 
 def _loopback(ip: str) -> bool:

@@ -66,6 +66,7 @@ def train(
     run continues in `config.out` from its last good checkpoint, appending to its files.
     """
     config.validate()
+    check_runnable(config)
     dataset = dataset or load_dataset(
         config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
     )
@@ -94,26 +95,29 @@ def train(
         plan, writer, resumed_from=checkpoint, schedule_source=schedule_source
     )
     # Imported here: the controller and everything above load without Ray.
-    import ray
+    from syncswitch.runtime.ray.launch import run_on_ray
 
-    from syncswitch.runtime.ray.resources import ResourcePlan
-    from syncswitch.runtime.ray.supervisor import RaySupervisor
-    from syncswitch.runtime.ray_setup import connect
-
-    resources = ResourcePlan()
-    started_ray = connect(
-        config.ray_address, min_cpus=int(resources.cpus(plan.workers, config.servers))
-    )
     try:
-        supervisor = RaySupervisor(
-            controller, dataset, model_factory, loss_fn, resources, progress=config.progress
-        )
-        summary, final_weights = supervisor.execute()
+        summary, final_weights = run_on_ray(config, controller, dataset, model_factory, loss_fn)
         return RunResult(summary, writer.dir, final_weights)
     finally:
         writer.close()
-        if started_ray:
-            ray.shutdown()
+
+
+def check_runnable(config: TrainConfig) -> None:
+    """Refuse, in one line and before any file or process exists, what the runtime cannot
+    run here (e.g. --device cuda on a machine without CUDA)."""
+    if config.runtime == "sim":
+        # One process computes every simulated gradient, on this machine's CPU.
+        if "cuda" in (config.device, config.evaluator_device, config.server_device):
+            raise ConfigError(
+                "--device cuda: the simulator (--runtime sim) computes on the CPU; use "
+                "--device auto or cpu with it"
+            )
+        return
+    from syncswitch.runtime.ray.launch import check_before_start
+
+    check_before_start(config)
 
 
 def _simulate(

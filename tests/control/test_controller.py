@@ -242,3 +242,16 @@ def test_one_shard_done_ends_the_workload_on_every_shard(tmp_path):
     assert [m["fraction"] for m in run.controller.record.metrics] == [0.25, 0.5, 0.75, 1.0]
     assert run.summary["status"] == "complete"
     accounted(run.summary)
+
+
+def test_where_the_actors_run_goes_to_the_summary_and_each_change_is_logged(tmp_path):
+    run = ScriptedRun(tmp_path, schedule="bsp")
+    first = {"placement": "spread", "node_ids": ["a", "b"], "nodes_seen": ["a", "b"]}
+    moved = {"placement": "spread", "node_ids": ["b"], "nodes_seen": ["a", "b"]}
+    for placement in (first, first, moved):  # the runtime reports; a repeat is no change
+        step = run.controller.on_placed(placement)
+        assert step.decisions == [] and step.before is step.after
+    run.run()
+    assert run.summary["placement"] == moved
+    logged = [{k: v for k, v in e.items() if k != "event"} for e in events(tmp_path, "placement")]
+    assert logged == [first, moved]

@@ -9,7 +9,6 @@ controller's; this class only maps them to threads and replies.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from syncswitch.control.shard import ServerShard, ShardReport
 from syncswitch.core.hyperparams import MomentumPolicy
 from syncswitch.core.records import Decision, Gradient, Outcome, Snapshot
 from syncswitch.core.synchronizer import SyncConfig
+from syncswitch.runtime.ray.placement import here
 
 # Above this size one shared object-store copy per version beats inlining weights into every
 # reply (small models are faster inline: no second fetch).
@@ -61,10 +61,17 @@ class ParameterServer:
         restore: dict | None = None,
         observe_steps: bool = False,
         threads: int = 1,
+        device: str = "cpu",
     ) -> None:
         torch.set_num_threads(threads)
+        self.device = device
         self.shard = ServerShard(
-            config, initial, weight_decay, restore=restore, observe_steps=observe_steps
+            config,
+            initial,
+            weight_decay,
+            restore=restore,
+            observe_steps=observe_steps,
+            device=device,
         )
         self._workers = config.workers
         # A threaded actor: measured cheaper per call than an asyncio actor here, and its
@@ -75,8 +82,8 @@ class ParameterServer:
         self._reply_cache: WeightsReply | None = None
         self._last_heard: dict[int, float] = {}  # worker -> wall time of its last call
 
-    def pid(self) -> int:
-        return os.getpid()
+    def where(self) -> dict:
+        return here(self.device)
 
     def begin(self) -> None:
         with self._lock:
@@ -185,7 +192,7 @@ class ParameterServer:
         sync = self.shard.sync
         cached = self._reply_cache
         if cached is None or cached.version != sync.version or cached.done != sync.done:
-            weights = sync.weights.numpy().copy()
+            weights = sync.optimizer.weights_on_cpu().numpy().copy()
             payload: np.ndarray | list = weights
             if weights.nbytes > _SHARED_WEIGHTS_BYTES:
                 payload = [ray.put(weights)]

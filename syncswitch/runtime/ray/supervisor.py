@@ -6,6 +6,13 @@ hands the reports to the controller, submits the evaluations it asks for, watche
 workers' runs (finished, dead, up again after a restart), and carries out each decision with
 Ray: restart or kill a worker, replace or roll back the servers, apply a policy decision on
 every shard, request a snapshot.
+
+Every actor starts in its own bundle of the run's placement group (runtime/ray/placement.py),
+on the device the resource plan gives its role; where each one runs is kept in actors.json
+and handed to the controller for the summary. A lost node is no special case: its workers
+die and restart (in their bundles, which Ray places again on the nodes left), its servers
+are restored from the last checkpoint, its evaluator is started again and given the
+evaluations it had not answered.
 """
 
 from __future__ import annotations
@@ -19,7 +26,13 @@ from typing import Any
 import numpy as np
 import ray
 import torch
-from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import (
+    ActorUnavailableError,
+    GetTimeoutError,
+    ObjectLostError,
+    RayActorError,
+    RayTaskError,
+)
 
 from syncswitch.control.controller import RunController, RunPhase, Step
 from syncswitch.control.decisions import (
@@ -44,6 +57,7 @@ from syncswitch.errors import TrainingStalled
 from syncswitch.files import write_json_atomic
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
+from syncswitch.runtime.ray import placement
 from syncswitch.runtime.ray.resources import ResourcePlan
 from syncswitch.runtime.ray.server import ParameterServer
 from syncswitch.runtime.ray.worker import Worker, WorkerSpec, join_replies
@@ -76,8 +90,13 @@ class RaySupervisor:
         self.evaluator: Any = None
         self._runs: dict[Any, int] = {}  # a worker's `run` call -> the worker
         self._restarting: dict[int, Any] = {}  # worker -> its `ready` call while Ray restarts it
-        self._evaluations: dict[Any, EvalPoint] = {}
+        # An evaluation's call -> its point and weights (kept to ask a new evaluator again).
+        self._evaluations: dict[Any, tuple[EvalPoint, np.ndarray]] = {}
         self._pids: dict[str, Any] = {"driver": os.getpid()}
+        self._where: dict[str, dict[str, Any]] = {"driver": placement.here("cpu")}
+        self._nodes_seen: set[str] = set()
+        self.group: Any = None
+        self._dataset_copies: list[str] = []
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -88,24 +107,22 @@ class RaySupervisor:
         initial = flatten_parameters(self.model_factory()).numpy()
         self.shards = parameter_shards(len(initial), self.plan.job.servers)
         self.initial = initial
+        # Put once: each node's object store then fetches it once and its workers share
+        # that copy, rather than every worker pulling its own through the driver.
         self.dataset_ref = ray.put(self.dataset)
         resumed = self.controller.resumed_from
         try:
-            self.servers = self._start_servers(resumed.state["servers"] if resumed else None)
-            self.evaluator = (
-                ray.remote(Evaluator)
-                .options(**self.resources.evaluator.actor_options())
-                .remote(
-                    self.dataset_ref,
-                    self.model_factory,
-                    self.loss_fn,
-                    self.resources.evaluator.threads,
-                )
+            self.group = placement.create_group(
+                self.resources, self.plan.workers, self.plan.job.servers, _STARTUP_TIMEOUT_S
             )
+            self.servers = self._start_servers(resumed.state["servers"] if resumed else None)
+            self.evaluator = self._start_evaluator()
             self.workers = [self._start_worker(i) for i in range(self.plan.workers)]
-            pids = _wait_ready([w.ready.remote() for w in self.workers])
-            _wait_ready([self.evaluator.ready.remote()])
-            self._pids["workers"] = dict(enumerate(pids))
+            located = _wait_ready([w.ready.remote() for w in self.workers])
+            self._pids["workers"] = {}
+            for index, where in enumerate(located):
+                self._locate(f"worker {index}", where)
+            self._locate("evaluator", _wait_ready([self.evaluator.ready.remote()])[0])
             self._write_pids()
             ray.get([s.begin.remote() for s in self.servers])
             # Stragglers timed in seconds count run time, which a resumed run carries over.
@@ -123,6 +140,8 @@ class RaySupervisor:
             for actor in [*self.servers, self.evaluator, *self.workers]:
                 if actor is not None:
                     ray.kill(actor, no_restart=True)
+            if self.group is not None:
+                placement.remove_placement_group(self.group)
 
     def _follow(self, show: ProgressDisplay) -> None:
         controller = self.controller
@@ -150,6 +169,8 @@ class RaySupervisor:
         worker_stats = [finished[i] for i in sorted(finished)]
         _, final_weights, _, _ = join_replies(ray.get([s.pull.remote(-1) for s in self.servers]))
         snapshots = ray.get([s.final_snapshot.remote() for s in self.servers])
+        self._dataset_copies = placement.object_nodes(self.dataset_ref)
+        self._write_pids()
         return self.controller.finish(snapshots, worker_stats, final_weights), final_weights
 
     # -- carrying out decisions -----------------------------------------------------------------
@@ -166,7 +187,7 @@ class RaySupervisor:
                 )
                 self._runs[run] = worker
             case Evaluate(point=point, weights=weights):
-                self._evaluations[self.evaluator.evaluate.remote(weights)] = point
+                self._evaluations[self.evaluator.evaluate.remote(weights)] = (point, weights)
             case ApplyPolicyDecision(decision=policy_decision):
                 ray.get([s.carry_out.remote(policy_decision) for s in self.servers])
             case FinishShards():
@@ -175,7 +196,10 @@ class RaySupervisor:
                 for server in self.servers:
                     server.request_snapshot.remote(label)
             case RestartWorker(worker=worker):
-                ray.get([s.worker_lost.remote(worker) for s in self.servers])
+                # A server may be gone too (a lost node takes every actor on it): the next
+                # drain reports it, and the restored servers know no old incarnation.
+                with contextlib.suppress(RayActorError):
+                    ray.get([s.worker_lost.remote(worker) for s in self.servers])
                 # Ray is restarting the actor; a call made before it is up again fails, so its
                 # run starts once `ready` answers (see _check_restarts).
                 self._restarting[worker] = self.workers[worker].ready.remote()
@@ -209,11 +233,19 @@ class RaySupervisor:
         # the workers get the new servers: a worker handles one call at a time.
         if self._runs:
             ray.wait(list(self._runs), num_returns=len(self._runs), timeout=_STARTUP_TIMEOUT_S)
-            for ref, worker in list(self._runs.items()):
-                # A failed run runs again once the servers are back.
-                with contextlib.suppress(RayTaskError, RayActorError, GetTimeoutError):
-                    self.controller.on_worker_finished(worker, ray.get(ref, timeout=0))
+            runs = list(self._runs.items())
             self._runs.clear()
+            for ref, worker in runs:
+                try:
+                    stats = ray.get(ref, timeout=0)
+                except (RayTaskError, GetTimeoutError):
+                    continue  # failed on a dead server: it runs again once they are back
+                except RayActorError as error:
+                    # The worker died with the servers (a lost node takes all its actors):
+                    # Ray restarts it, and it runs once it is up and the servers are back.
+                    self._carry_out(self.controller.on_worker_died(worker, type(error).__name__))
+                    continue
+                self.controller.on_worker_finished(worker, stats)
         self.servers = self._start_servers(shard_states)
         ray.get([s.begin.remote() for s in self.servers])
         self._write_pids()
@@ -228,8 +260,14 @@ class RaySupervisor:
             refs, num_returns=1 if block else len(refs), timeout=None if block else 0
         )
         for ref in ready:
-            point = self._evaluations.pop(ref)
-            accuracy, loss = ray.get(ref)
+            point, weights = self._evaluations.pop(ref)
+            try:
+                accuracy, loss = ray.get(ref)
+            except RayActorError:
+                # The evaluator died (its node was lost): a new one answers instead.
+                self._evaluations[ref] = (point, weights)
+                self._replace_evaluator()
+                return
             self._carry_out(self.controller.on_evaluated(point, accuracy, loss))
 
     def _check_runs(self) -> None:
@@ -243,8 +281,9 @@ class RaySupervisor:
             try:
                 stats = ray.get(ref)
             except RayTaskError as error:
-                # The worker's own code raised: a failed call to a server, or a real error.
-                if not isinstance(error.cause, RayActorError):
+                # The worker's own code raised: a failed call to a server (or a weights object
+                # that died with its server), or a real error.
+                if not isinstance(error.cause, RayActorError | ObjectLostError):
                     raise
                 server_died = True  # the worker is fine; it runs again after the recovery
                 continue
@@ -266,12 +305,12 @@ class RaySupervisor:
             if ref not in ready:
                 continue
             try:
-                pid = ray.get(ref)
+                where = ray.get(ref)
             except ActorUnavailableError:
                 self._restarting[worker] = self.workers[worker].ready.remote()  # not up yet
                 continue
             del self._restarting[worker]
-            self._pids["workers"][worker] = pid
+            self._locate(f"worker {worker}", where)
             self._write_pids()
             self._carry_out(self.controller.on_worker_ready(worker))
 
@@ -279,11 +318,13 @@ class RaySupervisor:
 
     def _start_servers(self, restore: list[dict] | None) -> list:
         role = self.resources.server
-        server_cls = ray.remote(ParameterServer).options(
-            **role.actor_options(), max_concurrency=4 * self.plan.workers + 16
-        )
+        server_cls = ray.remote(ParameterServer)
         servers = [
-            server_cls.remote(
+            server_cls.options(
+                **role.actor_options(),
+                **placement.in_bundle(self.group, self.resources.server_bundle(index)),
+                max_concurrency=4 * self.plan.workers + 16,
+            ).remote(
                 self.plan.sync,
                 self.initial[shard],
                 self.plan.job.weight_decay,
@@ -291,11 +332,36 @@ class RaySupervisor:
                 # The first shard reports arriving steps: the online policy decides on them.
                 observe_steps=index == 0 and self.plan.online is not None,
                 threads=role.threads,
+                device=role.device,
             )
             for index, shard in enumerate(self.shards)
         ]
-        self._pids["servers"] = _wait_ready([s.pid.remote() for s in servers])
+        located = _wait_ready([s.where.remote() for s in servers])
+        self._pids["servers"] = [where["pid"] for where in located]
+        for index, where in enumerate(located):
+            self._locate(f"server {index}", where)
         return servers
+
+    def _start_evaluator(self) -> Any:
+        role = self.resources.evaluator
+        bundle = self.resources.evaluator_bundle(self.plan.job.servers)
+        return (
+            ray.remote(Evaluator)
+            .options(**role.actor_options(), **placement.in_bundle(self.group, bundle))
+            .remote(self.dataset_ref, self.model_factory, self.loss_fn, role.threads, role.device)
+        )
+
+    def _replace_evaluator(self) -> None:
+        """A new evaluator (in the lost one's bundle) takes every unanswered evaluation."""
+        with contextlib.suppress(Exception):
+            ray.kill(self.evaluator, no_restart=True)
+        self.evaluator = self._start_evaluator()
+        self._locate("evaluator", _wait_ready([self.evaluator.ready.remote()])[0])
+        self._write_pids()
+        waiting = list(self._evaluations.values())
+        self._evaluations = {
+            self.evaluator.evaluate.remote(weights): (point, weights) for point, weights in waiting
+        }
 
     def _start_worker(self, index: int) -> Any:
         plan = self.plan
@@ -310,17 +376,47 @@ class RaySupervisor:
             shards=tuple(self.shards),
             faults=plan.faults.for_worker(index),
             threads=self.resources.worker.threads,
+            device=self.resources.worker.device,
         )
-        # Restartable: after a crash Ray starts the actor again with the same arguments.
+        # Restartable: after a crash Ray starts the actor again with the same arguments, in
+        # the same bundle (placed again on another node if its node was lost).
         options = {
             **self.resources.worker.actor_options(),
+            **placement.in_bundle(
+                self.group, self.resources.worker_bundle(index, plan.job.servers)
+            ),
             "max_restarts": plan.reliability.max_worker_restarts,
         }
         return ray.remote(Worker).options(**options).remote(spec)
 
+    def _locate(self, name: str, where: dict[str, Any]) -> None:
+        """Record where an actor (re)started: its process id, node, host and device."""
+        self._where[name] = where
+        self._nodes_seen.add(where["node_id"])
+        role, _, index = name.partition(" ")
+        if role == "worker":
+            self._pids["workers"][int(index)] = where["pid"]
+
     def _write_pids(self) -> None:
-        """actors.json: which process is which, for operators (and fault-injection tests)."""
-        write_json_atomic(self.controller.writer.dir / "actors.json", self._pids)
+        """actors.json: which process is which and where it runs, for operators (and the
+        fault-injection tests); its placement also goes to the controller for the summary."""
+        actors = {k: v for k, v in self._where.items() if k != "driver"}
+        nodes = placement.describe_nodes(actors)
+        described = {
+            "placement": self.resources.placement,
+            "nodes": len(nodes),
+            "node_ids": sorted(nodes),
+            "hosts": sorted({n["host"] for n in nodes.values()}),
+            "nodes_seen": sorted(self._nodes_seen),
+            "resources": self.resources.describe(),
+        }
+        if self._dataset_copies:
+            described["dataset_copies_on_nodes"] = self._dataset_copies
+        write_json_atomic(
+            self.controller.writer.dir / "actors.json",
+            {**self._pids, **described, "actors": self._where, "by_node": nodes},
+        )
+        self._carry_out(self.controller.on_placed(described))
 
 
 def _resumed_time_s(checkpoint: LoadedCheckpoint) -> float:

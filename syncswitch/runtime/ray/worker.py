@@ -16,6 +16,7 @@ from syncswitch.core.emulation import EmulationConfig, StepTimeModel
 from syncswitch.core.faults import Fault, FaultKind, inject
 from syncswitch.core.optimizer import FlatParameters
 from syncswitch.core.sharding import BatchStream, worker_shard
+from syncswitch.runtime.ray.placement import here
 from syncswitch.runtime.ray.server import GradientMessage
 from syncswitch.workloads import ArrayDataset, prepare_batch
 
@@ -32,6 +33,7 @@ class WorkerSpec:
     shards: tuple[slice, ...]  # the flat-parameter slice each server holds
     faults: tuple[Fault, ...] = ()  # injected faults for this worker (tests of reliability)
     threads: int = 1  # torch intra-op threads (the resource plan's)
+    device: str = "cpu"  # "cuda": the model and its batches on the GPU Ray assigned
 
 
 class Worker:
@@ -43,15 +45,17 @@ class Worker:
         self.spec = spec
         self.dataset: ArrayDataset | None = None
         self.servers: list = []
-        self.model = spec.model_factory()
+        # Ray sets CUDA_VISIBLE_DEVICES to the GPU it assigned, so "cuda" is that one.
+        self.device = torch.device(spec.device)
+        self.model = spec.model_factory().to(self.device)
         self.model.train()
         self.flat = FlatParameters(self.model)
         self._step_times: list[float] = []
         self._compute_times: list[float] = []
         self._wait_times: list[float] = []
 
-    def ready(self) -> int:
-        return os.getpid()
+    def ready(self) -> dict:
+        return here(self.spec.device)
 
     def run(self, started_at: float, servers: list, dataset: list, incarnation: int = 0) -> dict:
         """Train until the server says the workload is done; return step-time statistics.
@@ -108,11 +112,15 @@ class Worker:
             train=True,
             generator=self.generator,
         )
+        if self.flat.staged:
+            x = x.to(self.device, non_blocking=True)
+            y = y.to(self.device, non_blocking=True)
         self.flat.zero_grad()
         loss = self.spec.loss_fn(self.model(x), y)
         loss.backward()
-        # The buffer is reused next step; Ray copies call arguments when the call is made.
-        return self.flat.gradient.numpy(), float(loss.detach())
+        # One flat copy off the device (on a GPU); the buffer is reused next step, which is
+        # safe because Ray copies call arguments when the call is made.
+        return self.flat.gradient_to_host(), float(loss.detach())
 
     def _rejoin(self) -> tuple[int, tuple[list[int], np.ndarray, bool, float]]:
         """Join (again) at the current version; the server says which sequence comes next."""

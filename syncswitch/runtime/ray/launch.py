@@ -1,0 +1,55 @@
+"""Connecting to Ray, planning the job's resources against what it has, running the
+supervisor, and letting go of Ray again: the Ray runtime as `train()` calls it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from syncswitch.config import TrainConfig
+from syncswitch.control.controller import RunController
+from syncswitch.runtime.ray.resources import ResourcePlan, plan_resources
+from syncswitch.workloads import ArrayDataset
+
+
+def check_before_start(config: TrainConfig) -> None:
+    """Refuse, before anything starts, a job this machine's own Ray could not run (e.g.
+    --device cuda without CUDA). A cluster's resources are known only once joined."""
+    from syncswitch.runtime.ray_setup import cluster_address, local_view
+
+    if cluster_address(config.ray_address) is None:
+        plan_resources(config, local_view(_local_cpus(config)))
+
+
+def run_on_ray(
+    config: TrainConfig,
+    controller: RunController,
+    dataset: ArrayDataset,
+    model_factory: Callable[[], torch.nn.Module],
+    loss_fn: Callable,
+) -> tuple[dict, np.ndarray]:
+    import ray
+
+    from syncswitch.runtime.ray.supervisor import RaySupervisor
+    from syncswitch.runtime.ray_setup import cluster_address, cluster_view, connect
+
+    address = cluster_address(config.ray_address)
+    started_ray = connect(config.ray_address, min_cpus=_local_cpus(config))
+    try:
+        where = f"the Ray cluster at {address.for_ray}" if address else "the local Ray instance"
+        # Checked against what Ray has now, before any actor or placement group exists.
+        resources = plan_resources(config, cluster_view(where))
+        supervisor = RaySupervisor(
+            controller, dataset, model_factory, loss_fn, resources, progress=config.progress
+        )
+        return supervisor.execute()
+    finally:
+        if started_ray:
+            ray.shutdown()  # only a local instance this call started; never a joined cluster
+
+
+def _local_cpus(config: TrainConfig) -> int:
+    # One CPU per actor, whatever the devices (resources.plan_resources asks for that).
+    return int(ResourcePlan().cpus(config.workers, config.servers))

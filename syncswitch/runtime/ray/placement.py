@@ -1,0 +1,75 @@
+"""Where the actors go and where they went: the run's placement group (one bundle per
+worker, per server and one for the evaluator) and each actor's node, host and device.
+
+Ray places the bundles by the strategy (`--placement`); an actor started in a bundle runs
+on that bundle's node. If a node is lost, Ray places its bundles again on the nodes left,
+and actors started in them (a restarted worker, a restored server) run there.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from syncswitch.runtime.ray.resources import ResourcePlan
+
+
+def create_group(plan: ResourcePlan, workers: int, servers: int, timeout_s: float) -> Any:
+    """The run's placement group, once Ray has placed every bundle (or a RuntimeError)."""
+    group = placement_group(plan.bundles(workers, servers), strategy=plan.strategy)
+    ready, _ = ray.wait([group.ready()], timeout=timeout_s)
+    if not ready:
+        remove_placement_group(group)
+        raise RuntimeError(
+            f"Ray could not place the job's actors ({plan.placement}) within {timeout_s:.0f} s: "
+            "the cluster's free CPUs/GPUs or nodes are not enough right now (see `ray status`)"
+        )
+    return group
+
+
+def in_bundle(group: PlacementGroup, index: int) -> dict[str, Any]:
+    """Actor options that start an actor in one bundle of the group."""
+    return {
+        "scheduling_strategy": PlacementGroupSchedulingStrategy(
+            placement_group=group,
+            placement_group_bundle_index=index,
+            # Tasks the actor starts itself are not the run's and take no bundle.
+            placement_group_capture_child_tasks=False,
+        )
+    }
+
+
+def here(device: str) -> dict[str, Any]:
+    """Where the calling actor runs (for actors.json and the summary)."""
+    context = ray.get_runtime_context()
+    return {
+        "pid": os.getpid(),
+        "node_id": context.get_node_id(),
+        "node_ip": ray.util.get_node_ip_address(),
+        "host": socket.gethostname(),
+        "device": device,
+    }
+
+
+def describe_nodes(actors: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per node: its host and IP, and which actors it runs now."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for name, where in actors.items():
+        node = nodes.setdefault(
+            where["node_id"], {"host": where["host"], "node_ip": where["node_ip"], "actors": []}
+        )
+        node["actors"].append(name)
+    return nodes
+
+
+def object_nodes(ref: Any) -> list[str]:
+    """The nodes whose object store holds a copy of an object (one copy per node at most)."""
+    from ray.experimental import get_object_locations
+
+    located = get_object_locations([ref]).get(ref) or {}
+    return sorted(located.get("node_ids") or [])
