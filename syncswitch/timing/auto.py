@@ -65,15 +65,12 @@ def resolve_auto_schedule(
 def describe_source(source: dict[str, Any]) -> str:
     """One line for the terminal saying where an auto schedule came from."""
     if source["kind"] == "registry":
-        how = (
-            f"SIMULATED decision (cluster {source['cluster']})"
-            if source.get("runtime") == "sim"
-            else "decision measured on real workers"
-        )
+        simulated = source.get("runtime") == "sim"
+        where = f"SIMULATED on cluster {source['cluster']}, " if simulated else ""
         return (
-            f"schedule {source['schedule']} from stored {how} #{source['decision_id']} "
-            f"(BSP fraction {source['label']}, job {source['fingerprint'][:12]}, registry "
-            f"{source['registry']})"
+            f"schedule {source['schedule']} from stored {'SIMULATED ' if simulated else ''}"
+            f"decision #{source['decision_id']} ({where}BSP fraction {source['label']}, job "
+            f"{source['fingerprint'][:12]}, registry {source['registry']})"
         )
     if source["kind"] == "default":
         return f"schedule {source['schedule']} (default): {source['hint']}"

@@ -20,7 +20,8 @@ def test_a_simulated_search_is_stored_and_reused_only_as_simulated(tmp_path, cap
     )
     _, source = resolve_auto_schedule(simulated, registry)
     assert source["kind"] == "registry" and source["runtime"] == "sim"
-    assert "SIMULATED decision (cluster default)" in describe_source(source)
+    assert "SIMULATED decision #" in describe_source(source)
+    assert "SIMULATED on cluster default" in describe_source(source)
     # The same job on Ray is another job: the simulated decision is never its decision.
     measured = TrainConfig(
         runtime="ray", workers=4, mnist1d_samples=1000, epochs=2, batch_size=16, schedule="auto"
