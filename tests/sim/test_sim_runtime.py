@@ -204,3 +204,38 @@ def test_an_emulated_device_overlaps_the_servers_work_with_the_step(mnist, tmp_p
     assert seconds_per_round[False] == pytest.approx(0.020 + 0.040, rel=0.02)
     # During the step (an emulated one): the server's 40 ms hides the 20 ms step.
     assert seconds_per_round[True] == pytest.approx(0.040, rel=0.02)
+
+
+class _InterruptAfter:
+    """A loss that stops the run (as Ctrl-C would) after `calls` gradients."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+
+    def __call__(self, logits, labels):
+        self.calls -= 1
+        if self.calls < 0:
+            raise KeyboardInterrupt
+        return F.cross_entropy(logits, labels)
+
+
+def test_an_interrupted_simulated_run_resumes_where_it_stopped(mnist, tmp_path) -> None:
+    job = dict(
+        runtime="sim",
+        workers=8,
+        schedule="bsp:0.25,asp",
+        epochs=4.0,
+        checkpoint_every=0.1,
+        **{k: v for k, v in JOB.items() if k != "lr_schedule"},
+        out=str(tmp_path / "run"),
+    )
+    with pytest.raises(KeyboardInterrupt):
+        train(TrainConfig(**job), dataset=mnist, loss_fn=_InterruptAfter(250))
+    stopped = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert stopped["status"].startswith("failed") and 0 < stopped["samples"] < 4 * 1600
+    result = train(TrainConfig(**job), dataset=mnist, resume=True)
+    summary = result.summary
+    assert summary["status"] == "complete" and summary["runtime"] == "sim"
+    assert summary["samples"] >= 4 * 1600
+    assert summary["reliability"]["failures"][-1]["kind"] == "resumed"
+    accounted(summary)
