@@ -312,9 +312,8 @@ def profile_summary(raw_path: Path, top: int = 25) -> str:
         if frames[0].startswith(("thread ", "process ")):
             thread_count[frames[0]] += count
             frames = frames[1:]
-        frames = [_function(f) for f in frames]
-        if not frames:
-            continue
+        # No Python frame: the thread holds the GIL in native code (Ray's Cython/C++).
+        frames = [_function(f) for f in frames] or ["(native code, no Python frame)"]
         samples += count
         self_count[frames[-1]] += count
         for name in set(frames):
