@@ -85,22 +85,7 @@ def open_regular(path: Path, *, follow_symlinks: bool = True) -> int:
     Opened with O_NONBLOCK so that a FIFO is refused instead of blocking the open.
     """
     flags = os.O_RDONLY | _NONBLOCK | (0 if follow_symlinks else _NOFOLLOW)
-    try:
-        fd = os.open(path, flags)
-    except OSError as error:
-        if not follow_symlinks and Path(path).is_symlink():
-            raise UnsafeFileError(
-                f"{str(path)!r} is a symbolic link; files inside a run directory must be "
-                "regular files"
-            ) from None
-        raise error
-    try:
-        _require_regular(fd, path)
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _open_regular_fd(path, flags, check_symlink=not follow_symlinks)
 
 
 def read_regular(path: Path, max_bytes: int, *, follow_symlinks: bool = True) -> bytes:
@@ -118,10 +103,18 @@ def read_regular(path: Path, max_bytes: int, *, follow_symlinks: bool = True) ->
 def open_append(path: Path) -> IO[str]:
     """A text handle appending to `path` (created if absent), never through a symlink."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _NONBLOCK
+    fd = _open_regular_fd(path, flags, check_symlink=True)
+    return os.fdopen(fd, "a", newline="")
+
+
+def _open_regular_fd(path: Path, flags: int, *, check_symlink: bool) -> int:
+    """`os.open` with `flags` (O_NONBLOCK among them, so a FIFO cannot block the open), then
+    refused unless a regular file; back to blocking mode. A refused symlink (O_NOFOLLOW) is
+    said as one, not as the bare errno."""
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as error:
-        if Path(path).is_symlink():
+        if check_symlink and Path(path).is_symlink():
             raise UnsafeFileError(
                 f"{str(path)!r} is a symbolic link; files inside a run directory must be "
                 "regular files"
@@ -133,7 +126,7 @@ def open_append(path: Path) -> IO[str]:
     except BaseException:
         os.close(fd)
         raise
-    return os.fdopen(fd, "a", newline="")
+    return fd
 
 
 def _require_regular(fd: int, path: Path) -> None:

@@ -16,9 +16,10 @@ from syncswitch.core.emulation import EmulationConfig, StepTimeModel
 from syncswitch.core.faults import Fault, FaultKind, inject
 from syncswitch.core.optimizer import FlatParameters
 from syncswitch.core.sharding import BatchStream, worker_shard
+from syncswitch.runtime.gradient import backward_on_batch
 from syncswitch.runtime.ray.placement import here
 from syncswitch.runtime.ray.server import GradientMessage
-from syncswitch.workloads import ArrayDataset, prepare_batch
+from syncswitch.workloads import ArrayDataset
 
 
 @dataclass(frozen=True)
@@ -104,23 +105,17 @@ class Worker:
 
     def _gradient(self, weights: np.ndarray) -> tuple[np.ndarray, float]:
         self.flat.load(weights)
-        indices = self.batches.next_indices()
-        x, y = prepare_batch(
+        loss = backward_on_batch(
+            self.model,
+            self.flat,
             self.dataset,
-            self.dataset.x_train[indices],
-            self.dataset.y_train[indices],
-            train=True,
-            generator=self.generator,
+            self.batches.next_indices(),
+            self.spec.loss_fn,
+            self.generator,
         )
-        if self.flat.staged:
-            x = x.to(self.device, non_blocking=True)
-            y = y.to(self.device, non_blocking=True)
-        self.flat.zero_grad()
-        loss = self.spec.loss_fn(self.model(x), y)
-        loss.backward()
         # One flat copy off the device (on a GPU); the buffer is reused next step, which is
         # safe because Ray copies call arguments when the call is made.
-        return self.flat.gradient_to_host(), float(loss.detach())
+        return self.flat.gradient_to_host(), loss
 
     def _rejoin(self) -> tuple[int, tuple[list[int], np.ndarray, bool, float]]:
         """Join (again) at the current version; the server says which sequence comes next."""

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import math
 import tempfile
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from syncswitch.config import TrainConfig, make_config
 from syncswitch.core.cluster import (
     DEFAULT_LATENCY_MS,
     ClusterModel,
@@ -40,6 +41,8 @@ from syncswitch.core.cluster import (
 )
 from syncswitch.errors import ConfigError
 from syncswitch.reports.rundir import RunData, load_run
+from syncswitch.runtime.train import train
+from syncswitch.workloads import ArrayDataset, build_model, load_dataset
 
 _REFINE_ROUNDS = 4
 _PROBE_GRADIENTS = 4000  # the replayed job is shortened to about this many gradients
@@ -74,7 +77,10 @@ def calibrate(run_dir: str | Path, *, refine: bool = True) -> tuple[ClusterModel
         latency_s, apply_s = DEFAULT_LATENCY_MS / 1e3, min(measured.values()) / workers
     else:
         latency_s, apply_s = _solve(measured, compute.step_time_ms / 1e3, expected_max, workers)
-    parameters = _parameters(run)
+    job = _job_config(run)
+    # Loaded once: the parameter count and every replay of the job use it.
+    dataset = load_dataset(job.dataset, job.data_dir, mnist1d_samples=job.mnist1d_samples)
+    parameters = sum(p.numel() for p in build_model(job.model_name, dataset).parameters())
     servers = int(config.get("servers") or 1)
     per_server = math.ceil(parameters / servers)
     network = NetworkModel(latency_ms=latency_s * 1e3)
@@ -89,7 +95,7 @@ def calibrate(run_dir: str | Path, *, refine: bool = True) -> tuple[ClusterModel
     )
     rounds: list[dict[str, Any]] = []
     if refine:
-        model, rounds = _refine(model, run, measured, workers)
+        model, rounds = _refine(model, job, dataset, measured)
     report = {
         "run": str(run_dir),
         "measured_s_per_step": measured,
@@ -247,19 +253,9 @@ def _solve(
     return max(0.0, (overhead - apply_s) / 2), apply_s
 
 
-def _parameters(run: RunData) -> int:
-    from syncswitch.config import make_config
-    from syncswitch.workloads import build_model, load_dataset
-
-    config = _job_config(run, make_config)
-    dataset = load_dataset(config.dataset, config.data_dir, mnist1d_samples=100)
-    return sum(p.numel() for p in build_model(config.model_name, dataset).parameters())
-
-
-def _job_config(run: RunData, make_config: Any) -> Any:
-    from syncswitch.config import config_fields
-
-    names = {f.name for f in config_fields()}
+def _job_config(run: RunData) -> TrainConfig:
+    """The job the run trained, as it would run again here (no output, no cluster)."""
+    names = {f.name for f in fields(TrainConfig)}
     values = {k: v for k, v in run.config.items() if k in names}
     values.update(
         runtime="ray",
@@ -274,14 +270,10 @@ def _job_config(run: RunData, make_config: Any) -> Any:
 
 
 def _refine(
-    model: ClusterModel, run: RunData, measured: dict[str, float], workers: int
+    model: ClusterModel, job: TrainConfig, dataset: ArrayDataset, measured: dict[str, float]
 ) -> tuple[ClusterModel, list[dict[str, Any]]]:
     """Replay the run's job on the simulator; correct latency and apply cost to match."""
-    from syncswitch.config import make_config
-    from syncswitch.runtime.train import train
-
-    job = _job_config(run, make_config)
-    gradients = job.epochs * _train_samples(job) / job.batch_size
+    gradients = job.epochs * len(dataset.y_train) / job.batch_size
     epochs = job.epochs * min(1.0, _PROBE_GRADIENTS / gradients)
     rounds = []
     for index in range(_REFINE_ROUNDS):
@@ -301,10 +293,10 @@ def _refine(
                 divergence_guard=False,
                 out=str(Path(scratch) / "run"),
             )
-            train(probe)
+            train(probe, dataset=dataset)
             simulated = _seconds_per_step(load_run(probe.out))
         rounds.append({"round": index, "simulated_s_per_step": simulated})
-        model = _corrected(model, measured, simulated, workers)
+        model = _corrected(model, measured, simulated, job.workers)
     return model, rounds
 
 
@@ -335,9 +327,3 @@ def _corrected(
         network=replace(model.network, latency_ms=round(latency_s * 1e3, 5)),
         server=replace(model.server, message_ms=round(max(0.0, apply_s) * 1e3, 5)),
     )
-
-
-def _train_samples(job: Any) -> int:
-    from syncswitch.config import CIFAR_TRAIN_SAMPLES
-
-    return int(job.mnist1d_samples * 0.8) if job.dataset == "mnist1d" else CIFAR_TRAIN_SAMPLES

@@ -5,7 +5,7 @@ what a Ray worker keeps besides the parameters is kept per worker and swapped in
 step: its data order, its augmentation generator, its torch RNG state (dropout), and its
 buffers (BatchNorm running statistics). Each is seeded and advanced exactly as
 runtime/ray/worker.py does, so a simulated worker computes the gradient its Ray twin would
-compute on the same weights.
+compute on the same weights (both call runtime/gradient.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import torch
 from syncswitch.core.emulation import EmulationConfig, StepTimeModel
 from syncswitch.core.optimizer import FlatParameters
 from syncswitch.core.sharding import BatchStream, worker_shard
-from syncswitch.workloads import ArrayDataset, prepare_batch
+from syncswitch.runtime.gradient import backward_on_batch
+from syncswitch.workloads import ArrayDataset
 
 
 @dataclass
@@ -89,21 +90,18 @@ class GradientComputer:
         for mine, kept in zip(self._buffers, data.buffers, strict=True):
             mine.copy_(kept)
         torch.set_rng_state(data.rng_state)
-        indices = data.batches.next_indices()
-        x, y = prepare_batch(
+        loss = backward_on_batch(
+            self.model,
+            self.flat,
             self.dataset,
-            self.dataset.x_train[indices],
-            self.dataset.y_train[indices],
-            train=True,
-            generator=data.generator,
+            data.batches.next_indices(),
+            self.loss_fn,
+            data.generator,
         )
-        self.flat.zero_grad()
-        loss = self.loss_fn(self.model(x), y)
-        loss.backward()
         data.rng_state = torch.get_rng_state()
         for mine, kept in zip(self._buffers, data.buffers, strict=True):
             kept.copy_(mine)
-        return self.flat.gradient.numpy().copy(), float(loss.detach())
+        return self.flat.gradient.numpy().copy(), loss
 
     def _fresh_process(self, worker: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
         # A Ray worker seeds torch and then builds its model, which draws from that RNG; the

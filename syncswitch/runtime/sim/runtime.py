@@ -144,7 +144,6 @@ class SimRuntime:
         resumed = self.controller.resumed_from
         try:
             self._start_servers(resumed.state["servers"] if resumed else None)
-            # The workers' first steps wait for the cluster's start-up time.
             self._first_steps_at = self.events.now_s + self.cluster.startup_s
             self._carry_out(
                 self.controller.start(len(initial), time.perf_counter() - setup_started)
@@ -225,13 +224,13 @@ class SimRuntime:
                 self._start_servers(states)
                 self._carry_out(self.controller.on_servers_restored())
             case RollBack() as order:
-                for shard, state in zip(self.shards, order.shard_states, strict=True):
-                    self._released(
-                        shard.roll_back(
-                            state, order.protocol, order.lr_scale, order.momentum, order.label
-                        ),
-                        self.shards.index(shard),
+                for index, (shard, state) in enumerate(
+                    zip(self.shards, order.shard_states, strict=True)
+                ):
+                    outcome = shard.roll_back(
+                        state, order.protocol, order.lr_scale, order.momentum, order.label
                     )
+                    self._released(outcome, index)
                 self._carry_out(self.controller.on_rolled_back())
             case Stop(reason=reason, stalled=stalled):
                 raise TrainingStalled(reason) if stalled else RuntimeError(reason)
@@ -290,16 +289,26 @@ class SimRuntime:
             worker.last_heard_s = now  # held until now, it was waiting on us, not silent
             if not worker.running:
                 continue
-            # Replies leave over the server's link one after another.
-            sent = self._links_out[index].serve(now, self._server_link_s[index])
-            self.events.at(
-                sent + self._worker_link_s[index],
-                self._receive,
-                worker_index,
-                worker.life,
-                index,
-                reply,
-            )
+            self._send_reply(worker, index, reply, now)
+
+    def _send_reply(
+        self,
+        worker: SimWorker,
+        shard_index: int,
+        reply: tuple[int, np.ndarray, bool, float],
+        ready_s: float,
+    ) -> None:
+        """A shard's weights to one worker: over the server's link (replies leave one after
+        another), then the worker's."""
+        sent = self._links_out[shard_index].serve(ready_s, self._server_link_s[shard_index])
+        self.events.at(
+            sent + self._worker_link_s[shard_index],
+            self._receive,
+            worker.index,
+            worker.life,
+            shard_index,
+            reply,
+        )
 
     # -- workers ------------------------------------------------------------------------------
 
@@ -313,21 +322,10 @@ class SimRuntime:
         self.computer.position(index, worker.sequence, new_process=new_process)
         worker.last_heard_s = self.events.now_s
         worker.replies = {}
+        # The workers' first steps wait for the cluster's start-up time.
+        ready_s = max(self.events.now_s, self._first_steps_at)
         for shard_index in range(len(self.shards)):
-            self._released_one(index, shard_index)
-
-    def _released_one(self, worker_index: int, shard_index: int) -> None:
-        worker = self.workers[worker_index]
-        now = max(self.events.now_s, self._first_steps_at)
-        sent = self._links_out[shard_index].serve(now, self._server_link_s[shard_index])
-        self.events.at(
-            sent + self._worker_link_s[shard_index],
-            self._receive,
-            worker_index,
-            worker.life,
-            shard_index,
-            self._reply(shard_index),
-        )
+            self._send_reply(worker, shard_index, self._reply(shard_index), ready_s)
 
     def _receive(
         self, index: int, life: int, shard_index: int, reply: tuple[int, np.ndarray, bool, float]

@@ -1,0 +1,41 @@
+"""One worker step's gradient, as every runtime computes it.
+
+The Ray worker and the simulator call this same function, so a simulated worker computes
+exactly the gradient its Ray twin would (tests/sim/test_gradients.py checks they agree).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from syncswitch.core.optimizer import FlatParameters
+from syncswitch.workloads import ArrayDataset, prepare_batch
+
+
+def backward_on_batch(
+    model: torch.nn.Module,
+    flat: FlatParameters,
+    dataset: ArrayDataset,
+    indices: np.ndarray,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    generator: torch.Generator,
+) -> float:
+    """The training batch `indices` (augmented from `generator`) forward and backward on the
+    weights loaded in `flat`; the gradient is left in `flat.gradient`, the loss returned."""
+    x, y = prepare_batch(
+        dataset,
+        dataset.x_train[indices],
+        dataset.y_train[indices],
+        train=True,
+        generator=generator,
+    )
+    if flat.staged:
+        x = x.to(flat.device, non_blocking=True)
+        y = y.to(flat.device, non_blocking=True)
+    flat.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    return float(loss.detach())
