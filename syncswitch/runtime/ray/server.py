@@ -1,10 +1,12 @@
-"""The parameter-server actor: a thin threaded shell around one `ServerShard`.
+"""The parameter-server actor: a thin shell around one `ServerShard`.
 
-Each worker makes one call per step, `push_pull`, which carries its gradient and returns the
-weights it should compute on next. A call that must wait (at a BSP barrier, or held by an SSP
-bound) simply does not return yet: its thread waits until the synchronizer releases that
-worker. Every protocol decision is the shard's synchronizer's, every run decision the
-controller's; this class only maps them to threads and replies.
+Workers reach it two ways. Every step goes over the data plane (runtime/dataplane.py): one
+ZeroMQ message with the worker's gradient slice, answered with the weights it should compute
+on next. A step that must wait (at a BSP barrier, or held by an SSP bound) is simply not
+answered yet: the worker's identity waits here until the synchronizer releases that worker.
+Everything else (rejoin, pull, drain, the controller's decisions) is a Ray call. Every
+protocol decision is the shard's synchronizer's, every run decision the controller's; this
+class only maps them to messages and replies.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 import ray
@@ -22,33 +23,33 @@ from syncswitch.control.shard import ServerShard, ShardReport
 from syncswitch.core.hyperparams import MomentumPolicy
 from syncswitch.core.records import Decision, Gradient, Outcome, Snapshot
 from syncswitch.core.synchronizer import SyncConfig
+from syncswitch.runtime.dataplane import Request, ServerEndpoint, encode_reply
 from syncswitch.runtime.ray.placement import here
 
 # Above this size one shared object-store copy per version beats inlining weights into every
-# reply (small models are faster inline: no second fetch).
+# Ray reply (small models are faster inline: no second fetch). Data-plane replies are raw.
 _SHARED_WEIGHTS_BYTES = 1 << 20
-
-
-class GradientMessage(NamedTuple):
-    """One worker step, sent as a single call argument: Ray serializes each argument
-    separately, and eight arguments cost about 0.2 ms more per call on each side than one."""
-
-    worker: int
-    sequence: int
-    computed_version: int
-    values: np.ndarray  # this server's slice of the flat gradient
-    samples: int
-    loss: float
-    step_time_s: float
-    ready_at: float | None  # emulation: wall time at which the emulated step ends
 
 
 @dataclass(frozen=True)
 class WeightsReply:
+    """The weights as a Ray call (rejoin, pull) returns them."""
+
     version: int
     weights: np.ndarray | list  # the array, or [ObjectRef] for large models
     done: bool
     progress: float  # fraction of the training samples applied (emulated stragglers use it)
+
+
+@dataclass(frozen=True)
+class _CachedWeights:
+    """The weights of one version, copied once and shared by every reply until the next."""
+
+    version: int
+    done: bool
+    progress: float
+    weights: np.ndarray  # read-only: zero-copy sends may still hold it
+    header: bytes  # the data plane's reply header
 
 
 class ParameterServer:
@@ -62,6 +63,7 @@ class ParameterServer:
         observe_steps: bool = False,
         threads: int = 1,
         device: str = "cpu",
+        host: str | None = None,
     ) -> None:
         torch.set_num_threads(threads)
         self.device = device
@@ -74,16 +76,34 @@ class ParameterServer:
             device=device,
         )
         self._workers = config.workers
-        # A threaded actor: measured cheaper per call than an asyncio actor here, and its
-        # sleeps are exact. Every touch of the shard holds the lock; a waiting call registers
-        # its event under the lock, so a release can never be missed.
+        # The data plane's thread and Ray's call threads both touch the shard, always holding
+        # the lock; a worker left waiting is registered under it, so no release is missed.
         self._lock = threading.Lock()
-        self._waiters: dict[int, tuple[threading.Event, list[WeightsReply]]] = {}
-        self._reply_cache: WeightsReply | None = None
-        self._last_heard: dict[int, float] = {}  # worker -> wall time of its last call
+        self._waiters: dict[int, bytes] = {}  # worker -> the data-plane identity to answer
+        self._incarnations: dict[int, int] = {}  # worker -> its current incarnation
+        self._cache: _CachedWeights | None = None
+        self._shared: tuple[int, list] | None = None  # version -> [ObjectRef] (large models)
+        self._last_heard: dict[int, float] = {}  # worker -> wall time of its last message
+        self._endpoint = ServerEndpoint(
+            host or ray.util.get_node_ip_address(),
+            len(initial),
+            self._on_request,
+            clock=time.time,
+        )
 
     def where(self) -> dict:
         return here(self.device)
+
+    def endpoint(self) -> tuple[str, bytes]:
+        """Where workers send their steps, and the token that admits them."""
+        return self._endpoint.address, self._endpoint.token
+
+    def ping(self) -> None:
+        """A waiting worker asks whether this server is still alive (Ray answers if not)."""
+
+    def rejected_messages(self) -> dict[str, int]:
+        """Data-plane messages dropped unread, by reason (wrong token, malformed)."""
+        return dict(self._endpoint.rejected)
 
     def begin(self) -> None:
         with self._lock:
@@ -93,48 +113,39 @@ class ParameterServer:
 
     def pull(self, worker: int) -> WeightsReply:
         with self._lock:
-            return self._reply()
+            return self._weights_reply()
 
-    def rejoin(self, worker: int) -> tuple[int, WeightsReply]:
+    def rejoin(self, worker: int, incarnation: int = 0) -> tuple[int, WeightsReply]:
         """A (new incarnation of a) worker starts: the sequence it starts at, and weights."""
         with self._lock:
             start = self.shard.rejoin(worker)
             self._last_heard[worker] = time.time()
-            # A call of its previous incarnation may still wait here; let its thread go.
-            stale = self._waiters.pop(worker, None)
-            reply = self._reply()
-            if stale is not None:
-                stale[1].append(reply)
-                stale[0].set()
-            return start, reply
+            self._incarnations[worker] = incarnation
+            # A step of its previous incarnation may still wait here; nobody will read it.
+            self._waiters.pop(worker, None)
+            return start, self._weights_reply()
 
-    def push_pull(self, message: GradientMessage) -> WeightsReply:
-        if message.ready_at is not None:
-            # Emulation: the gradient counts as arrived when its emulated step ends.
-            delay_s = message.ready_at - time.time()
-            if delay_s > 0:
-                time.sleep(delay_s)
-        worker = message.worker
+    def _on_request(self, identity: bytes, request: Request) -> None:
+        """One worker step, on the data plane's thread when its gradient counts as arrived."""
+        worker = request.worker
         gradient = Gradient(
             worker=worker,
-            sequence=message.sequence,
-            computed_version=message.computed_version,
-            # Arguments arrive read-only; the copy is the server's own.
-            values=torch.from_numpy(np.array(message.values, dtype=np.float32)),
-            samples=message.samples,
-            loss=message.loss,
-            step_time_s=message.step_time_s,
+            sequence=request.sequence,
+            computed_version=request.computed_version,
+            values=torch.from_numpy(request.values),
+            samples=request.samples,
+            loss=request.loss,
+            step_time_s=request.step_time_s,
         )
         with self._lock:
             self._last_heard[worker] = time.time()
             outcome = self.shard.submit(gradient)
             self._release(outcome)
             if worker in outcome.released:
-                return self._reply()
-            event, slot = threading.Event(), []
-            self._waiters[worker] = (event, slot)
-        event.wait()
-        return slot[0]
+                self._answer(identity)
+            elif request.incarnation == self._incarnations.get(worker):
+                self._waiters[worker] = identity
+            # else: a step of an incarnation that is gone; the shard has counted it.
 
     # -- the controller's decisions -------------------------------------------------------------
 
@@ -177,25 +188,39 @@ class ParameterServer:
     def _release(self, outcome: Outcome) -> None:
         if not outcome.released:
             return
-        reply = self._reply()
         now = time.time()
         for worker in outcome.released:
             # Held until now, it was waiting on us, not silent: its silence starts here.
             self._last_heard[worker] = now
-            waiter = self._waiters.pop(worker, None)
-            if waiter is not None:
-                event, slot = waiter
-                slot.append(reply)
-                event.set()
+            identity = self._waiters.pop(worker, None)
+            if identity is not None:
+                self._answer(identity)
 
-    def _reply(self) -> WeightsReply:
+    def _answer(self, identity: bytes) -> None:
+        cached = self._current()
+        self._endpoint.send(identity, cached.header, cached.weights)
+
+    def _current(self) -> _CachedWeights:
         sync = self.shard.sync
-        cached = self._reply_cache
+        cached = self._cache
         if cached is None or cached.version != sync.version or cached.done != sync.done:
             weights = sync.optimizer.weights_on_cpu().numpy().copy()
-            payload: np.ndarray | list = weights
-            if weights.nbytes > _SHARED_WEIGHTS_BYTES:
-                payload = [ray.put(weights)]
-            cached = WeightsReply(sync.version, payload, sync.done, sync.progress)
-            self._reply_cache = cached
+            weights.flags.writeable = False
+            cached = _CachedWeights(
+                sync.version,
+                sync.done,
+                sync.progress,
+                weights,
+                encode_reply(sync.version, sync.done, sync.progress),
+            )
+            self._cache = cached
         return cached
+
+    def _weights_reply(self) -> WeightsReply:
+        cached = self._current()
+        payload: np.ndarray | list = cached.weights
+        if cached.weights.nbytes > _SHARED_WEIGHTS_BYTES:
+            if self._shared is None or self._shared[0] != cached.version:
+                self._shared = (cached.version, [ray.put(cached.weights)])
+            payload = self._shared[1]
+        return WeightsReply(cached.version, payload, cached.done, cached.progress)

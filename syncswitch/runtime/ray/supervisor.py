@@ -323,7 +323,9 @@ class RaySupervisor:
             server_cls.options(
                 **role.actor_options(),
                 **placement.in_bundle(self.group, self.resources.server_bundle(index)),
-                max_concurrency=4 * self.plan.workers + 16,
+                # Steps arrive on the data plane, not as calls: these threads serve only the
+                # control calls (rejoin, ping, drain, decisions), none of which blocks long.
+                max_concurrency=16,
             ).remote(
                 self.plan.sync,
                 self.initial[shard],

@@ -1,7 +1,9 @@
-"""The worker actor: computes real PyTorch gradients on its own shard, one call per step."""
+"""The worker actor: computes real PyTorch gradients on its own shard; each step is one
+data-plane message to every server shard (runtime/dataplane.py) and their replies."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -11,15 +13,18 @@ from dataclasses import dataclass
 import numpy as np
 import ray
 import torch
+from ray.exceptions import GetTimeoutError
 
 from syncswitch.core.emulation import EmulationConfig, StepTimeModel
 from syncswitch.core.faults import Fault, FaultKind, inject
 from syncswitch.core.optimizer import FlatParameters
 from syncswitch.core.sharding import BatchStream, worker_shard
+from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.gradient import backward_on_batch
 from syncswitch.runtime.ray.placement import here
-from syncswitch.runtime.ray.server import GradientMessage
 from syncswitch.workloads import ArrayDataset
+
+_PROBE_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -74,9 +79,30 @@ class Worker:
             samples = len(self.dataset.y_train)
             self._shard = worker_shard(samples, spec.worker, spec.workers, spec.seed)
         self.servers = servers
+        self.incarnation = incarnation
         self._faults = [f for f in self.spec.faults if not (f.kind.once and incarnation > 0)]
-        sequence, (versions, weights, done, progress) = self._rejoin()
-        self._position(sequence)
+        # Sockets connect in the background while the rejoin call runs.
+        channel = WorkerChannel(
+            ray.get([s.endpoint.remote() for s in servers]), probe=self._probe_servers
+        )
+        try:
+            sequence, (versions, weights, done, progress) = self._rejoin()
+            self._position(sequence)
+            self._train(channel, sequence, versions, weights, done, progress, started_at)
+        finally:
+            channel.close()
+        return self._stats()
+
+    def _train(
+        self,
+        channel: WorkerChannel,
+        sequence: int,
+        versions: list[int],
+        weights: np.ndarray,
+        done: bool,
+        progress: float,
+        started_at: float,
+    ) -> None:
         emulation = self.spec.emulation
         while not done:
             started_wall, started = time.time(), time.perf_counter()
@@ -93,13 +119,12 @@ class Worker:
             step_s = max(slowed_s, compute_s)
             ready_at = started_wall + step_s if emulation.enabled else None
             versions, weights, done, progress = self._push_pull(
-                sequence, versions, gradient, loss, step_s, ready_at
+                channel, sequence, versions, gradient, loss, step_s, ready_at
             )
             self._wait_times.append(time.perf_counter() - started - step_s)
             self._compute_times.append(compute_s)
             self._step_times.append(step_s)
             sequence += 1
-        return self._stats()
 
     # -- internals --------------------------------------------------------------------------
 
@@ -114,12 +139,14 @@ class Worker:
             self.generator,
         )
         # One flat copy off the device (on a GPU); the buffer is reused next step, which is
-        # safe because Ray copies call arguments when the call is made.
+        # safe because every server has replied (so received it) before the next step.
         return self.flat.gradient_to_host(), loss
 
     def _rejoin(self) -> tuple[int, tuple[list[int], np.ndarray, bool, float]]:
         """Join (again) at the current version; the server says which sequence comes next."""
-        answers = ray.get([s.rejoin.remote(self.spec.worker) for s in self.servers])
+        answers = ray.get(
+            [s.rejoin.remote(self.spec.worker, self.incarnation) for s in self.servers]
+        )
         return max(start for start, _ in answers), join_replies([r for _, r in answers])
 
     def _position(self, sequence: int) -> None:
@@ -144,6 +171,7 @@ class Worker:
 
     def _push_pull(
         self,
+        channel: WorkerChannel,
         sequence: int,
         versions: list[int],
         gradient: np.ndarray,
@@ -152,25 +180,31 @@ class Worker:
         ready_at: float | None,
     ) -> tuple[list[int], np.ndarray, bool, float]:
         spec = self.spec
-        batch = spec.batch_size
-        replies = ray.get(
+        replies = channel.exchange(
             [
-                server.push_pull.remote(
-                    GradientMessage(
+                (
+                    encode_request(
                         spec.worker,
+                        self.incarnation,
                         sequence,
                         version,
-                        gradient[shard],
-                        batch,
+                        spec.batch_size,
                         loss,
                         step_s,
                         ready_at,
-                    )
+                    ),
+                    gradient[shard],
                 )
-                for server, shard, version in zip(self.servers, spec.shards, versions, strict=True)
+                for shard, version in zip(spec.shards, versions, strict=True)
             ]
         )
         return join_replies(replies)
+
+    def _probe_servers(self) -> None:
+        """Called while a reply is late: a dead server raises (RayActorError), which ends
+        this run as a failed call to it did; a slow one only means waiting on."""
+        with contextlib.suppress(GetTimeoutError):
+            ray.get([s.ping.remote() for s in self.servers], timeout=_PROBE_TIMEOUT_S)
 
     def _stats(self) -> dict:
         steps = np.array(self._step_times) if self._step_times else np.zeros(1)
