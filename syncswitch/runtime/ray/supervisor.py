@@ -97,6 +97,7 @@ class RaySupervisor:
         self._nodes_seen: set[str] = set()
         self.group: Any = None
         self._dataset_copies: list[str] = []
+        self._rejected: dict[str, int] = {}  # data-plane messages the servers dropped unread
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -170,6 +171,9 @@ class RaySupervisor:
         _, final_weights, _, _ = join_replies(ray.get([s.pull.remote(-1) for s in self.servers]))
         snapshots = ray.get([s.final_snapshot.remote() for s in self.servers])
         self._dataset_copies = placement.object_nodes(self.dataset_ref)
+        for rejected in ray.get([s.rejected_messages.remote() for s in self.servers]):
+            for reason, count in rejected.items():
+                self._rejected[reason] = self._rejected.get(reason, 0) + count
         self._write_pids()
         return self.controller.finish(snapshots, worker_stats, final_weights), final_weights
 
@@ -414,6 +418,10 @@ class RaySupervisor:
         }
         if self._dataset_copies:
             described["dataset_copies_on_nodes"] = self._dataset_copies
+        if self._rejected:
+            # Wrong token, malformed: someone other than this run's workers wrote to a
+            # server's data-plane port. Nothing of it was applied.
+            described["data_plane_rejected"] = self._rejected
         write_json_atomic(
             self.controller.writer.dir / "actors.json",
             {**self._pids, **described, "actors": self._where, "by_node": nodes},
