@@ -1,6 +1,6 @@
-"""Rates over a run's steady window, and medians of per-repeat figures: the arithmetic of
-benchmarks/throughput.py, kept apart so other benchmarks can share it (pure functions, no
-timing; tested in tests/runtime/test_throughput_arith.py).
+"""Rates over a run's steady window, and medians of per-repeat figures: the arithmetic that
+benchmarks/throughput.py and benchmarks/hot_path.py share (pure functions, no timing; tested in
+tests/runtime/test_throughput_arith.py).
 
 A run's step time stamps (optimizer steps, or rows of syncswitch's updates.csv, one per applied
 gradient) span its first to its last step. The steady window is a fixed share of that span,

@@ -1,7 +1,8 @@
-"""The arithmetic of benchmarks/throughput.py (and its helpers, benchmarks/steady.py):
+"""The arithmetic of benchmarks/throughput.py and benchmarks/hot_path.py (benchmarks/steady.py):
 steady-window rates from time stamps, ratios and medians per repeat, the tables. No run, no
 timing."""
 
+import argparse
 import importlib.util
 import sys
 from pathlib import Path
@@ -119,3 +120,56 @@ def test_the_table_gives_medians_of_rates_and_of_per_repeat_ratios():
     assert "| syncswitch ASP, 8 workers | 60 | 50, 60, 90 |" in text
     # The median of the per-repeat ratios (0.5, 0.3, 0.6), not 60 / 150.
     assert "| asp/plain | 0.50 | 0.50, 0.30, 0.60 |" in text
+
+
+# -- hot_path.py ---------------------------------------------------------------------------------
+
+
+def test_the_ideal_is_every_worker_once_per_emulated_step():
+    bench = load("hot_path")
+    assert bench.ideal_updates_per_s(8, 20.0) == pytest.approx(400.0)
+
+
+def test_a_run_is_measured_over_its_steady_window():
+    bench = load("hot_path")
+    updates = [i * 0.005 for i in range(2001)]  # 200/s for 10 s: window 2 s .. 9 s
+    steps = [0.020] * len(updates)
+    row = bench.measure_updates(
+        updates,
+        steps,
+        eval_times_s=[1.0, 5.0, 9.5],
+        checkpoint_times_s=[2.0, 8.99],
+        ideal_per_s=400,
+    )
+    assert row["updates_per_s"] == pytest.approx(200.0, rel=0.01)
+    assert row["vs_ideal"] == pytest.approx(0.5, rel=0.01)
+    assert row["mean_step_time_ms"] == pytest.approx(20.0)
+    assert row["evaluations_in_window"] == 1
+    assert row["checkpoints_in_window"] == 2
+
+
+def test_the_hot_path_table_reports_the_busy_over_quiet_ratio_per_repeat():
+    bench = load("hot_path")
+    repeats = []
+    for quiet, busy in ((300.0, 270.0), (250.0, 250.0)):
+        runs = {
+            kind: {
+                "updates_per_s": rate,
+                "vs_ideal": rate / 400,
+                "evaluations_in_window": n,
+                "checkpoints_in_window": n,
+            }
+            for kind, rate, n in (("quiet", quiet, 0), ("busy", busy, 70))
+        }
+        repeats.append(
+            {
+                "runs": runs,
+                "updates_per_s": {"quiet": quiet, "busy": busy},
+                "busy/quiet": busy / quiet,
+            }
+        )
+    args = argparse.Namespace(workers=8, step_time_ms=20.0, epochs=12.0, busy_loggers=[])
+    text = bench.table(repeats, args)
+    assert "EMULATED 20 ms" in text
+    assert "| 275 | 68.8% | 300, 250 | 0/0, 0/0 |" in text
+    assert "median **0.950** (0.900, 1.000)" in text
