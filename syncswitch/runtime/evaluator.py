@@ -5,6 +5,7 @@ A Ray actor off the workers' path on Ray; a plain object called in place on the 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -25,7 +26,13 @@ class Evaluator:
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         threads: int = 1,
         device: str = "cpu",
+        nice: int = 0,
     ) -> None:
+        """`nice` > 0 lowers this process's CPU priority: where the evaluator shares cores
+        with workers and servers, an evaluation then takes only CPU they leave idle instead
+        of delaying their steps (the Ray runtime passes it; the simulator runs in place)."""
+        if nice:
+            os.nice(nice)
         torch.set_num_threads(threads)
         self.dataset = dataset
         self.device = torch.device(device)

@@ -65,6 +65,8 @@ from syncswitch.workloads import ArrayDataset
 
 _POLL_S = 0.1
 _STARTUP_TIMEOUT_S = 300.0
+# Evaluations are off the update path: they may lag, the workers and servers must not wait.
+_EVALUATOR_NICE = 10
 
 
 class RaySupervisor:
@@ -354,7 +356,14 @@ class RaySupervisor:
         return (
             ray.remote(Evaluator)
             .options(**role.actor_options(), **placement.in_bundle(self.group, bundle))
-            .remote(self.dataset_ref, self.model_factory, self.loss_fn, role.threads, role.device)
+            .remote(
+                self.dataset_ref,
+                self.model_factory,
+                self.loss_fn,
+                role.threads,
+                role.device,
+                nice=_EVALUATOR_NICE,
+            )
         )
 
     def _replace_evaluator(self) -> None:
