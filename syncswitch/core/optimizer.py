@@ -21,8 +21,8 @@ class FlatSGD:
     op for op, so the weights are bit-for-bit those torch's optimizer would give
     (tests/core/test_optimizer.py checks it). It is written out because on a small model
     `torch.optim.SGD.step()` spends most of its time in per-call Python (the profile hook
-    wrapper, `record_function`, choosing foreach/fused), not in the arithmetic: ~15 us per
-    step against ~5 us of tensor ops on 5,210 floats (benchmarks/server_apply.py).
+    wrapper, `record_function`, choosing foreach/fused), not in the arithmetic: ~18 us of CPU
+    per step against ~7 us written out, on 5,210 floats (benchmarks/server_apply.py).
 
     No per-step allocation after the first momentum step: the decayed (or Nesterov) gradient
     goes to a scratch buffer allocated once, never into the caller's tensor, which may be a
