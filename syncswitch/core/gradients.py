@@ -23,6 +23,7 @@ must be 0) checks it.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -64,6 +65,9 @@ def gradient_problem(values: Any, expected_numel: int) -> DropReason | None:
     with no boolean temporary, and any NaN or inf makes it non-finite (NaN propagates,
     inf + -inf is NaN), so a finite sum proves every value finite. A non-finite sum of finite
     values (overflow) is re-checked element-wise, so the answer is exact either way.
+    The sum is read back with .item() and tested by math.isfinite: the same answer (a Python
+    float keeps inf and NaN) for ~1.5 us instead of ~5 us for torch.isfinite on a 0-d tensor
+    and bool(), which on 5,210 values is most of the check.
     """
     if (
         not isinstance(values, torch.Tensor)
@@ -72,7 +76,7 @@ def gradient_problem(values: Any, expected_numel: int) -> DropReason | None:
         or values.numel() != expected_numel
     ):
         return DropReason.SHAPE_MISMATCH
-    if bool(torch.isfinite(values.sum())) or bool(torch.isfinite(values).all()):
+    if math.isfinite(values.sum().item()) or bool(torch.isfinite(values).all()):
         return None
     return DropReason.NON_FINITE
 
@@ -107,6 +111,9 @@ class _Sequences:
         return (sequence < self.high and sequence not in self.retired) or sequence in self.ahead
 
     def mark(self, sequence: int) -> None:
+        if sequence == self.high and not self.ahead:  # in order, as nearly every one arrives
+            self.high += 1
+            return
         if sequence < self.high:
             self.retired.discard(sequence)
             return
@@ -397,11 +404,15 @@ class QuarantinePolicy:
         first time the worker crosses a limit. Verdicts for a quarantined worker are ignored."""
         if worker in self._quarantined:
             return None
-        record = self._records.setdefault(worker, _Record())
+        record = self._records.get(worker)
         if problem is None:
-            record.consecutive = 0
-            record.problems.clear()
+            # The common case, once per applied gradient: nothing to build or count.
+            if record is not None and record.consecutive:
+                record.consecutive = 0
+                record.problems.clear()
             return None
+        if record is None:
+            record = self._records[worker] = _Record()
         problem = str(problem)
         record.consecutive += 1
         record.total += 1

@@ -117,13 +117,21 @@ class Outcome:
     done: bool = False
 
     def merge(self, other: Outcome) -> None:
-        for f in fields(self):
-            if f.name == "done":
-                self.done = self.done or other.done
-            elif f.name == "released":
-                self.released.extend(w for w in other.released if w not in self.released)
-            else:
-                getattr(self, f.name).extend(getattr(other, f.name))
+        # Called twice or more per applied gradient, mostly with little to merge: the record
+        # kinds are listed once (below the class), not by dataclasses.fields() per call.
+        self.done = self.done or other.done
+        if other.released:
+            self.released.extend(w for w in other.released if w not in self.released)
+        for name in _RECORD_KINDS:
+            records = getattr(other, name)
+            if records:
+                getattr(self, name).extend(records)
+
+
+# Every list field of Outcome but `released`, which merge de-duplicates.
+_RECORD_KINDS: tuple[str, ...] = tuple(
+    f.name for f in fields(Outcome) if f.name not in ("released", "done")
+)
 
 
 @dataclass(frozen=True)

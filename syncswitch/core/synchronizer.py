@@ -429,12 +429,15 @@ class Synchronizer:
 
     def _apply(self, gradients: list[Gradient]) -> list[UpdateRecord]:
         cfg = self.config
-        # A fixed summation order keeps BSP bit-for-bit reproducible whatever the arrival order.
-        gradients = sorted(gradients, key=lambda g: g.worker)
-        total = sum(g.samples for g in gradients)
         if len(gradients) == 1:
+            # Every asynchronous update: the gradient itself (FlatSGD only reads it).
+            total = gradients[0].samples
             mean = gradients[0].values
         else:
+            # A fixed summation order keeps BSP bit-for-bit reproducible whatever the arrival
+            # order.
+            gradients = sorted(gradients, key=lambda g: g.worker)
+            total = sum(g.samples for g in gradients)
             mean = torch.stack([g.values * (g.samples / total) for g in gradients]).sum(dim=0)
         lr = self.lr_scale * update_learning_rate(
             cfg.lr, cfg.lr_schedule, self.progress, len(gradients), cfg.workers

@@ -1,6 +1,7 @@
 import copy
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -86,3 +87,74 @@ def test_flat_sgd_state_is_in_cpu_memory_and_loads_back():
     again.load_state_dict(state)
     torch.testing.assert_close(again.weights, sgd.weights)
     torch.testing.assert_close(again.weights_on_cpu(), sgd.weights)
+
+
+# (lr, momentum) per step: momentum changes at "switches" and drops to 0 for whole phases (an
+# ASP phase with --momentum-at-switch zero), during which torch keeps the old buffer untouched.
+_SCHEDULE = [(0.1, 0.9)] * 3 + [(0.05, 0.0)] * 2 + [(0.02, 0.1125)] * 3 + [(0.3, 0.9)] * 2
+# A first phase without momentum: the buffer must start at the first step that has some.
+_SCHEDULE_LATE_MOMENTUM = [(0.1, 0.0)] * 2 + [(0.1, 0.9)] * 3 + [(0.07, 0.0), (0.07, 0.5)]
+
+
+@pytest.mark.parametrize("schedule", [_SCHEDULE, _SCHEDULE_LATE_MOMENTUM])
+@pytest.mark.parametrize("weight_decay", [0.0, 5e-4])
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_flat_sgd_is_torch_sgd_bit_for_bit(schedule, weight_decay, nesterov):
+    # Oracle: torch.optim.SGD on one Parameter, stepped with the same gradients, lr and
+    # momentum; a state_dict round trip half way, as a checkpoint and resume would do.
+    rng = np.random.default_rng(7)
+    initial = torch.from_numpy(rng.standard_normal(1000).astype(np.float32))
+    gradients = [torch.from_numpy(rng.standard_normal(1000).astype(np.float32)) for _ in schedule]
+    param = torch.nn.Parameter(initial.clone())
+    reference = torch.optim.SGD(
+        [param], lr=0.1, momentum=0.9, weight_decay=weight_decay, nesterov=nesterov
+    )
+    ours = FlatSGD(initial, weight_decay=weight_decay, nesterov=nesterov)
+    for i, ((lr, momentum), gradient) in enumerate(zip(schedule, gradients, strict=True)):
+        reference.param_groups[0].update(lr=lr, momentum=momentum)
+        param.grad = gradient.clone()
+        reference.step()
+        sent = gradient.clone()
+        ours.step(sent, lr=lr, momentum=momentum)
+        assert torch.equal(sent, gradient), "the caller's gradient must not be written"
+        assert torch.equal(ours.weights, param.detach()), f"weights differ after step {i}"
+        buffer = reference.state.get(param, {}).get("momentum_buffer")
+        state = ours.state_dict()
+        if buffer is None:
+            assert state["momentum_buffer"] is None
+        else:
+            assert torch.equal(state["momentum_buffer"], buffer)
+        if i == len(schedule) // 2:
+            ours = FlatSGD(torch.zeros(1000), weight_decay=weight_decay, nesterov=nesterov)
+            ours.load_state_dict(state)
+
+
+def test_flat_sgd_loads_a_checkpoint_written_by_the_torch_optim_version():
+    # What FlatSGD.state_dict() wrote when it wrapped torch.optim.SGD: the same two keys.
+    param = torch.nn.Parameter(torch.linspace(-1, 1, 6))
+    reference = torch.optim.SGD([param], lr=0.1, momentum=0.9, weight_decay=1e-3)
+    param.grad = torch.linspace(0, 1, 6)
+    reference.step()
+    old = {
+        "weights": param.detach().clone(),
+        "momentum_buffer": reference.state[param]["momentum_buffer"].clone(),
+    }
+    ours = FlatSGD(torch.zeros(6), weight_decay=1e-3)
+    ours.load_state_dict(old)
+    param.grad = torch.linspace(1, 0, 6)
+    reference.step()
+    ours.step(torch.linspace(1, 0, 6), lr=0.1, momentum=0.9)
+    assert torch.equal(ours.weights, param.detach())
+
+
+def test_flat_sgd_converts_a_gradient_of_another_dtype_like_torch():
+    param = torch.nn.Parameter(torch.ones(5))
+    reference = torch.optim.SGD([param], lr=0.1, momentum=0.9)
+    gradient = torch.linspace(0, 1, 5, dtype=torch.float64)
+    param.grad = gradient.to(torch.float32)
+    reference.step()
+    ours = FlatSGD(torch.ones(5))
+    ours.step(gradient, lr=0.1, momentum=0.9)
+    assert torch.equal(ours.weights, param.detach())
+    with pytest.raises(ValueError, match="shape"):
+        ours.step(torch.ones(4), lr=0.1, momentum=0.9)
