@@ -48,7 +48,7 @@ from syncswitch.runtime.train import train
 from syncswitch.workloads import build_model, load_dataset, prepare_batch
 
 _TICK = os.sysconf("SC_CLK_TCK")
-OUT = Path("benchmarks/results/cpu-breakdown")
+OUT = Path("benchmarks/results/cpu-breakdown")  # the default of --out
 ROLES = ("server", "workers_excl_fb", "forward_backward", "driver_evaluator", "ray", "total")
 
 
@@ -346,7 +346,7 @@ def profile_run(config: TrainConfig, args: argparse.Namespace) -> None:
 
     def start(mark: Mark) -> None:
         for name, pid in (("server", mark.server), ("worker0", mark.worker0)):
-            raw = OUT / f"profile-{name}.raw.txt"
+            raw = Path(args.out) / f"profile-{name}.raw.txt"
             command = [
                 tool,
                 "record",
@@ -361,7 +361,7 @@ def profile_run(config: TrainConfig, args: argparse.Namespace) -> None:
             command.append("--gil")
             if args.native:
                 command.append("--native")
-            log = open(OUT / f"profile-{name}.log", "w")  # noqa: SIM115 (closed with the process)
+            log = open(Path(args.out) / f"profile-{name}.log", "w")  # noqa: SIM115 (closed with the process)
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
             outputs.append((name, raw, process))
 
@@ -369,10 +369,10 @@ def profile_run(config: TrainConfig, args: argparse.Namespace) -> None:
     for name, raw, process in outputs:
         process.wait(timeout=60)
         if not raw.exists():
-            print(f"py-spy gave no profile of the {name} (see {OUT}/profile-{name}.log)")
+            print(f"py-spy gave no profile of the {name} (see {args.out}/profile-{name}.log)")
             continue
         text = profile_summary(raw)
-        (OUT / f"profile-{name}.txt").write_text(text)
+        (Path(args.out) / f"profile-{name}.txt").write_text(text)
         print(f"\n## py-spy, {name} ({args.profile_s} s, emulated ASP)\n\n{text}", flush=True)
 
 
@@ -418,8 +418,10 @@ def main() -> None:
     parser.add_argument("--window-s", type=float, default=10.0)
     parser.add_argument("--profile-s", type=float, default=0.0, help="0: no py-spy profile")
     parser.add_argument("--native", action="store_true", help="py-spy --native (C frames)")
+    parser.add_argument("--out", default=str(OUT), help=f"results directory (default {OUT})")
     args = parser.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     start_local(args.workers + 4)
 
     def config(step_time_ms: float, seed: int) -> TrainConfig:
@@ -432,7 +434,7 @@ def main() -> None:
             step_time_ms=step_time_ms,
             jitter_sigma=0.2,
             progress=False,
-            out=str(OUT / "runs" / f"{step_time_ms:g}ms-s{seed}"),
+            out=str(out / "runs" / f"{step_time_ms:g}ms-s{seed}"),
         )
 
     step_times = [float(v) for v in args.step_times_ms.split(",")]
@@ -451,8 +453,8 @@ def main() -> None:
             results[mode_label(ms)].append(row)
             split = ", ".join(f"{k} {v:.2f}" for k, v in row["split"].items())
             print(f"{mode_label(ms)}, seed {seed}: {row['updates_per_s']:.0f}/s; {split}")
-            write_json_atomic(OUT / "runs.json", {"args": vars(args), "results": results})
-            (OUT / "table.md").write_text(table(results, args))
+            write_json_atomic(out / "runs.json", {"args": vars(args), "results": results})
+            (out / "table.md").write_text(table(results, args))
     print("\n" + table(results, args), flush=True)
     if args.profile_s > 0:
         # Long enough for the warm-up and the profile at ASP's rate here.
