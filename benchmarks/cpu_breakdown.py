@@ -8,7 +8,10 @@ directory's actors.json says which process is the server, a worker, the evaluato
 process is the driver; every other descendant of this process is Ray's own (GCS, raylet,
 dashboard, idle Ray workers). The forward/backward CPU per gradient is measured separately,
 in this process on one thread, right after each run (same model, batch size and data), and
-subtracted from the workers' CPU. Medians of the runs are printed as a markdown table.
+subtracted from the workers' CPU. That is a warm-cache figure; the workers also measure each
+step's compute CPU in place (worker_steps.csv `compute_cpu_mean_s`: weights in, batch,
+forward, backward, gradient out, on a core shared with ten other processes), and the last
+columns subtract that instead. Medians of the runs are printed as a markdown table.
 
 With --profile-s, one more emulated run is profiled with py-spy (server and worker 0,
 sampling only the thread that holds the GIL, i.e. Python-side CPU) and the top functions by
@@ -17,8 +20,8 @@ included) is in runs.json for every run.
 
     python benchmarks/cpu_breakdown.py --repeats 3 --profile-s 10
 
-Results: benchmarks/results/cpu-breakdown/ (table.md, runs.json, profile-*.txt), written as
-they are produced.
+Results: --out, default benchmarks/results/cpu-breakdown/ (table.md, runs.json,
+profile-*.txt), written as they are produced.
 """
 
 from __future__ import annotations
@@ -252,6 +255,7 @@ def run_once(config: TrainConfig, warmup_s: float, window_s: float, on_window=No
             a.worker0_threads, b.worker0_threads, applied / config.workers
         ),
         "worker_compute_wall_ms": _worker_compute_ms(run_dir),
+        "worker_compute_cpu_ms": _worker_compute_ms(run_dir, "compute_cpu_mean_s"),
     }
     return row
 
@@ -261,8 +265,9 @@ def _per_gradient(a: dict[str, float], b: dict[str, float], applied: float) -> d
     return dict(sorted(((k, round(v, 3)) for k, v in used.items() if v > 0), key=lambda kv: -kv[1]))
 
 
-def _worker_compute_ms(run_dir: Path) -> float | None:
-    """The workers' own mean of `_gradient` wall time (worker_steps.csv), under contention."""
+def _worker_compute_ms(run_dir: Path, column: str = "compute_mean_s") -> float | None:
+    """The workers' own mean of a step's compute (worker_steps.csv): wall time (under
+    contention), or with `compute_cpu_mean_s` its CPU time, measured in place."""
     import csv
 
     try:
@@ -270,7 +275,7 @@ def _worker_compute_ms(run_dir: Path) -> float | None:
             rows = list(csv.DictReader(handle))
     except OSError:
         return None
-    values = [float(r["compute_mean_s"]) for r in rows if r.get("compute_mean_s")]
+    values = [float(r[column]) for r in rows if r.get(column)]
     return 1000 * statistics.mean(values) if values else None
 
 
@@ -385,8 +390,9 @@ def table(results: dict, args: argparse.Namespace) -> str:
         f"applied gradient over a {args.window_s:g} s steady window; medians of "
         f"{args.repeats} runs; {os.cpu_count()} cores, shared machine\n\n"
         "| mode | updates/s | server | workers excl. fwd/bwd | fwd/bwd | driver + evaluator "
-        "| Ray processes | total | framework (total - fwd/bwd) | cores busy (run / others) |\n"
-        "|---|---|---|---|---|---|---|---|---|---|\n"
+        "| Ray processes | total | framework (total - fwd/bwd) | fwd/bwd in place "
+        "| framework (total - fwd/bwd in place) | cores busy (run / others) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     rows = []
     for mode, runs in results.items():
@@ -397,6 +403,15 @@ def table(results: dict, args: argparse.Namespace) -> str:
         ours = statistics.median(r["cores_busy_this_run"] for r in runs)
         others = statistics.median(r["cores_busy_others"] for r in runs)
         cells = " | ".join(f"{med[k]:.2f}" for k in (*ROLES, "framework"))
+        in_place = [r for r in runs if r.get("worker_compute_cpu_ms")]
+        if in_place:
+            fb = statistics.median(r["worker_compute_cpu_ms"] for r in in_place)
+            framework = statistics.median(
+                r["split"]["total"] - r["worker_compute_cpu_ms"] for r in in_place
+            )
+            cells += f" | {fb:.2f} | {framework:.2f}"
+        else:
+            cells += " | - | -"
         rows.append(f"| {mode} | {rate:.0f} | {cells} | {ours:.2f} / {others:.2f} |")
     return head + "\n".join(rows) + "\n"
 

@@ -55,6 +55,7 @@ WORKER_COLUMNS = (
     "step_time_p90_s",
     "step_time_max_s",
     "compute_mean_s",
+    "compute_cpu_mean_s",  # the same steps' CPU time (Ray workers; empty on the simulator)
     "wait_mean_s",
     "emulated",
     "simulated",

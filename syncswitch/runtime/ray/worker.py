@@ -58,6 +58,9 @@ class Worker:
         self.flat = FlatParameters(self.model)
         self._step_times: list[float] = []
         self._compute_times: list[float] = []
+        # The step's CPU as well as its wall time: where workers share cores, wall time
+        # includes waiting for one, and CPU time shows what the step itself cost.
+        self._compute_cpu_times: list[float] = []
         self._wait_times: list[float] = []
 
     def ready(self) -> dict:
@@ -106,9 +109,11 @@ class Worker:
         emulation = self.spec.emulation
         while not done:
             started_wall, started = time.time(), time.perf_counter()
+            started_cpu = time.thread_time()
             gradient, loss = self._gradient(weights)
             gradient = self._inject_faults(gradient, progress)
             compute_s = time.perf_counter() - started
+            self._compute_cpu_times.append(time.thread_time() - started_cpu)
             # Emulated device time: the step lasts the modelled time, or the real compute if
             # longer. The gradient is handed over now and the server applies it when the step
             # ends, so the transfer overlaps the emulated compute instead of a sleep here.
@@ -216,6 +221,7 @@ class Worker:
             "step_time_p90_s": float(np.percentile(steps, 90)),
             "step_time_max_s": float(steps.max()),
             "compute_mean_s": float(np.mean(self._compute_times or [0.0])),
+            "compute_cpu_mean_s": float(np.mean(self._compute_cpu_times or [0.0])),
             "wait_mean_s": float(np.mean(self._wait_times or [0.0])),
         }
 
