@@ -145,6 +145,13 @@ def test_bsp_asp_bsp_and_the_run_directory(ray_session, small_mnist, tmp_path):
     assert json.loads((result.run_dir / "config.json").read_text())["emulation"] == {
         "enabled": False
     }
+    with (result.run_dir / "worker_steps.csv").open() as handle:
+        workers = list(csv.DictReader(handle))
+    for worker in workers:
+        # A step's CPU is measured in the worker, on its own thread: positive, and no more
+        # than its wall time (one torch thread) give or take the clocks' resolution.
+        wall, cpu = float(worker["compute_mean_s"]), float(worker["compute_cpu_mean_s"])
+        assert 0 < cpu <= wall + 1e-3
 
 
 def test_sharded_servers_train_the_same_model_as_one(ray_session, small_mnist, tmp_path):
