@@ -244,6 +244,8 @@ def _kill_driver_then_resume(name: str, args, out: Path, damage: Callable[[Path]
     while proc.poll() is None and progress(run_dir, total) < 0.5:
         time.sleep(0.2)
     at = progress(run_dir, total)
+    if proc.poll() is not None:
+        raise RuntimeError(f"{name}: the driver exited (status {proc.returncode}) before the kill")
     os.killpg(proc.pid, signal.SIGKILL)  # the driver and anything it started in its group
     proc.wait()
     done = [f"SIGKILL driver at {at:.2f}"]

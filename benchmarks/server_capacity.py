@@ -4,7 +4,7 @@ The real `ParameterServer` (its `ServerShard` and its data-plane endpoint) runs 
 process without Ray; client processes send it precomputed ASP gradients over the data plane
 as fast as it answers (no forward/backward: only the server is measured). The main thread
 drains the shard every 0.1 s, as the Ray supervisor does. Over a steady window it reads this
-process's CPU time (every thread: the data plane's, ZeroMQ's I/O thread, the drains) and the
+process's CPU time (every thread: the data plane's and the drains) and the
 number of applied gradients. On this 2-core machine the clients share the cores with the
 server, so the rate is a lower bound of what the server alone sustains; the CPU per gradient
 is the server's own cost, and 1000 / that is the rate one core of server would sustain.
@@ -44,7 +44,7 @@ def parameter_count(name: str) -> int:
 
 
 def client(address: str, token: bytes, worker: int, numel: int, stop) -> None:
-    channel = WorkerChannel([(address, token)], probe=lambda: None)
+    channel = WorkerChannel([(address, token)], probe=lambda: True)
     gradient = np.random.default_rng(worker).normal(0, 1e-4, numel).astype(np.float32)
     version, sequence = 0, 0
     while not stop.is_set():

@@ -1,13 +1,14 @@
-"""The data plane's wire format and both ends, without Ray (real ZeroMQ sockets on loopback)."""
+"""The data plane's wire format and both ends, without Ray (real TCP sockets on loopback)."""
 
 from __future__ import annotations
 
+import socket
+import struct
 import threading
 import time
 
 import numpy as np
 import pytest
-import zmq
 
 from syncswitch.runtime.dataplane import (
     MalformedMessage,
@@ -17,6 +18,7 @@ from syncswitch.runtime.dataplane import (
     decode_request,
     encode_reply,
     encode_request,
+    values_length,
 )
 
 LOOPBACK = "127.0.0.1"
@@ -29,9 +31,9 @@ class Echo:
         self.endpoint = ServerEndpoint(LOOPBACK, values_len, self.handle, clock=time.time)
         self.seen: list[tuple[float, Request]] = []
         self.answer = answer
-        self.identities: list[bytes] = []
+        self.identities: list[int] = []
 
-    def handle(self, identity: bytes, request: Request) -> None:
+    def handle(self, identity: int, request: Request) -> None:
         self.seen.append((time.time(), request))
         self.identities.append(identity)
         if self.answer:
@@ -52,7 +54,7 @@ def _request(sequence: int = 0, ready_at: float | None = None, worker: int = 1) 
 
 
 def test_a_step_crosses_and_is_answered_with_every_field_intact(echo):
-    channel = WorkerChannel([(echo.endpoint.address, echo.endpoint.token)], probe=lambda: None)
+    channel = WorkerChannel([(echo.endpoint.address, echo.endpoint.token)], probe=lambda: True)
     values = np.arange(4, dtype=np.float32)
     [reply] = channel.exchange([(_request(sequence=5), values)])
     channel.close()
@@ -69,21 +71,21 @@ def test_a_step_crosses_and_is_answered_with_every_field_intact(echo):
 def test_a_gradient_of_the_wrong_shape_reaches_the_server_which_judges_it(echo):
     # The synchronizer counts it as a shape_mismatch drop and quarantines the sender; a
     # transport that swallowed it would leave the worker waiting forever.
-    channel = WorkerChannel([(echo.endpoint.address, echo.endpoint.token)], probe=lambda: None)
+    channel = WorkerChannel([(echo.endpoint.address, echo.endpoint.token)], probe=lambda: True)
     [reply] = channel.exchange([(_request(sequence=4), np.ones(3, np.float32))])
     channel.close()
     assert reply.version == 4 and echo.seen[0][1].values.shape == (3,)
 
 
 def test_the_server_binds_where_it_is_told_only(echo):
-    assert echo.endpoint.address.startswith(f"tcp://{LOOPBACK}:")
+    assert echo.endpoint.address.startswith(f"{LOOPBACK}:")
 
 
 def test_each_server_answers_its_own_slice():
     servers = [Echo(2), Echo(3)]
     try:
         channel = WorkerChannel(
-            [(s.endpoint.address, s.endpoint.token) for s in servers], probe=lambda: None
+            [(s.endpoint.address, s.endpoint.token) for s in servers], probe=lambda: True
         )
         replies = channel.exchange(
             [
@@ -99,11 +101,21 @@ def test_each_server_answers_its_own_slice():
     np.testing.assert_array_equal(replies[1].weights, [6, 6, 6])
 
 
-def _raw_dealer(address: str) -> zmq.Socket:
-    socket = zmq.Context.instance().socket(zmq.DEALER)
-    socket.setsockopt(zmq.LINGER, 0)
-    socket.connect(address)
-    return socket
+def _raw_connection(address: str) -> socket.socket:
+    host, _, port = address.rpartition(":")
+    return socket.create_connection((host, int(port)), timeout=5)
+
+
+def _closed_by_server(connection: socket.socket) -> bool:
+    # A close with unread data left behind reaches the peer as a reset.
+    try:
+        return connection.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def _frame(header: bytes, values: bytes) -> bytes:
+    return struct.pack("<I", len(values)) + header + values
 
 
 def _wait_for(predicate, timeout_s: float = 5.0) -> None:
@@ -114,50 +126,63 @@ def _wait_for(predicate, timeout_s: float = 5.0) -> None:
 
 
 @pytest.mark.parametrize(
-    ("frames", "reason"),
+    ("token", "message", "reason"),
     [
-        ([b"x" * 16, _request(), np.zeros(4, np.float32).tobytes()], "wrong token"),
-        ([_request(), np.zeros(4, np.float32).tobytes()], "2 frames"),
-        (["TOKEN", b"short", np.zeros(4, np.float32).tobytes()], "header of 5 bytes"),
-        (["TOKEN", _request(), b"\0" * 13], "13 bytes of values"),
+        (b"x" * 16, _frame(_request(), np.zeros(4, np.float32).tobytes()), "wrong token"),
+        ("TOKEN", _frame(_request(), b"\0" * 13), "13 bytes of values: not whole float32"),
+        ("TOKEN", struct.pack("<I", 1 << 30) + _request(), "1073741824 bytes of values: more"),
     ],
+    ids=["wrong-token", "not-float32", "too-large"],
 )
-def test_a_bad_message_is_dropped_unread_and_counted(echo, frames, reason):
-    frames = [echo.endpoint.token if f == "TOKEN" else f for f in frames]
-    socket = _raw_dealer(echo.endpoint.address)
-    socket.send_multipart(frames)
+def test_a_bad_message_closes_its_connection_unread_and_is_counted(echo, token, message, reason):
+    token = echo.endpoint.token if token == "TOKEN" else token
+    connection = _raw_connection(echo.endpoint.address)
+    connection.sendall(token + message)
+    assert _closed_by_server(connection)  # nothing answered
+    connection.close()
     _wait_for(lambda: echo.endpoint.rejected)
-    socket.close()
     assert not echo.seen
     [(counted, times)] = echo.endpoint.rejected.items()
     assert reason in counted and times == 1
 
 
-def test_an_oversized_message_is_refused_and_the_server_serves_on(echo):
-    intruder = _raw_dealer(echo.endpoint.address)
-    intruder.send_multipart([echo.endpoint.token, _request(), b"\0" * (1 << 20)])
-    channel = WorkerChannel([(echo.endpoint.address, echo.endpoint.token)], probe=lambda: None)
+def test_an_oversized_announcement_allocates_nothing_and_the_server_serves_on(echo):
+    intruder = _raw_connection(echo.endpoint.address)
+    # Announces 1 GiB and sends none of it: refused on the length alone.
+    intruder.sendall(echo.endpoint.token + struct.pack("<I", 1 << 30) + _request())
+    channel = WorkerChannel([(echo.endpoint.address, echo.endpoint.token)], probe=lambda: True)
     [reply] = channel.exchange([(_request(sequence=3), np.ones(4, np.float32))])
     channel.close()
     intruder.close()
     assert reply.version == 3
-    assert [r.sequence for _, r in echo.seen] == [3]  # the 1 MiB message never reached it
+    assert [r.sequence for _, r in echo.seen] == [3]
+
+
+def test_a_message_split_into_single_bytes_is_read_whole(echo):
+    connection = _raw_connection(echo.endpoint.address)
+    connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    values = np.arange(4, dtype=np.float32)
+    data = echo.endpoint.token + _frame(_request(sequence=8), values.tobytes())
+    for index in range(len(data)):
+        connection.sendall(data[index : index + 1])
+        time.sleep(0.0005)
+    _wait_for(lambda: echo.seen)
+    connection.close()
+    np.testing.assert_array_equal(echo.seen[0][1].values, values)
+    assert echo.seen[0][1].sequence == 8
 
 
 def test_emulated_steps_count_as_arrived_when_they_end_in_that_order(echo):
     echo.answer = False
-    socket = _raw_dealer(echo.endpoint.address)
+    connection = _raw_connection(echo.endpoint.address)
     now = time.time()
+    data = echo.endpoint.token
     for sequence, delay_s in [(0, 0.15), (1, 0.05), (2, 0.0)]:
-        socket.send_multipart(
-            [
-                echo.endpoint.token,
-                _request(sequence, ready_at=now + delay_s if delay_s else None),
-                np.zeros(4, np.float32).tobytes(),
-            ]
-        )
+        header = _request(sequence, ready_at=now + delay_s if delay_s else None)
+        data += _frame(header, np.zeros(4, np.float32).tobytes())
+    connection.sendall(data)
     _wait_for(lambda: len(echo.seen) == 3)
-    socket.close()
+    connection.close()
     assert [r.sequence for _, r in echo.seen] == [2, 1, 0]
     for seen_at, request in echo.seen:
         if request.ready_at is not None:
@@ -167,7 +192,7 @@ def test_emulated_steps_count_as_arrived_when_they_end_in_that_order(echo):
 
 def test_a_reply_from_another_thread_wakes_the_socket_thread(echo):
     echo.answer = False  # left waiting, as at a BSP barrier
-    channel = WorkerChannel([(echo.endpoint.address, echo.endpoint.token)], probe=lambda: None)
+    channel = WorkerChannel([(echo.endpoint.address, echo.endpoint.token)], probe=lambda: True)
 
     def release_later() -> None:
         _wait_for(lambda: echo.identities)
@@ -188,10 +213,11 @@ def test_a_late_reply_makes_the_worker_probe_its_servers_and_a_probe_error_ends_
     echo.answer = False
     probes: list[float] = []
 
-    def probe() -> None:
+    def probe() -> bool:
         probes.append(time.time())
         if len(probes) == 2:
             raise ConnectionError("server died")
+        return True
 
     channel = WorkerChannel(
         [(echo.endpoint.address, echo.endpoint.token)], probe=probe, probe_s=0.05
@@ -202,12 +228,41 @@ def test_a_late_reply_makes_the_worker_probe_its_servers_and_a_probe_error_ends_
     assert len(probes) == 2
 
 
-def test_decoding_checks_sizes_before_reading():
-    with pytest.raises(MalformedMessage, match="header"):
-        decode_request(b"\0" * 3, b"", 0)
-    with pytest.raises(
-        MalformedMessage, match="8 bytes of values, expected a multiple of 4 up to 4"
-    ):
-        decode_request(_request(), b"\0" * 8, 1)
-    request = decode_request(_request(ready_at=12.5), np.ones(1, np.float32).tobytes(), 1)
-    assert request.ready_at == 12.5
+def test_a_closed_connection_asks_the_probe_and_ends_the_wait(echo):
+    echo.answer = False
+    asked: list[int] = []
+
+    def probe() -> bool:
+        asked.append(1)
+        raise RuntimeError("the server is dead")  # what Ray's RayActorError stands for
+
+    channel = WorkerChannel([(echo.endpoint.address, echo.endpoint.token)], probe=probe)
+    _wait_for(lambda: echo.endpoint._connections)
+    echo.endpoint.close()  # the server's process ends: its sockets close
+    with pytest.raises(RuntimeError, match="the server is dead"):
+        channel.exchange([(_request(), np.ones(4, np.float32))])
+    channel.close()
+    assert asked
+
+
+def test_a_failed_reading_thread_closes_every_connection_and_says_why():
+    def broken(identity: int, request: Request) -> None:
+        raise ZeroDivisionError("a bug in the handler")
+
+    endpoint = ServerEndpoint(LOOPBACK, 4, broken, clock=time.time)
+    channel = WorkerChannel([(endpoint.address, endpoint.token)], probe=lambda: True)
+    with pytest.raises(ConnectionError, match="closed its data-plane connection"):
+        channel.exchange([(_request(), np.ones(4, np.float32))])
+    channel.close()
+    assert isinstance(endpoint.failure, ZeroDivisionError)
+    endpoint.close()
+
+
+def test_lengths_are_checked_before_anything_is_allocated():
+    with pytest.raises(MalformedMessage, match="not whole float32"):
+        values_length(6, 10)
+    with pytest.raises(MalformedMessage, match="more than 40"):
+        values_length(44, 10)
+    assert values_length(12, 10) == 3  # a wrong shape is the synchronizer's to judge
+    request = decode_request(_request(ready_at=12.5), np.ones(1, np.float32))
+    assert request.ready_at == 12.5 and request.samples == 32

@@ -1,9 +1,9 @@
 """The parameter-server actor: a thin shell around one `ServerShard`.
 
 Workers reach it two ways. Every step goes over the data plane (runtime/dataplane.py): one
-ZeroMQ message with the worker's gradient slice, answered with the weights it should compute
-on next. A step that must wait (at a BSP barrier, or held by an SSP bound) is simply not
-answered yet: the worker's identity waits here until the synchronizer releases that worker.
+message with the worker's gradient slice, answered with the weights it should compute on
+next. A step that must wait (at a BSP barrier, or held by an SSP bound) is simply not answered
+yet: the worker's connection waits here until the synchronizer releases that worker.
 Everything else (rejoin, pull, drain, the controller's decisions) is a Ray call. Every
 protocol decision is the shard's synchronizer's, every run decision the controller's; this
 class only maps them to messages and replies.
@@ -48,7 +48,7 @@ class _CachedWeights:
     version: int
     done: bool
     progress: float
-    weights: np.ndarray  # read-only: zero-copy sends may still hold it
+    weights: np.ndarray  # read-only: shared by every reply of this version
     header: bytes  # the data plane's reply header
 
 
@@ -79,7 +79,7 @@ class ParameterServer:
         # The data plane's thread and Ray's call threads both touch the shard, always holding
         # the lock; a worker left waiting is registered under it, so no release is missed.
         self._lock = threading.Lock()
-        self._waiters: dict[int, bytes] = {}  # worker -> the data-plane identity to answer
+        self._waiters: dict[int, int] = {}  # worker -> the data-plane connection to answer
         self._incarnations: dict[int, int] = {}  # worker -> its current incarnation
         self._cache: _CachedWeights | None = None
         self._shared: tuple[int, list] | None = None  # version -> [ObjectRef] (large models)
@@ -125,7 +125,7 @@ class ParameterServer:
             self._waiters.pop(worker, None)
             return start, self._weights_reply()
 
-    def _on_request(self, identity: bytes, request: Request) -> None:
+    def _on_request(self, connection: int, request: Request) -> None:
         """One worker step, on the data plane's thread when its gradient counts as arrived."""
         worker = request.worker
         gradient = Gradient(
@@ -142,9 +142,9 @@ class ParameterServer:
             outcome = self.shard.submit(gradient)
             self._release(outcome)
             if worker in outcome.released:
-                self._answer(identity)
+                self._answer(connection)
             elif request.incarnation == self._incarnations.get(worker):
-                self._waiters[worker] = identity
+                self._waiters[worker] = connection
             # else: a step of an incarnation that is gone; the shard has counted it.
 
     # -- the controller's decisions -------------------------------------------------------------
@@ -176,6 +176,10 @@ class ParameterServer:
             self._release(self.shard.roll_back(state, protocol, lr_scale, momentum, label))
 
     def drain(self) -> ShardReport:
+        if self._endpoint.failure is not None:
+            raise RuntimeError(
+                f"the data plane of this parameter server failed: {self._endpoint.failure!r}"
+            ) from self._endpoint.failure
         with self._lock:
             now = time.time()
             silent_s = {
@@ -192,13 +196,13 @@ class ParameterServer:
         for worker in outcome.released:
             # Held until now, it was waiting on us, not silent: its silence starts here.
             self._last_heard[worker] = now
-            identity = self._waiters.pop(worker, None)
-            if identity is not None:
-                self._answer(identity)
+            connection = self._waiters.pop(worker, None)
+            if connection is not None:
+                self._answer(connection)
 
-    def _answer(self, identity: bytes) -> None:
+    def _answer(self, connection: int) -> None:
         cached = self._current()
-        self._endpoint.send(identity, cached.header, cached.weights)
+        self._endpoint.send(connection, cached.header, cached.weights)
 
     def _current(self) -> _CachedWeights:
         sync = self.shard.sync

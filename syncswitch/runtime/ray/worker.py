@@ -3,7 +3,6 @@ data-plane message to every server shard (runtime/dataplane.py) and their replie
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -205,11 +204,15 @@ class Worker:
         )
         return join_replies(replies)
 
-    def _probe_servers(self) -> None:
+    def _probe_servers(self) -> bool:
         """Called while a reply is late: a dead server raises (RayActorError), which ends
-        this run as a failed call to it did; a slow one only means waiting on."""
-        with contextlib.suppress(GetTimeoutError):
+        this run as a failed call to it did; a slow one only means waiting on. True when
+        every server answered."""
+        try:
             ray.get([s.ping.remote() for s in self.servers], timeout=_PROBE_TIMEOUT_S)
+        except GetTimeoutError:
+            return False
+        return True
 
     def _stats(self) -> dict:
         steps = np.array(self._step_times) if self._step_times else np.zeros(1)
