@@ -11,6 +11,7 @@ kinds are interleaved, so noise hits all alike. The ZeroMQ row needs `pip instal
 (not a dependency of syncswitch); without it the row is skipped.
 
     python benchmarks/ray_call_floor.py --workers 8 --step-time-ms 20 --repeats 3
+    python benchmarks/ray_call_floor.py --load 1     # with a CPU-burning process beside them
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import asyncio
 import heapq
 import itertools
+import multiprocessing
 import statistics
 import threading
 import time
@@ -180,11 +182,23 @@ class ZmqClient:
         return cpu_s, waited / steps
 
 
+def _burn(stop) -> None:
+    """Contention: a process that computes in short bursts, as a busy neighbour does."""
+    while not stop.is_set():
+        sum(range(100_000))
+        time.sleep(0.001)
+
+
 def measure(server_cls, client_cls, args) -> dict:
     server = server_cls.options(max_concurrency=4 * args.workers + 16).remote(args.parameters)
     clients = [client_cls.remote() for _ in range(args.workers)]
     step_s = args.step_time_ms / 1000
     ray.get([c.run.remote(server, 10, 0.0, args.parameters) for c in clients])  # warm up
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    burners = [context.Process(target=_burn, args=(stop,)) for _ in range(args.load)]
+    for burner in burners:
+        burner.start()
     cpu0 = ray.get(server.cpu_s.remote())
     started = time.perf_counter()
     client_cpu, waits = zip(
@@ -193,6 +207,9 @@ def measure(server_cls, client_cls, args) -> dict:
     )
     elapsed = time.perf_counter() - started
     server_cpu = ray.get(server.cpu_s.remote()) - cpu0
+    stop.set()
+    for burner in burners:
+        burner.join()
     calls = args.steps * args.workers
     for actor in [server, *clients]:
         ray.kill(actor)
@@ -211,11 +228,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300, help="calls per client")
     parser.add_argument("--parameters", type=int, default=5210, help="floats per message")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--load", type=int, default=0, help="CPU-burning processes beside the clients (default 0)"
+    )
     args = parser.parse_args()
     start_local(args.workers + 4)
     print(
         f"{args.workers} clients, {args.step_time_ms:g} ms emulated step, "
-        f"{args.parameters} float32 per message; medians of {args.repeats} runs\n"
+        f"{args.parameters} float32 per message; {args.load} CPU-burning process(es) beside "
+        f"them; medians of {args.repeats} runs\n"
     )
     kinds = {
         "Ray call, asyncio actor": (AsyncEchoServer, Client),

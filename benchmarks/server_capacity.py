@@ -69,7 +69,7 @@ def measure(numel: int, clients: int, warmup_s: float, window_s: float) -> dict:
     server = ParameterServer(config, initial, 5e-4, host="127.0.0.1")
     server.begin()
     for worker in range(clients):
-        server.rejoin(worker, 0)
+        server.admit(worker, 0)  # rejoin less the weights reply, which is Ray's
     address, token = server.endpoint()
     context = mp.get_context("spawn")  # this process already runs threads: never fork it
     stop = context.Event()

@@ -118,12 +118,20 @@ class ParameterServer:
     def rejoin(self, worker: int, incarnation: int = 0) -> tuple[int, WeightsReply]:
         """A (new incarnation of a) worker starts: the sequence it starts at, and weights."""
         with self._lock:
-            start = self.shard.rejoin(worker)
-            self._last_heard[worker] = time.time()
-            self._incarnations[worker] = incarnation
-            # A step of its previous incarnation may still wait here; nobody will read it.
-            self._waiters.pop(worker, None)
-            return start, self._weights_reply()
+            return self._admit(worker, incarnation), self._weights_reply()
+
+    def admit(self, worker: int, incarnation: int = 0) -> int:
+        """`rejoin` without the weights (for a caller outside Ray, e.g. a benchmark)."""
+        with self._lock:
+            return self._admit(worker, incarnation)
+
+    def _admit(self, worker: int, incarnation: int) -> int:
+        start = self.shard.rejoin(worker)
+        self._last_heard[worker] = time.time()
+        self._incarnations[worker] = incarnation
+        # A step of its previous incarnation may still wait here; nobody will read it.
+        self._waiters.pop(worker, None)
+        return start
 
     def _on_request(self, connection: int, request: Request) -> None:
         """One worker step, on the data plane's thread when its gradient counts as arrived."""
