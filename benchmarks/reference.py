@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from syncswitch.config import TrainConfig
+from syncswitch.errors import TrainingStalled
 from syncswitch.runtime.ray_setup import start_local
 from syncswitch.runtime.train import train
 
@@ -54,15 +55,21 @@ def main() -> None:
     parser.add_argument("--jitter-sigma", type=float, default=0.2)
     parser.add_argument("--seeds", type=int, default=2, help="runs per case (seeds 0..N-1)")
     parser.add_argument("--out", default="benchmarks/results/reference")
+    parser.add_argument(
+        "--keep", action="store_true", help="skip the runs already in --out/runs.jsonl"
+    )
     args = parser.parse_args()
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    rows = _kept(out / "runs.jsonl") if args.keep else []
+    done = {(r["case"], r["seed"]) for r in rows}
     log = (out / "runs.jsonl").open("a")
     start_local(args.workers + 4)
-    rows = []
     for case in CASES:
         for seed in range(args.seeds):
+            if (case.label, seed) in done:
+                continue
             config = TrainConfig(
                 workers=args.workers,
                 schedule=case.schedule,
@@ -79,17 +86,48 @@ def main() -> None:
                 ),
             )
             shutil.rmtree(config.out, ignore_errors=True)  # measured again from scratch
-            result = train(config)
-            row = measure(case, seed, result.summary, result.run_dir, args)
+            try:
+                result = train(config)
+                row = measure(case, seed, result.summary, result.run_dir, args)
+            except TrainingStalled as stalled:
+                # A diverging case may end with every worker quarantined (NaN gradients):
+                # that is its result, not the benchmark's failure.
+                row = stopped_row(case, seed, Path(config.out), str(stalled))
             rows.append(row)
             log.write(json.dumps(row) + "\n")
             log.flush()
-            print(
-                f"{case.label:<26} seed {seed}: acc {row['final_accuracy']:.4f} "
-                f"time {row['wall_time_s']:.1f} s",
-                flush=True,
-            )
+            print(f"{case.label:<26} seed {seed}: {_outcome(row)}", flush=True)
     print_table(rows, args)
+
+
+def _kept(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _outcome(row: dict) -> str:
+    if row.get("stopped"):
+        return f"stopped after {row['samples']:,} samples: {row['stopped']}"
+    return f"acc {row['final_accuracy']:.4f} time {row['wall_time_s']:.1f} s"
+
+
+def stopped_row(case: Case, seed: int, run_dir: Path, reason: str) -> dict:
+    """A run that stopped itself (every worker quarantined): where and why, from its summary."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {
+        "case": case.label,
+        "seed": seed,
+        "final_accuracy": None,
+        "stopped": reason.split(";")[0],
+        "samples": summary.get("samples"),
+        "wall_time_s": summary.get("wall_time_s"),
+        "samples_per_s": summary.get("samples_per_s"),
+        "asp_efficiency": None,
+        "switch_overhead_s": [s["overhead_s"] for s in summary.get("switches", [])],
+        "switch_gap_s": None,
+        "emulation": summary.get("emulation"),
+    }
 
 
 def measure(case: Case, seed: int, summary: dict, run_dir: Path, args) -> dict:
@@ -134,14 +172,19 @@ def print_table(rows: list[dict], args) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for label in dict.fromkeys(r["case"] for r in rows):
         group = [r for r in rows if r["case"] == label]
-        accs = [100 * r["final_accuracy"] for r in group]
+        accs = [100 * r["final_accuracy"] for r in group if r["final_accuracy"] is not None]
+        stopped = sum(1 for r in group if r["final_accuracy"] is None)
+        # A run that stopped itself (every worker quarantined for NaN gradients) diverged.
+        acc_cell = (
+            f"{statistics.median(accs):.1f} ({', '.join(f'{a:.1f}' for a in accs)})" if accs else ""
+        ) + (f"{' + ' if accs else ''}{stopped} stopped (diverged to NaN)" if stopped else "")
         wall = statistics.median(r["wall_time_s"] for r in group)
         rate = statistics.median(r["samples_per_s"] for r in group)
         effs = [r["asp_efficiency"] for r in group if r["asp_efficiency"] is not None]
         overheads = [1000 * o for r in group for o in r["switch_overhead_s"]]
         gaps = [1000 * r["switch_gap_s"] for r in group if r["switch_gap_s"] is not None]
         print(
-            f"| {label} | {statistics.median(accs):.1f} ({', '.join(f'{a:.1f}' for a in accs)})"
+            f"| {label} | {acc_cell}"
             f" | {wall:.1f} | {rate:,.0f} | {wall / bsp_time:.2f}x"
             f" | {f'{100 * statistics.median(effs):.0f}%' if effs else '-'}"
             f" | {f'{max(overheads):.2f}' if overheads else '-'}"
