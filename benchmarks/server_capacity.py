@@ -96,7 +96,7 @@ def measure(numel: int, clients: int, warmup_s: float, window_s: float) -> dict:
     stop.set()
     for process in processes:
         process.join(timeout=30)
-    server._endpoint.close()
+    server.close()
     (t0, cpu0, v0), (t1, cpu1, v1) = marks[0], marks[-1]
     applied = v1 - v0
     return {

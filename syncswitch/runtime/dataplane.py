@@ -281,11 +281,12 @@ class ServerEndpoint:
         if connection is None:
             return
         deadline = time.monotonic() + _SEND_TIMEOUT_S
-        writable = select.poll()  # not select.select: a Ray process may hold fds >= 1024
-        writable.register(connection.sock, select.POLLOUT)
 
         def wait_writable() -> None:
+            # Only when the kernel's buffer is full, which a reply rarely finds it.
             remaining = deadline - time.monotonic()
+            writable = select.poll()  # not select.select: a Ray process may hold fds >= 1024
+            writable.register(connection.sock, select.POLLOUT)
             if remaining <= 0 or not writable.poll(1000 * remaining):
                 raise TimeoutError
 

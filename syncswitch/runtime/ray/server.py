@@ -102,8 +102,14 @@ class ParameterServer:
         """A waiting worker asks whether this server is still alive (Ray answers if not)."""
 
     def rejected_messages(self) -> dict[str, int]:
-        """Data-plane messages dropped unread, by reason (wrong token, malformed)."""
+        """Data-plane connections this server closed, by reason: a wrong token or a malformed
+        message (nothing of it applied), or a reply its worker did not take."""
         return dict(self._endpoint.rejected)
+
+    def close(self) -> None:
+        """Stop the data plane (an actor's process ending does the same; this is for a
+        server built outside Ray, e.g. by a benchmark)."""
+        self._endpoint.close()
 
     def begin(self) -> None:
         with self._lock:

@@ -99,7 +99,7 @@ class RaySupervisor:
         self._nodes_seen: set[str] = set()
         self.group: Any = None
         self._dataset_copies: list[str] = []
-        self._rejected: dict[str, int] = {}  # data-plane messages the servers dropped unread
+        self._rejected: dict[str, int] = {}  # data-plane connections the servers closed
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -428,8 +428,8 @@ class RaySupervisor:
         if self._dataset_copies:
             described["dataset_copies_on_nodes"] = self._dataset_copies
         if self._rejected:
-            # Wrong token, malformed: someone other than this run's workers wrote to a
-            # server's data-plane port. Nothing of it was applied.
+            # Connections a server closed: a wrong token or a malformed message (someone
+            # other than this run's workers; nothing of it applied), or a reply not taken.
             described["data_plane_rejected"] = self._rejected
         write_json_atomic(
             self.controller.writer.dir / "actors.json",
