@@ -167,7 +167,7 @@ def read_saved_config(run_dir: Path) -> dict[str, Any]:
     or device) and of bounded size.
     """
     try:
-        return read_config(run_dir, MAX_CONFIG_FILE_BYTES, follow_symlinks=False)
+        return read_config(run_dir, MAX_CONFIG_FILE_BYTES)
     except FileNotFoundError:
         raise ConfigError(f"cannot resume {str(run_dir)!r}: it holds no {names.CONFIG}") from None
     except RunDirError as error:

@@ -55,6 +55,7 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQL
 
 from syncswitch.errors import RegistryError
 from syncswitch.files import UnsafeFileError, open_regular
+from syncswitch.registry.trial import TrialRecord, TrialStatus
 
 ENV_VAR = "SYNCSWITCH_REGISTRY"
 SCHEMA_VERSION = 1
@@ -107,34 +108,12 @@ decisions_table = Table(
 )
 
 
-class TrialStatus:
-    COMPLETE = "complete"
-    FAILED = "failed"
-
-
 @dataclass(frozen=True)
 class JobRecord:
     id: int
     fingerprint: str
     description: dict[str, Any]
     created: datetime
-
-
-@dataclass(frozen=True)
-class TrialRecord:
-    fraction: float
-    seed: int
-    schedule: str
-    status: str
-    final_accuracy: float | None
-    wall_time_s: float | None
-    run_dir: str | None
-    created: datetime | None = None
-    concurrent: int | None = None  # most trials running at once while it ran
-
-    @property
-    def complete(self) -> bool:
-        return self.status == TrialStatus.COMPLETE and self.final_accuracy is not None
 
 
 @dataclass(frozen=True)

@@ -209,14 +209,10 @@ def load_run(path: str | Path) -> RunData:
         return _load(run_dir)
 
 
-def read_config(
-    run_dir: str | Path, max_bytes: int = MAX_JSON_BYTES, *, follow_symlinks: bool = True
-) -> dict[str, Any]:
+def read_config(run_dir: str | Path, max_bytes: int = MAX_JSON_BYTES) -> dict[str, Any]:
     """config.json as the dict it holds (FileNotFoundError when absent; RunDirError, one
     line, when it is not a regular file of at most `max_bytes` holding a JSON object)."""
-    return read_json_object(
-        Path(run_dir) / names.CONFIG, max_bytes, follow_symlinks=follow_symlinks
-    )
+    return read_json_object(Path(run_dir) / names.CONFIG, max_bytes)
 
 
 def read_summary(run_dir: str | Path) -> Summary:
@@ -254,7 +250,7 @@ def _naming(run_dir: Path) -> Iterator[None]:
 
 def _load(run_dir: Path) -> RunData:
     notes: list[str] = []
-    config = read_json_object(run_dir / names.CONFIG)
+    config = read_config(run_dir)
     summary_path = run_dir / names.SUMMARY
     summary = _summary(summary_path) if summary_path.is_file() else None
     events = read_events(run_dir / names.EVENTS, notes)
