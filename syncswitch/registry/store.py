@@ -56,6 +56,7 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQL
 from syncswitch.errors import RegistryError
 from syncswitch.files import UnsafeFileError, open_regular
 from syncswitch.registry.trial import TrialRecord, TrialStatus
+from syncswitch.rundir.summary import FINAL_ACCURACY
 
 ENV_VAR = "SYNCSWITCH_REGISTRY"
 SCHEMA_VERSION = 1
@@ -87,7 +88,7 @@ trials_table = Table(
     Column("seed", Integer, nullable=False),
     Column("schedule", String(200), nullable=False),
     Column("status", String(200), nullable=False),
-    Column("final_accuracy", Float),
+    Column(FINAL_ACCURACY, Float),
     Column("wall_time_s", Float),
     Column("run_dir", Text),
     Column("concurrent", Integer),  # trials running at once: wall times are comparable at 1
@@ -378,15 +379,7 @@ class Registry:
 
     def record_trial(self, job: JobRecord, trial: TrialRecord) -> None:
         """Store a trial; a later record of the same (fraction, seed) replaces the earlier."""
-        values = {
-            "schedule": trial.schedule,
-            "status": trial.status,
-            "final_accuracy": trial.final_accuracy,
-            "wall_time_s": trial.wall_time_s,
-            "run_dir": trial.run_dir,
-            "concurrent": trial.concurrent,
-            "created": _now(),
-        }
+        values = {**trial.stored(), "created": _now()}
         key = (
             (trials_table.c.job_id == job.id)
             & (trials_table.c.fraction == trial.fraction)

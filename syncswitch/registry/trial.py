@@ -3,11 +3,12 @@ its trace shows (one class for all three, so a trial's fields are written down o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
 from syncswitch.core.switch_search import TrialKey, format_fraction
+from syncswitch.rundir.summary import FINAL_ACCURACY
 
 
 class TrialStatus:
@@ -30,7 +31,7 @@ TRACE_COLUMNS = (
     "seed",
     "schedule",
     "status",
-    "final_accuracy",
+    FINAL_ACCURACY,
     "wall_time_s",
     "concurrent",
     "source",
@@ -66,15 +67,18 @@ class TrialRecord:
 
     def to_row(self) -> dict[str, Any]:
         """One row of the search trace (TRACE_COLUMNS)."""
-        return {
-            "fraction": self.fraction,
-            "label": format_fraction(self.fraction),
-            "seed": self.seed,
-            "schedule": self.schedule,
-            "status": self.status,
-            "final_accuracy": self.final_accuracy,
-            "wall_time_s": self.wall_time_s,
-            "concurrent": self.concurrent or 1,
-            "source": self.source,
-            "run_dir": self.run_dir,
-        }
+        row = {name: getattr(self, name, None) for name in TRACE_COLUMNS}
+        row["label"] = format_fraction(self.fraction)
+        row["concurrent"] = self.concurrent or 1
+        return row
+
+    def stored(self) -> dict[str, Any]:
+        """What the registry stores of it beside its job, fraction and seed."""
+        return {name: getattr(self, name) for name in STORED_FIELDS}
+
+
+# Not stored: the key (fraction, seed) is the row's, `created` is set by the registry, and
+# `source` only says where a trace row came from.
+STORED_FIELDS = tuple(
+    f.name for f in fields(TrialRecord) if f.name not in ("fraction", "seed", "created", "source")
+)

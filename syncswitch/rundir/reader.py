@@ -29,11 +29,11 @@ from syncswitch.rundir.parsing import (
     int_cell,
     loss_cell,
     optional_float,
-    read_events,
     read_json_object,
     short,
     stream_columns,
 )
+from syncswitch.rundir.parsing import read_events as read_events_file
 from syncswitch.rundir.summary import Summary, Switch
 
 METRIC_FIELDS = ("time_s", "samples", "fraction", "protocol", "test_accuracy")
@@ -215,6 +215,13 @@ def read_config(run_dir: str | Path, max_bytes: int = MAX_JSON_BYTES) -> dict[st
     return read_json_object(Path(run_dir) / names.CONFIG, max_bytes)
 
 
+def read_events(run_dir: str | Path) -> list[dict[str, Any]]:
+    """events.jsonl's events in order ([] when there is none; a torn last line is skipped)."""
+    directory = Path(run_dir)
+    with _naming(directory):
+        return read_events_file(directory / names.EVENTS, [])
+
+
 def read_summary(run_dir: str | Path) -> Summary:
     """summary.json as a `Summary`, or RunDirError in one line naming the directory, the field
     and what is allowed (FileNotFoundError when the run has written none yet)."""
@@ -253,7 +260,7 @@ def _load(run_dir: Path) -> RunData:
     config = read_config(run_dir)
     summary_path = run_dir / names.SUMMARY
     summary = _summary(summary_path) if summary_path.is_file() else None
-    events = read_events(run_dir / names.EVENTS, notes)
+    events = read_events_file(run_dir / names.EVENTS, notes)
     drops_by_reason, drops_by_worker = _read_drops(run_dir / names.DROPS, notes)
     return RunData(
         path=run_dir,
