@@ -199,6 +199,10 @@ class Summary:
             raise KeyError(key)
         return self.to_json()[key]
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """`summary.get("final_accuracy")`, as for the dict this class replaced."""
+        return self.to_json()[key] if key in _KEYS else default
+
     # -- (de)serialisation ----------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
