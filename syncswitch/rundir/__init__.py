@@ -9,7 +9,9 @@ goes through here (DESIGN.md, "One schema per thing"):
 
 Modules: `names` (files and CSV columns), `summary` (Summary and its parts, to/from JSON),
 `writer` (RunWriter: the files written as a run goes), `reader` (load_run for reports,
-read_summary, read_config), `parsing` (bounded file reading), `values` (checked fields).
+read_summary, read_config, read_events), `timeline` (switches, straggler marks and episodes
+from events.jsonl and config.json), `parsing` (bounded file reading), `values` (checked
+fields).
 """
 
 from syncswitch.rundir import names

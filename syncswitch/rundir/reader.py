@@ -8,7 +8,6 @@ killed run's per-worker view asks for it, and then streamed.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,13 +27,18 @@ from syncswitch.rundir.parsing import (
     float_cell,
     int_cell,
     loss_cell,
-    optional_float,
     read_json_object,
-    short,
     stream_columns,
 )
 from syncswitch.rundir.parsing import read_events as read_events_file
-from syncswitch.rundir.summary import Summary, Switch
+from syncswitch.rundir.summary import COMPLETE, Summary, Switch
+from syncswitch.rundir.timeline import (
+    Episode,
+    StragglerMark,
+    episodes,
+    straggler_marks,
+    switches_of,
+)
 
 METRIC_FIELDS = ("time_s", "samples", "fraction", "protocol", "test_accuracy")
 _WORKER_FIELDS = (
@@ -61,39 +65,6 @@ class Metrics:
 
     def __len__(self) -> int:
         return len(self.time_s)
-
-
-@dataclass(frozen=True)
-class StragglerMark:
-    """A detection or recovery the run's straggler detector logged."""
-
-    kind: str  # "detected" or "recovered"
-    worker: int
-    time_s: float
-    progress: float
-    false_detection: bool | None
-
-
-@dataclass(frozen=True)
-class Episode:
-    """An emulated straggler episode as config.json records it (fractions or seconds)."""
-
-    workers: tuple[int, ...]
-    start: float | None
-    duration: float | None
-    start_s: float | None
-    duration_s: float | None
-    delay_ms: float | None
-    factor: float | None
-
-    def describe(self) -> str:
-        when = (
-            f"{self.start:.0%}-{self.start + self.duration:.0%} of samples"
-            if self.start is not None and self.duration is not None
-            else f"{self.start_s:g}-{(self.start_s or 0) + (self.duration_s or 0):g} s"
-        )
-        slow = f"+{self.delay_ms:g} ms" if self.delay_ms is not None else f"x{self.factor:g}"
-        return f"{slow} at {when}"
 
 
 @dataclass
@@ -124,7 +95,7 @@ class RunData:
 
     @property
     def complete(self) -> bool:
-        return self.status == "complete"
+        return self.status == COMPLETE
 
     @property
     def schedule(self) -> str:
@@ -267,9 +238,9 @@ def _load(run_dir: Path) -> RunData:
         config=config,
         summary=summary,
         metrics=_read_metrics(run_dir / names.METRICS, notes),
-        switches=_switches(events, summary),
-        straggler_marks=_straggler_marks(events),
-        episodes=_episodes(config),
+        switches=switches_of(events, summary),
+        straggler_marks=straggler_marks(events),
+        episodes=episodes(config),
         drops_by_reason=drops_by_reason,
         drops_by_worker=drops_by_worker,
         worker_stats=_read_worker_stats(run_dir / names.WORKER_STEPS, notes),
@@ -317,78 +288,3 @@ def _read_worker_stats(path: Path, notes: list[str]) -> list[dict[str, float]] |
     return csv_records(
         path, _WORKER_FIELDS, notes, lambda row: {n: finite(row[n]) for n in _WORKER_FIELDS}
     )
-
-
-# -- events ----------------------------------------------------------------------------------
-
-
-def _switches(events: list[dict[str, Any]], summary: Summary | None) -> list[Switch]:
-    # events.jsonl has every switch as it happened (also for a killed run); summary.json
-    # only as of its last rewrite.
-    records = [e for e in events if e.get("event") == "switch"]
-    if not records and summary is not None:
-        return list(summary.switches)
-    switches = []
-    for record in records:
-        try:
-            switches.append(Switch.from_json(record, "a switch"))
-        except RunDirError:
-            raise RunDirError(
-                f"{names.EVENTS}: a switch record is malformed: {short(record)}"
-            ) from None
-    return switches
-
-
-def _straggler_marks(events: list[dict[str, Any]]) -> list[StragglerMark]:
-    marks = []
-    for event in events:
-        kind = str(event.get("event", ""))
-        if kind not in ("straggler_detected", "straggler_recovered"):
-            continue
-        try:
-            marks.append(
-                StragglerMark(
-                    kind=kind.removeprefix("straggler_"),
-                    worker=int(event["worker"]),
-                    time_s=finite(event["time_s"]),
-                    progress=finite(event.get("progress", math.nan), allow_nan=True),
-                    false_detection=event.get("false_detection"),
-                )
-            )
-        except (KeyError, TypeError, ValueError):
-            raise RunDirError(
-                f"{names.EVENTS}: a straggler event is malformed: {short(event)}"
-            ) from None
-    return marks
-
-
-def _episodes(config: dict[str, Any]) -> list[Episode]:
-    emulation = config.get("emulation")
-    listed = emulation.get("stragglers") if isinstance(emulation, dict) else None
-    if not isinstance(listed, list):
-        return []  # "none", or a run without emulation
-    episodes = []
-    for item in listed:
-        try:
-            workers = tuple(int(w) for w in item["workers"])
-            episodes.append(
-                Episode(
-                    workers=workers,
-                    **{
-                        name: optional_float(item.get(name))
-                        for name in (
-                            "start",
-                            "duration",
-                            "start_s",
-                            "duration_s",
-                            "delay_ms",
-                            "factor",
-                        )
-                    },
-                )
-            )
-        except (KeyError, TypeError, ValueError):
-            raise RunDirError(
-                f"{names.CONFIG}: a straggler episode is malformed: {short(item)}"
-            ) from None
-    return episodes

@@ -10,7 +10,6 @@ run directories still read.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -273,8 +272,3 @@ def _objects_by_name(read: Fields, key: str) -> dict[str, dict[str, Any]]:
     if not all(isinstance(v, dict) for v in value.values()):
         raise read.refuse(key, "an object of JSON objects by protocol")
     return value
-
-
-def finite_or_none(value: float | None) -> float | None:
-    """A figure for a table: None for a missing or non-finite value."""
-    return value if value is not None and math.isfinite(value) else None
