@@ -98,7 +98,6 @@ class RunWriter:
             from syncswitch.loggers.feed import LoggerFeed
 
             self._feed = LoggerFeed(loggers, on_failure=self._logger_failed)
-        if self._feed is not None:
             self._feed.start({**config, **labels}, resume_at[0] if resume_at else None)
         if resume_at is None:
             write_json_atomic(self.dir / names.CONFIG, {**config, **labels})
@@ -121,10 +120,6 @@ class RunWriter:
     def loggers(self) -> list[RunLogger]:
         """The backends still working (one that failed mid-run is switched off)."""
         return self._feed.loggers if self._feed else []
-
-    def file(self, name: str) -> Path:
-        """The path of one of the run directory's files (`names.FINAL_WEIGHTS`, ...)."""
-        return self.dir / name
 
     def updates(self, records: list[UpdateRecord]) -> None:
         self._updates.write([(*_row(r), *self._labels) for r in records])
