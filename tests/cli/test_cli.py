@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from syncswitch.cli.main import main
+from syncswitch.rundir import read_summary
 
 
 def error_of(capsys, argv: list[str]) -> str:
@@ -191,6 +192,6 @@ def test_train_command_runs_a_job_and_says_where_results_are(tmp_path: Path) -> 
     # --json: stdout is the machine-readable summary alone.
     printed = json.loads(proc.stdout)
     assert printed["run_dir"] == str(out) and printed["status"] == "complete"
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "complete" and summary["switches"][0]["to"] == "asp"
-    assert printed["final_accuracy"] == summary["final_accuracy"]
+    summary = read_summary(out)
+    assert summary.complete and summary.switches[0].to_protocol == "asp"
+    assert printed["final_accuracy"] == summary.final_accuracy

@@ -15,6 +15,7 @@ from syncswitch.cli.main import main
 from syncswitch.reports import Report, load_run
 from syncswitch.reports.plots import ACCURACY_VS_SAMPLES, ACCURACY_VS_TIME
 from syncswitch.reports.tables import RUN_COLUMNS
+from syncswitch.rundir import read_summary
 
 pytestmark = pytest.mark.ray
 
@@ -139,9 +140,9 @@ def test_report_command_prints_the_table_and_writes_plot_and_page(three_runs, tm
         "emulated",
         "real",
     ]
-    summary = json.loads((three_runs["hybrid"] / "summary.json").read_text())
+    summary = read_summary(three_runs["hybrid"])
     final = runs_table[3][RUN_COLUMNS.index("final acc")]
-    assert final == f"{100 * summary['final_accuracy']:.2f}%"
+    assert final == f"{100 * summary.final_accuracy:.2f}%"
     (image,) = parser.images
     assert image.startswith("data:image/png;base64,")
     assert base64.b64decode(image.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"

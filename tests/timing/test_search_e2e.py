@@ -15,6 +15,7 @@ import pytest
 from syncswitch.cli.main import main
 from syncswitch.config import TrainConfig
 from syncswitch.registry import Registry, fingerprint
+from syncswitch.rundir import read_summary
 from syncswitch.timing import resolve_auto_schedule
 
 pytestmark = pytest.mark.ray
@@ -90,11 +91,11 @@ def test_search_then_auto_reuses_the_decision(ray_session, tmp_path: Path, capsy
     train_args = ["train", *JOB_ARGS, "--seed", "5", "--no-progress", "--out", str(run_dir)]
     assert main([*train_args, "--schedule", "auto", "--registry", str(registry)]) == 0
     assert f"from stored decision #{decision.id}" in capsys.readouterr().err  # a notice: stderr
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["schedule"] == "bsp:0.5,asp" and summary["status"] == "complete"
-    source = summary["schedule_source"]
+    summary = read_summary(run_dir)
+    assert summary.schedule == "bsp:0.5,asp" and summary.complete
+    source = summary.schedule_source
     assert source["kind"] == "registry" and source["decision_id"] == decision.id
-    assert summary["switches"][0]["to"] == "asp"
+    assert summary.switches[0].to_protocol == "asp"
 
     # A job that differs in a fingerprint field does not reuse it.
     other, other_source = resolve_auto_schedule(
