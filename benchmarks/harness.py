@@ -69,7 +69,10 @@ def add_repeats(parser: argparse.ArgumentParser, default: int, what: str = "") -
 
 def add_seeds(parser: argparse.ArgumentParser, default: int) -> None:
     parser.add_argument(
-        "--seeds", type=int, default=default, help=f"runs per case, seeds 0..N-1 (default {default})"
+        "--seeds",
+        type=int,
+        default=default,
+        help=f"runs per case, seeds 0..N-1 (default {default})",
     )
 
 
@@ -139,7 +142,7 @@ class RunLog:
     def append(self, row: Any) -> None:
         """Add one run's row (a dict or a dataclass) as a line, durable on return."""
         record = dataclasses.asdict(row) if dataclasses.is_dataclass(row) else row
-        line = json.dumps(record) + "\n"
+        line = json.dumps(record, default=jsonable) + "\n"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._drop_torn_tail()
         with self.path.open("a") as handle:
@@ -176,7 +179,17 @@ def save_text(path: Path, text: str) -> None:
 
 def save_json(path: Path, data: Any, *, indent: int | None = 1) -> None:
     """Replace a JSON results file in one step, indented as the committed ones are."""
-    save_text(path, json.dumps(data, indent=indent, default=str) + "\n")
+    save_text(path, json.dumps(data, indent=indent, default=jsonable) + "\n")
+
+
+def jsonable(value: Any) -> Any:
+    """What JSON holds for a value it has no form of: a dataclass (a typed record of the
+    package) as its fields, an enum as its value, anything else as text."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, Enum):
+        return value.value
+    return str(value)
 
 
 # -- tables --------------------------------------------------------------------------------------
@@ -249,8 +262,12 @@ def read_summary(run_dir: Path) -> Any:
 
 def read_config(run_dir: Path) -> Any:
     """A run directory's resolved config, through the run-directory module."""
-    from syncswitch.rundir import read_config as read
+    try:
+        from syncswitch.rundir import read_config as read
+    except ImportError:  # until the run-directory module is merged
+        from types import SimpleNamespace
 
+        return SimpleNamespace(**json.loads((Path(run_dir) / "config.json").read_text()))
     return read(Path(run_dir))
 
 
