@@ -10,31 +10,19 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-# The machine-readable summary's keys (the whole summary is in RUN_DIR/summary.json).
-JSON_KEYS = (
-    "status",
-    "final_accuracy",
-    "best_accuracy",
-    "wall_time_s",
-    "samples_per_s",
-    "switches",
-)
+from syncswitch.rundir import GradientCounts, Summary, Switch, names
 
 
-def summary_json(summary: dict[str, Any], run_dir: Path) -> str:
-    return json.dumps(
-        {**{k: summary.get(k) for k in JSON_KEYS}, "run_dir": str(run_dir)}, indent=2, default=str
-    )
+def summary_json(summary: Summary, run_dir: Path) -> str:
+    """The short machine-readable summary: the fields the Summary schema marks as headline."""
+    return json.dumps({**summary.headline(), "run_dir": str(run_dir)}, indent=2, default=str)
 
 
-def summary_table(summary: dict[str, Any], run_dir: Path, *, library_log: Path | None) -> Table:
-    if summary.get("runtime") == "sim":
-        timing = "SIMULATED"
-    else:
-        timing = "emulated" if (summary.get("emulation") or {}).get("enabled") else "real"
+def summary_table(summary: Summary, run_dir: Path, *, library_log: Path | None) -> Table:
+    timing = "SIMULATED" if summary.timing == "simulated" else summary.timing
     table = Table(
-        title=f"run {summary.get('status', '?')}: {summary.get('schedule')}, "
-        f"{summary.get('workers')} workers, {timing} timing",
+        title=f"run {summary.status}: {summary.schedule}, {summary.workers} workers, "
+        f"{timing} timing",
         title_justify="left",
         show_header=False,
         box=None,
@@ -42,28 +30,26 @@ def summary_table(summary: dict[str, Any], run_dir: Path, *, library_log: Path |
     )
     table.add_column(style="bold")
     table.add_column()
-    final, best = summary.get("final_accuracy"), summary.get("best_accuracy")
+    final, best = summary.final_accuracy, summary.best_accuracy
     table.add_row(
         "accuracy", f"{_percent(final)} final, {_percent(best)} best" if final is not None else "-"
     )
-    wall, setup = summary.get("wall_time_s") or 0.0, summary.get("setup_time_s") or 0.0
+    wall, setup = summary.wall_time_s or 0.0, summary.setup_time_s or 0.0
     table.add_row("time", f"{wall:,.2f} s training (+ {setup:,.1f} s start-up)")
-    rate = summary.get("samples_per_s")
-    table.add_row(
-        "samples/s", f"{rate:,.0f} ({summary.get('samples', 0):,} samples)" if rate else "-"
-    )
+    rate = summary.samples_per_s
+    table.add_row("samples/s", f"{rate:,.0f} ({summary.samples:,} samples)" if rate else "-")
     table.add_row("phases", _phases(summary))
-    table.add_row("switches", _switches(summary.get("switches") or []))
-    table.add_row("dropped", _dropped(summary.get("gradients") or {}))
-    if summary.get("placement"):
-        table.add_row("placement", _placement(summary["placement"]))
+    table.add_row("switches", _switches(summary.switches))
+    table.add_row("dropped", _dropped(summary.gradients))
+    if summary.placement:
+        table.add_row("placement", _placement(summary.placement))
     if library_log is not None:
         table.add_row("Ray/PyTorch log", str(library_log))
     return table
 
 
 def print_summary(
-    summary: dict[str, Any],
+    summary: Summary,
     run_dir: Path,
     *,
     library_log: Path | None,
@@ -74,40 +60,37 @@ def print_summary(
     for line in loggers:
         print(f"  {line}")  # e.g. the command that opens TensorBoard on this run
     # Plain prints: a path must never be wrapped, so it can be copied as it stands.
-    print(f"results written to {run_dir}/ (summary.json, metrics.csv, updates.csv, ...)")
+    print(f"results written to {run_dir}/ ({names.SUMMARY}, {names.METRICS}, {names.UPDATES}, ...)")
     plot = shlex.quote(str(run_dir / "report.png"))
     print(f"plot them: syncswitch report {shlex.quote(str(run_dir))} --plot {plot}")
 
 
-def _phases(summary: dict[str, Any]) -> str:
-    times = summary.get("time_by_protocol") or {}
-    samples = summary.get("samples_by_protocol") or {}
+def _phases(summary: Summary) -> str:
+    samples = summary.samples_by_protocol
     total = sum(samples.values()) or 1
     parts = [
         f"{name} {time_s:,.2f} s ({samples.get(name, 0) / total:.0%} of samples)"
-        for name, time_s in times.items()
+        for name, time_s in summary.time_by_protocol.items()
     ]
     return ", ".join(parts) or "-"
 
 
-def _switches(switches: list[dict[str, Any]]) -> str:
+def _switches(switches: tuple[Switch, ...]) -> str:
     if not switches:
         return "none"
     shown = [
-        f"{s.get('from')}>{s.get('to')} at {float(s.get('at_fraction', 0)):.1%} "
-        f"({s.get('reason')}, {1000 * float(s.get('overhead_s', 0)):.2f} ms)"
+        f"{s.from_protocol}>{s.to_protocol} at {s.at_fraction:.1%} "
+        f"({s.reason}, {1000 * s.overhead_s:.2f} ms)"
         for s in switches[:3]
     ]
     more = len(switches) - len(shown)
     return "; ".join(shown) + (f"; +{more} more" if more else "")
 
 
-def _dropped(gradients: dict[str, Any]) -> str:
-    dropped = gradients.get("dropped") or {}
-    count = sum(dropped.values()) if isinstance(dropped, dict) else int(dropped or 0)
-    sent = gradients.get("sent")
-    reasons = ", ".join(f"{n} {reason}" for reason, n in dropped.items()) if count else ""
-    text = f"{count} of {sent:,} gradients" if sent else str(count)
+def _dropped(gradients: GradientCounts) -> str:
+    count = gradients.dropped_total
+    reasons = ", ".join(f"{n} {reason}" for reason, n in gradients.dropped.items()) if count else ""
+    text = f"{count} of {gradients.sent:,} gradients" if gradients.sent else str(count)
     return text + (f" ({reasons})" if reasons else "")
 
 

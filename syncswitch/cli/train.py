@@ -22,12 +22,9 @@ from syncswitch.config import (
     load_list_file,
     make_config,
 )
-from syncswitch.files import UnsafeFileError, read_regular
-from syncswitch.results import default_run_dir
+from syncswitch.errors import RunDirError
+from syncswitch.rundir import LIBRARY_LOG, default_run_dir, names, read_config
 from syncswitch.terminal import library_output_to
-
-# Ray's and PyTorch's output during a run, unless --verbose shows it on the terminal.
-LIBRARY_LOG = "ray.log"
 
 _EXAMPLES = """examples:
   syncswitch train                                   # 8 workers, MNIST-1D, BSP for 25%, then ASP
@@ -169,30 +166,12 @@ def read_saved_config(run_dir: Path) -> dict[str, Any]:
     The file is read only if it is a regular file inside the directory (not a symlink, FIFO
     or device) and of bounded size.
     """
-    path = run_dir / "config.json"
-    shown = str(path)
     try:
-        raw = read_regular(path, MAX_CONFIG_FILE_BYTES, follow_symlinks=False)
+        return read_config(run_dir, MAX_CONFIG_FILE_BYTES, follow_symlinks=False)
     except FileNotFoundError:
-        raise ConfigError(f"cannot resume {str(run_dir)!r}: it holds no config.json") from None
-    except UnsafeFileError as error:
-        raise ConfigError(f"cannot resume: {error}") from None
-    except OSError as error:
-        reason = error.strerror or type(error).__name__
-        raise ConfigError(f"cannot resume: {shown!r} cannot be read ({reason})") from None
-    try:
-        saved = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ConfigError(f"cannot resume: {shown!r} is not UTF-8 text (binary?)") from None
-    except (json.JSONDecodeError, RecursionError, ValueError) as error:
-        detail = " ".join(str(error).split())[:200]
-        raise ConfigError(f"cannot resume: {shown!r} is not valid JSON ({detail})") from None
-    if not isinstance(saved, dict):
-        raise ConfigError(
-            f"cannot resume: {shown!r} holds a JSON {type(saved).__name__}; a run's "
-            "config.json is an object of its options"
-        )
-    return saved
+        raise ConfigError(f"cannot resume {str(run_dir)!r}: it holds no {names.CONFIG}") from None
+    except RunDirError as error:
+        raise ConfigError(f"cannot resume {str(run_dir)!r}: {error}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -211,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_args: Any) -> int:
     # Imported here so that `--help` and input errors answer without loading Ray.
-    from syncswitch.results import create_run_dir
+    from syncswitch.rundir import create_run_dir
     from syncswitch.runtime.train import check_runnable, refuse_used_run_dir, train
 
     # The run directory is fixed before the run starts: the library log goes into it.
@@ -249,7 +228,7 @@ def _logger_lines(config: TrainConfig, run_dir: Path) -> list[str]:
 
         uri = config.tracking_uri or default_tracking_uri(run_dir)
         lines.append(f"mlflow ui --backend-store-uri {uri}")
-    events = run_dir / "events.jsonl"
+    events = run_dir / names.EVENTS
     if lines and events.is_file():
         for line in events.read_text().splitlines():
             if '"logger_failed"' in line:

@@ -65,7 +65,7 @@ from syncswitch.core.policies import Action
 from syncswitch.core.protocol import ASP, ProtocolSpec
 from syncswitch.core.records import Decision, EvalPoint, Snapshot
 from syncswitch.files import write_atomic
-from syncswitch.results import RunWriter
+from syncswitch.rundir import RunWriter, Summary, names
 
 
 class RunPhase(StrEnum):
@@ -357,7 +357,7 @@ class RunController:
         final_snapshots: list[Snapshot],
         worker_stats: list[dict],
         final_weights: np.ndarray,
-    ) -> dict[str, Any]:
+    ) -> Summary:
         """The last checkpoint, worker statistics, final weights and summary."""
         assert self.phase is RunPhase.FINISHING and not self._pending_evals, self.phase
         self.writer.worker_stats(worker_stats)
@@ -366,7 +366,7 @@ class RunController:
         self.writer.summary(summary)
         buffer = io.BytesIO()  # written atomically: never through a planted symlink
         torch.save({"flat_weights": torch.tensor(final_weights)}, buffer)
-        write_atomic(self.writer.dir / "final_weights.pt", buffer.getvalue())
+        write_atomic(self.writer.dir / names.FINAL_WEIGHTS, buffer.getvalue())
         self.phase = RunPhase.FINISHED
         return summary
 
@@ -375,7 +375,7 @@ class RunController:
         self.phase = RunPhase.FAILED
         self.writer.summary(self.summary([], status=f"failed: {error!r}"))
 
-    def summary(self, worker_stats: list[dict], status: str) -> dict[str, Any]:
+    def summary(self, worker_stats: list[dict], status: str) -> Summary:
         return build_summary(
             self.plan,
             self.record,
@@ -639,7 +639,7 @@ class RunController:
         self.writer.event("checkpoint", info.to_record())
 
 
-CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_DIR = names.CHECKPOINTS
 
 
 def resume_point(checkpoint: LoadedCheckpoint | None) -> tuple[int, float] | None:
@@ -652,4 +652,4 @@ def resume_point(checkpoint: LoadedCheckpoint | None) -> tuple[int, float] | Non
 
 def run_dir_in_use(run_dir: Path) -> list[str]:
     """What of an earlier run a directory holds (a new run must not write into it)."""
-    return [n for n in ("config.json", "summary.json", CHECKPOINT_DIR) if (run_dir / n).exists()]
+    return [n for n in names.RUN_MARKERS if (run_dir / n).exists()]

@@ -1,4 +1,4 @@
-"""summary.json: the run's figures, built from what the controller has recorded."""
+"""The run's Summary (summary.json), built from what the controller has recorded."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardState
+from syncswitch.rundir import GradientCounts, Reliability, Summary, Switch
 
 
 def build_summary(
@@ -24,58 +25,55 @@ def build_summary(
     worker_stats: list[dict],
     status: str,
     placement: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """summary.json: what the run did so far (`status` says whether it is over); `state` is
-    the first shard's latest."""
+) -> Summary:
+    """What the run did so far (`status` says whether it is over); `state` is the first
+    shard's latest."""
     accuracies = [m["test_accuracy"] for m in record.metrics]
     final = record.final_metric()
     wall_s = final["time_s"] if final else state.time_s
     samples = state.samples
     policy = plan.policy_name
-    return {
-        "status": status,
-        "final_accuracy": final["test_accuracy"] if final else None,
-        "best_accuracy": max(accuracies) if accuracies else None,
-        "final_test_loss": final["test_loss"] if final else None,
-        # On the simulator, wall_time_s is simulated seconds; host_time_s is always the real
-        # seconds this process has run the job for.
-        "runtime": plan.runtime,
-        "wall_time_s": wall_s,
-        "host_time_s": round(host_s, 3),
-        "setup_time_s": round(setup_s, 3),
-        "samples": samples,
-        "samples_per_s": samples / wall_s if wall_s else None,
-        "updates": state.version,
-        "updates_per_s": state.version / wall_s if wall_s else None,
-        "schedule": plan.job.schedule,
-        "schedule_source": schedule_source,
-        "time_by_protocol": state.time_by_protocol,
-        "samples_by_protocol": state.samples_by_protocol,
-        "switches": record.switches,
-        "staleness": record.staleness_summary(),
-        "gradients": state.accounting,
-        "workers": plan.workers,
-        "worker_step_time_mean_s": (
+    return Summary(
+        status=status,
+        final_accuracy=final["test_accuracy"] if final else None,
+        best_accuracy=max(accuracies) if accuracies else None,
+        final_test_loss=final["test_loss"] if final else None,
+        runtime=plan.runtime,
+        wall_time_s=wall_s,
+        host_time_s=round(host_s, 3),
+        setup_time_s=round(setup_s, 3),
+        samples=samples,
+        samples_per_s=samples / wall_s if wall_s else None,
+        updates=state.version,
+        updates_per_s=state.version / wall_s if wall_s else None,
+        schedule=plan.job.schedule,
+        schedule_source=schedule_source,
+        time_by_protocol=state.time_by_protocol,
+        samples_by_protocol=state.samples_by_protocol,
+        switches=tuple(Switch.from_json(s, "a switch") for s in record.switches),
+        staleness=record.staleness_summary(),
+        gradients=GradientCounts(**state.accounting),
+        workers=plan.workers,
+        worker_step_time_mean_s=(
             float(np.mean([w["step_time_mean_s"] for w in worker_stats])) if worker_stats else None
         ),
-        "emulation": plan.timing_label(),
-        "cluster": plan.cluster.describe() if plan.cluster is not None else None,
-        "online": _online_summary(plan, record, state),
-        "reliability": {
-            "checkpoints": record.checkpoints,
-            "failures": record.failures,
-            "rollbacks": record.rollbacks,
-            "pinned_protocol": state.pinned,
-            "lr_scale": state.lr_scale,
-            "guard_initial_loss": record.guard_initial_level,
+        emulation=plan.timing_label(),
+        cluster=plan.cluster.describe() if plan.cluster is not None else None,
+        online=_online_summary(plan, record, state),
+        reliability=Reliability(
+            checkpoints=record.checkpoints,
+            failures=record.failures,
+            rollbacks=record.rollbacks,
+            pinned_protocol=state.pinned,
+            lr_scale=state.lr_scale,
+            guard_initial_loss=record.guard_initial_level,
             # Quarantines, rollbacks: every decision but the online policy's.
-            "decisions": [d for d in record.decisions if d["policy"] != policy],
-            "faults_injected": plan.faults.describe(),
-        },
-        # Where the actors ran (nodes, hosts, devices), as the runtime reported it.
-        "placement": placement,
-        "run_dir": str(run_dir),
-    }
+            decisions=[d for d in record.decisions if d["policy"] != policy],
+            faults_injected=plan.faults.describe(),
+        ),
+        placement=placement,  # where the actors ran (nodes, hosts, devices), as reported
+        run_dir=str(run_dir),
+    )
 
 
 def _online_summary(plan: RunPlan, record: RunRecord, state: ShardState) -> dict[str, Any] | None:

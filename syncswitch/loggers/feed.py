@@ -33,6 +33,7 @@ from syncswitch.core.protocol import Schedule, ScheduleError
 from syncswitch.core.records import DropRecord, UpdateRecord
 from syncswitch.errors import ConfigError
 from syncswitch.loggers.base import Point, RunLogger
+from syncswitch.rundir.summary import RUNNING, Summary
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class LoggerFeed:
         self._flagged: set[int] = set()
         self._interval_staleness: Counter[int] = Counter()
         self._interval_step_s: dict[int, list[float]] = defaultdict(lambda: [0.0, 0])
-        self._status = "running"  # summary.json's, as of its last final write
+        self._status = RUNNING  # summary.json's, as of its last final write
 
     @property
     def loggers(self) -> list[RunLogger]:
@@ -164,17 +165,17 @@ class LoggerFeed:
                     values[f"workers/{column}/{row['worker']}"] = row[column]
         self._send(values, self._samples, self._time_s)
 
-    def summary(self, summary: dict[str, Any]) -> None:
-        status = str(summary.get("status", ""))
-        if status == "running":
+    def summary(self, summary: Summary) -> None:
+        status = summary.status
+        if status == RUNNING:
             return  # rewritten after every evaluation; the metrics went out already
         self._send(self._gathered(), self._samples, self._time_s)  # what came after the last
         self._send(
             {
-                "final/accuracy": summary.get("final_accuracy"),
-                "final/best_accuracy": summary.get("best_accuracy"),
-                "final/wall_time_s": summary.get("wall_time_s"),
-                "final/samples_per_s": summary.get("samples_per_s"),
+                "final/accuracy": summary.final_accuracy,
+                "final/best_accuracy": summary.best_accuracy,
+                "final/wall_time_s": summary.wall_time_s,
+                "final/samples_per_s": summary.samples_per_s,
             },
             self._samples,
             self._time_s,

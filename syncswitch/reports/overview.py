@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from syncswitch.reports.rundir import RunData, Switch
+from syncswitch.rundir import RunData, Switch
 
 # config.json may come from elsewhere: its worker count alone never sizes a table.
 MAX_LISTED_WORKERS = 4096

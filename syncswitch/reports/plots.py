@@ -21,7 +21,7 @@ from matplotlib.ticker import MaxNLocator
 
 from syncswitch.errors import RunDirError
 from syncswitch.reports.overview import phases, run_end
-from syncswitch.reports.rundir import RunData
+from syncswitch.rundir import RunData
 
 PLOT_SUFFIXES = (".png", ".svg")
 ACCURACY_VS_TIME = "test accuracy vs wall time"

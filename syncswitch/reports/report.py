@@ -14,8 +14,8 @@ from matplotlib.figure import Figure
 from syncswitch.files import write_atomic
 from syncswitch.reports.overview import overview, worker_rows
 from syncswitch.reports.plots import plot_runs, save_figure
-from syncswitch.reports.rundir import RunData, load_run
 from syncswitch.reports.tables import Table, runs_table, workers_table
+from syncswitch.rundir import RunData, load_run
 
 
 class Report:

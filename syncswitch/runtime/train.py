@@ -28,13 +28,13 @@ from syncswitch.control.resume_check import ResumeCheck, say_refused
 from syncswitch.core.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
 from syncswitch.errors import ConfigError
 from syncswitch.loggers import make_loggers
-from syncswitch.results import RunWriter, default_run_dir
+from syncswitch.rundir import RunWriter, Summary, default_run_dir
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset
 
 
 @dataclass
 class RunResult:
-    summary: dict[str, Any]
+    summary: Summary  # also in RUN_DIR/summary.json
     run_dir: Path
     final_weights: np.ndarray
 

@@ -43,7 +43,7 @@ from syncswitch.control.shard import ServerShard
 from syncswitch.core.checkpoint import CheckpointStore, LoadedCheckpoint
 from syncswitch.core.records import Gradient
 from syncswitch.core.sharding import parameter_shards
-from syncswitch.results import RunWriter
+from syncswitch.rundir import RunWriter
 
 STEP_S = 0.02
 PARAMETERS = 12

@@ -187,7 +187,7 @@ def test_out_pointing_at_a_file_is_one_line(tmp_path, capsys):
 
 
 def test_worker_steps_csv_is_replaced_not_written_through_a_planted_symlink(tmp_path: Path):
-    from syncswitch.results import RunWriter
+    from syncswitch.rundir import RunWriter
 
     outside = tmp_path / "victim.txt"
     outside.write_text("precious\n")

@@ -40,7 +40,7 @@ from syncswitch.core.cluster import (
     ServerModel,
 )
 from syncswitch.errors import ConfigError
-from syncswitch.reports.rundir import RunData, load_run
+from syncswitch.rundir import RunData, load_run
 from syncswitch.runtime.train import train
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset
 

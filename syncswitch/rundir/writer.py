@@ -1,12 +1,13 @@
-"""The run directory: every result written as it is produced, so a crash loses nothing made.
+"""The run directory written as the run goes, so a crash loses nothing made.
 
-Files: config.json (resolved job, emulation included), summary.json (rewritten atomically as the
-run goes, final at the end), metrics.csv (test accuracy/loss and train loss over time and
-samples), updates.csv (one row per applied gradient), drops.csv, events.jsonl (switches and
-other decisions) and worker_steps.csv (per-worker step-time statistics). Each CSV row carries
-`emulated` and `simulated` columns so no figure can be mistaken for real-hardware timing
-(simulated: times are seconds of the simulator's clock, docs/simulator.md). What the files
-receive also goes to the configured loggers (TensorBoard, MLflow: syncswitch.loggers).
+Files (names and columns: syncswitch.rundir.names): config.json (resolved job, emulation
+included), summary.json (rewritten atomically as the run goes, final at the end), metrics.csv
+(test accuracy/loss and train loss over time and samples), updates.csv (one row per applied
+gradient), drops.csv, events.jsonl (switches and other decisions) and worker_steps.csv
+(per-worker step-time statistics). Each CSV row carries `emulated` and `simulated` columns so
+no figure can be mistaken for real-hardware timing (simulated: times are seconds of the
+simulator's clock, docs/simulator.md). What the files receive also goes to the configured
+loggers (TensorBoard, MLflow: syncswitch.loggers).
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from syncswitch.core.records import DropRecord, UpdateRecord
 from syncswitch.errors import ConfigError
 from syncswitch.files import (
     UnsafeFileError,
@@ -31,35 +31,15 @@ from syncswitch.files import (
     open_regular,
     write_json_atomic,
 )
-from syncswitch.loggers import RunLogger
-from syncswitch.loggers.feed import LoggerFeed
+from syncswitch.rundir import names
+from syncswitch.rundir.summary import Summary
 
-METRIC_COLUMNS = (
-    "time_s",
-    "samples",
-    "fraction",
-    "version",
-    "protocol",
-    "test_accuracy",
-    "test_loss",
-    "train_loss",
-    "samples_per_s",
-    "emulated",
-    "simulated",
-)
-WORKER_COLUMNS = (
-    "worker",
-    "steps",
-    "step_time_mean_s",
-    "step_time_p50_s",
-    "step_time_p90_s",
-    "step_time_max_s",
-    "compute_mean_s",
-    "compute_cpu_mean_s",  # the same steps' CPU time (Ray workers; empty on the simulator)
-    "wait_mean_s",
-    "emulated",
-    "simulated",
-)
+if TYPE_CHECKING:  # the loggers import torch; a writer without loggers never needs them
+    from syncswitch.core.records import DropRecord, UpdateRecord
+    from syncswitch.loggers import RunLogger
+
+_TIMED_METRICS = names.METRIC_COLUMNS[: -len(names.TIMING_COLUMNS)]
+_TIMED_WORKERS = names.WORKER_COLUMNS[: -len(names.TIMING_COLUMNS)]
 
 
 def default_run_dir(schedule: str) -> Path:
@@ -113,23 +93,25 @@ class RunWriter:
             "simulated": simulated,
             "faults_injected": faults or None,
         }
-        self._feed = LoggerFeed(loggers, on_failure=self._logger_failed) if loggers else None
+        self._feed = None
+        if loggers:
+            from syncswitch.loggers.feed import LoggerFeed
+
+            self._feed = LoggerFeed(loggers, on_failure=self._logger_failed)
         if self._feed is not None:
             self._feed.start({**config, **labels}, resume_at[0] if resume_at else None)
         if resume_at is None:
-            write_json_atomic(self.dir / "config.json", {**config, **labels})
+            write_json_atomic(self.dir / names.CONFIG, {**config, **labels})
         else:
             samples, time_s = resume_at
             # Rows after the checkpoint describe training that the resumed run does again.
-            _truncate_csv(self.dir / "metrics.csv", "samples", samples)
-            _truncate_csv(self.dir / "updates.csv", "samples", samples)
-            _truncate_csv(self.dir / "drops.csv", "time_s", time_s)
-        update_cols = (*tuple(f.name for f in fields(UpdateRecord)), "emulated", "simulated")
-        drop_cols = tuple(f.name for f in fields(DropRecord))
-        self._updates = CsvLog(self.dir / "updates.csv", update_cols)
-        self._drops = CsvLog(self.dir / "drops.csv", drop_cols)
-        self._metrics = CsvLog(self.dir / "metrics.csv", METRIC_COLUMNS)
-        self._events = _open_log(self.dir / "events.jsonl")
+            _truncate_csv(self.dir / names.METRICS, "samples", samples)
+            _truncate_csv(self.dir / names.UPDATES, "samples", samples)
+            _truncate_csv(self.dir / names.DROPS, "time_s", time_s)
+        self._updates = CsvLog(self.dir / names.UPDATES, names.UPDATE_COLUMNS)
+        self._drops = CsvLog(self.dir / names.DROPS, names.DROP_COLUMNS)
+        self._metrics = CsvLog(self.dir / names.METRICS, names.METRIC_COLUMNS)
+        self._events = _open_log(self.dir / names.EVENTS)
 
     @property
     def _labels(self) -> list[bool]:
@@ -139,6 +121,10 @@ class RunWriter:
     def loggers(self) -> list[RunLogger]:
         """The backends still working (one that failed mid-run is switched off)."""
         return self._feed.loggers if self._feed else []
+
+    def file(self, name: str) -> Path:
+        """The path of one of the run directory's files (`names.FINAL_WEIGHTS`, ...)."""
+        return self.dir / name
 
     def updates(self, records: list[UpdateRecord]) -> None:
         self._updates.write([(*_row(r), *self._labels) for r in records])
@@ -151,7 +137,7 @@ class RunWriter:
             self._feed.drops(records)
 
     def metric(self, row: dict[str, Any]) -> None:
-        self._metrics.write([[row.get(c, "") for c in METRIC_COLUMNS[:-2]] + self._labels])
+        self._metrics.write([[row.get(c, "") for c in _TIMED_METRICS] + self._labels])
         if self._feed:
             self._feed.metric(row)
 
@@ -164,16 +150,16 @@ class RunWriter:
     def worker_stats(self, rows: list[dict[str, Any]]) -> None:
         text = io.StringIO()
         writer = csv.writer(text)
-        writer.writerow(WORKER_COLUMNS)
+        writer.writerow(names.WORKER_COLUMNS)
         for row in rows:
-            writer.writerow([row.get(c, "") for c in WORKER_COLUMNS[:-2]] + self._labels)
-        with atomic_writer(self.dir / "worker_steps.csv") as handle:
+            writer.writerow([row.get(c, "") for c in _TIMED_WORKERS] + self._labels)
+        with atomic_writer(self.dir / names.WORKER_STEPS) as handle:
             handle.write(text.getvalue().encode())
         if self._feed:
             self._feed.worker_stats(rows)
 
-    def summary(self, summary: dict[str, Any]) -> None:
-        write_json_atomic(self.dir / "summary.json", summary)
+    def summary(self, summary: Summary) -> None:
+        write_json_atomic(self.dir / names.SUMMARY, summary.to_json())
         if self._feed:
             self._feed.summary(summary)
 

@@ -1,0 +1,85 @@
+"""The run directory: its file names and columns, the summary's schema, its writer and reader.
+
+Everything in the package, the CLI and the benchmarks that reads or writes a run directory
+goes through here (DESIGN.md, "One schema per thing"):
+
+    from syncswitch.rundir import names, read_summary
+    summary = read_summary(run_dir)            # a typed Summary, checked as it is read
+    print(summary.final_accuracy, run_dir / names.METRICS)
+
+Modules: `names` (files and CSV columns), `summary` (Summary and its parts, to/from JSON),
+`writer` (RunWriter: the files written as a run goes), `reader` (load_run for reports,
+read_summary, read_config), `parsing` (bounded file reading), `values` (checked fields).
+"""
+
+from syncswitch.rundir import names
+from syncswitch.rundir.names import (
+    ACTORS,
+    CHECKPOINTS,
+    CONFIG,
+    DROP_COLUMNS,
+    DROPS,
+    EVENTS,
+    FINAL_WEIGHTS,
+    LIBRARY_LOG,
+    METRIC_COLUMNS,
+    METRICS,
+    SUMMARY,
+    UPDATE_COLUMNS,
+    UPDATES,
+    WORKER_COLUMNS,
+    WORKER_STEPS,
+)
+from syncswitch.rundir.reader import (
+    Episode,
+    Metrics,
+    RunData,
+    StragglerMark,
+    load_run,
+    read_config,
+    read_summary,
+    read_summary_if_any,
+)
+from syncswitch.rundir.summary import (
+    SUMMARY_KEYS,
+    GradientCounts,
+    Reliability,
+    Summary,
+    Switch,
+)
+from syncswitch.rundir.writer import RunWriter, create_run_dir, default_run_dir
+
+__all__ = [
+    "ACTORS",
+    "CHECKPOINTS",
+    "CONFIG",
+    "DROPS",
+    "DROP_COLUMNS",
+    "EVENTS",
+    "FINAL_WEIGHTS",
+    "LIBRARY_LOG",
+    "METRICS",
+    "METRIC_COLUMNS",
+    "SUMMARY",
+    "SUMMARY_KEYS",
+    "UPDATES",
+    "UPDATE_COLUMNS",
+    "WORKER_COLUMNS",
+    "WORKER_STEPS",
+    "Episode",
+    "GradientCounts",
+    "Metrics",
+    "Reliability",
+    "RunData",
+    "RunWriter",
+    "StragglerMark",
+    "Summary",
+    "Switch",
+    "create_run_dir",
+    "default_run_dir",
+    "load_run",
+    "names",
+    "read_config",
+    "read_summary",
+    "read_summary_if_any",
+]

@@ -1,0 +1,69 @@
+"""Every file of a run directory, by name, and the columns of each CSV file.
+
+The package, the CLI and the benchmarks name run-directory files only through these
+constants, so the format has one description (docs/architecture.md, "run directory").
+"""
+
+from __future__ import annotations
+
+CONFIG = "config.json"  # the resolved job, emulation and timing labels included
+SUMMARY = "summary.json"  # the run's figures: rewritten as the run goes, final at the end
+METRICS = "metrics.csv"  # one row per evaluation point
+UPDATES = "updates.csv"  # one row per applied gradient (large: read lazily)
+DROPS = "drops.csv"  # one row per dropped gradient, with its reason
+EVENTS = "events.jsonl"  # switches, decisions, failures, checkpoints: one JSON object a line
+WORKER_STEPS = "worker_steps.csv"  # per-worker step-time statistics, written at the end
+FINAL_WEIGHTS = "final_weights.pt"  # {"flat_weights": tensor}, written at the end
+CHECKPOINTS = "checkpoints"  # the checkpoint directory (syncswitch.core.checkpoint)
+ACTORS = "actors.json"  # which process is which and where it runs (Ray runtime)
+LIBRARY_LOG = "ray.log"  # Ray's and PyTorch's own output, unless --verbose
+TENSORBOARD = "tensorboard"  # --logger tensorboard's event files
+
+# What marks a directory as holding an earlier run (a new run must not write into it).
+RUN_MARKERS = (CONFIG, SUMMARY, CHECKPOINTS)
+
+# Every CSV row says how its times were made, so no figure passes for real-hardware timing.
+TIMING_COLUMNS = ("emulated", "simulated")
+METRIC_COLUMNS = (
+    "time_s",
+    "samples",
+    "fraction",
+    "version",
+    "protocol",
+    "test_accuracy",
+    "test_loss",
+    "train_loss",
+    "samples_per_s",
+    *TIMING_COLUMNS,
+)
+WORKER_COLUMNS = (
+    "worker",
+    "steps",
+    "step_time_mean_s",
+    "step_time_p50_s",
+    "step_time_p90_s",
+    "step_time_max_s",
+    "compute_mean_s",
+    "compute_cpu_mean_s",  # the same steps' CPU time (Ray workers; empty on the simulator)
+    "wait_mean_s",
+    *TIMING_COLUMNS,
+)
+# UpdateRecord's and DropRecord's fields, in order (spelled out so that reading a run directory
+# never imports torch; tests/rundir checks they match the records).
+UPDATE_COLUMNS = (
+    "version",
+    "worker",
+    "sequence",
+    "computed_version",
+    "staleness",
+    "protocol",
+    "samples",
+    "progress",
+    "time_s",
+    "loss",
+    "step_time_s",
+    "lr",
+    "momentum",
+    *TIMING_COLUMNS,
+)
+DROP_COLUMNS = ("worker", "sequence", "computed_version", "reason", "time_s")

@@ -1,0 +1,195 @@
+"""Bounded reading of a run directory's files: JSON objects, JSON lines, CSV rows, values.
+
+A run directory may come from elsewhere (a colleague's run, a copy from a cluster), so every
+file is read with bounds (JSON files and lines have a maximum size, CSV fields the csv
+module's limit) and a file that does not parse ends in one `RunDirError` line naming it.
+A run killed mid-write may leave the last line of an append-only file torn: that line alone
+is skipped and noted; a bad line anywhere else is an error.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from syncswitch.errors import RunDirError
+from syncswitch.files import UnsafeFileError, read_regular
+
+MAX_JSON_BYTES = 16 * 1024 * 1024
+MAX_LINE_BYTES = 1024 * 1024
+
+T = TypeVar("T")
+
+
+def read_json_object(
+    path: Path, max_bytes: int = MAX_JSON_BYTES, *, follow_symlinks: bool = True
+) -> dict[str, Any]:
+    """A JSON object from a regular file of at most `max_bytes`, or one RunDirError line.
+
+    FileNotFoundError is left to the caller, which knows what a missing file means."""
+    try:
+        raw = read_regular(path, max_bytes, follow_symlinks=follow_symlinks)
+    except FileNotFoundError:
+        raise
+    except UnsafeFileError as error:
+        raise RunDirError(str(error)) from None
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise RunDirError(f"{path.name} cannot be read ({reason})") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RunDirError(f"{path.name} is not UTF-8 text (binary?)") from None
+    except (RecursionError, ValueError) as error:  # JSONDecodeError, an int too long to read
+        detail = " ".join(str(error).split())[:200]
+        raise RunDirError(f"{path.name} is not valid JSON ({detail})") from None
+    if not isinstance(data, dict):
+        raise RunDirError(
+            f"{path.name} holds a JSON {_json_kind(data)}; it must hold a JSON object"
+        )
+    return data
+
+
+def _json_kind(value: Any) -> str:
+    return {list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number"
+    )
+
+
+def lines(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text, is last line) with each line's length bounded."""
+    with path.open("rb") as handle:
+        number = 0
+        line = handle.readline(MAX_LINE_BYTES + 1)
+        while line:
+            number += 1
+            if len(line) > MAX_LINE_BYTES:
+                raise RunDirError(f"{path.name} line {number} is over {MAX_LINE_BYTES:,} bytes")
+            following = handle.readline(MAX_LINE_BYTES + 1)
+            yield number, line.decode("utf-8", errors="replace"), not following
+            line = following
+
+
+def read_events(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    events = []
+    for number, line, last in lines(path):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+            if not isinstance(event, dict):
+                raise ValueError("not an object")
+        except ValueError as error:
+            if last and not line.endswith("\n"):
+                notes.append(f"{path.name}: last line torn (run killed mid-write), skipped")
+                continue
+            raise RunDirError(f"{path.name} line {number} is not a JSON object ({error})") from None
+        events.append(event)
+    return events
+
+
+def csv_records(
+    path: Path, required: tuple[str, ...], notes: list[str], parse: Callable[[dict[str, str]], T]
+) -> list[T]:
+    """Each row of a CSV file parsed by `parse` (which raises ValueError on a bad value)."""
+    torn_tail = ends_without_newline(path)
+    records: list[T] = []
+    with path.open(newline="", encoding="utf-8", errors="replace") as handle:
+        reader = csv.reader(handle)
+        try:
+            header = next(reader, None)
+            if header is None:
+                return records
+            missing = [c for c in required if c not in header]
+            if missing:
+                raise RunDirError(f"{path.name} lacks column(s) {', '.join(missing)}")
+            values = next(reader, None)
+            while values is not None:
+                number = reader.line_num
+                following = next(reader, None)
+                try:
+                    if len(values) != len(header):
+                        raise ValueError(f"{len(values)} fields, the header has {len(header)}")
+                    records.append(parse(dict(zip(header, values, strict=True))))
+                except (ValueError, KeyError) as error:
+                    if following is not None or not torn_tail:
+                        raise RunDirError(f"{path.name} line {number}: {error}") from None
+                    notes.append(f"{path.name}: last line torn (run killed mid-write), skipped")
+                values = following
+        except csv.Error as error:
+            raise RunDirError(f"{path.name} is not a valid CSV file ({error})") from None
+    return records
+
+
+def ends_without_newline(path: Path) -> bool:
+    with path.open("rb") as handle:
+        handle.seek(0, 2)
+        if handle.tell() == 0:
+            return False
+        handle.seek(-1, 2)
+        return handle.read(1) != b"\n"
+
+
+def stream_columns(path: Path, names: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    """The named columns of a big CSV file, row by row, without holding the file."""
+    with path.open(newline="", encoding="utf-8", errors="replace") as handle:
+        reader = csv.reader(handle)
+        try:
+            header = next(reader, None)
+            if header is None:
+                return
+            missing = [n for n in names if n not in header]
+            if missing:
+                raise RunDirError(f"{path.name} lacks column(s) {', '.join(missing)}")
+            indices = [header.index(n) for n in names]
+            width = len(header)
+            for values in reader:
+                if len(values) != width:
+                    continue  # a torn last row of a killed run; anything else fails to parse
+                yield tuple(values[i] for i in indices)
+        except csv.Error as error:
+            raise RunDirError(f"{path.name} is not a valid CSV file ({error})") from None
+
+
+# -- values ----------------------------------------------------------------------------------
+
+
+def finite(value: Any, allow_nan: bool = False) -> float:
+    number = float(value)
+    if not math.isfinite(number) and not (allow_nan and math.isnan(number)):
+        raise ValueError(f"{value!r} is not a finite number")
+    return number
+
+
+def loss_cell(text: str) -> float:
+    """A loss cell: a number, 'nan' (no training step in the interval) or empty."""
+    return float(text) if text.strip() else math.nan
+
+
+def optional_float(value: Any) -> float | None:
+    return None if value is None else finite(value)
+
+
+def int_cell(text: str, column: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise RunDirError(f"updates.csv: {column} {text!r} is not an integer") from None
+
+
+def float_cell(text: str, column: str) -> float:
+    try:
+        return finite(text)
+    except ValueError:
+        raise RunDirError(f"updates.csv: {column} {text!r} is not a finite number") from None
+
+
+def short(value: Any, limit: int = 160) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,391 @@
+"""Reading a run directory back: only its files, never a runtime, and never trusting them.
+
+Every file is read through `syncswitch.rundir.parsing` (bounded, one-line errors) and its
+records are built by the classes that own their schema (`Summary`, `Switch`). Big files are
+read lazily: updates.csv (one row per applied gradient) only when a staleness histogram or a
+killed run's per-worker view asks for it, and then streamed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from syncswitch.errors import RunDirError
+from syncswitch.rundir import names
+from syncswitch.rundir.parsing import (
+    MAX_JSON_BYTES,
+    csv_records,
+    finite,
+    float_cell,
+    int_cell,
+    loss_cell,
+    optional_float,
+    read_events,
+    read_json_object,
+    short,
+    stream_columns,
+)
+from syncswitch.rundir.summary import Summary, Switch
+
+METRIC_FIELDS = ("time_s", "samples", "fraction", "protocol", "test_accuracy")
+_WORKER_FIELDS = (
+    "worker",
+    "steps",
+    "step_time_p50_s",
+    "step_time_p90_s",
+    "step_time_max_s",
+    "wait_mean_s",
+)
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """metrics.csv as columns: one entry per evaluation point, in training order."""
+
+    time_s: np.ndarray
+    samples: np.ndarray
+    fraction: np.ndarray
+    protocol: tuple[str, ...]
+    test_accuracy: np.ndarray
+    test_loss: np.ndarray
+    train_loss: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.time_s)
+
+
+@dataclass(frozen=True)
+class StragglerMark:
+    """A detection or recovery the run's straggler detector logged."""
+
+    kind: str  # "detected" or "recovered"
+    worker: int
+    time_s: float
+    progress: float
+    false_detection: bool | None
+
+
+@dataclass(frozen=True)
+class Episode:
+    """An emulated straggler episode as config.json records it (fractions or seconds)."""
+
+    workers: tuple[int, ...]
+    start: float | None
+    duration: float | None
+    start_s: float | None
+    duration_s: float | None
+    delay_ms: float | None
+    factor: float | None
+
+    def describe(self) -> str:
+        when = (
+            f"{self.start:.0%}-{self.start + self.duration:.0%} of samples"
+            if self.start is not None and self.duration is not None
+            else f"{self.start_s:g}-{(self.start_s or 0) + (self.duration_s or 0):g} s"
+        )
+        slow = f"+{self.delay_ms:g} ms" if self.delay_ms is not None else f"x{self.factor:g}"
+        return f"{slow} at {when}"
+
+
+@dataclass
+class RunData:
+    """Everything a report needs from one run directory."""
+
+    path: Path
+    config: dict[str, Any]
+    summary: Summary | None
+    metrics: Metrics
+    switches: list[Switch]
+    straggler_marks: list[StragglerMark]
+    episodes: list[Episode]
+    drops_by_reason: Counter[str]
+    drops_by_worker: Counter[int]
+    worker_stats: list[dict[str, float]] | None  # worker_steps.csv, written at the end
+    notes: list[str] = field(default_factory=list)  # torn lines and other oddities
+
+    # -- what kind of run ------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.path.name or str(self.path)
+
+    @property
+    def status(self) -> str:
+        return "no summary" if self.summary is None else self.summary.status
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
+
+    @property
+    def schedule(self) -> str:
+        schedule = self.config.get("schedule") or (self.summary and self.summary.schedule)
+        return str(schedule or "?")
+
+    @property
+    def runtime(self) -> str:
+        # Runs from before the simulator existed name no runtime: they ran on Ray.
+        if self.summary is not None:
+            return self.summary.runtime
+        return str(self.config.get("runtime") or "ray")
+
+    @property
+    def emulated(self) -> bool:
+        if self.summary is not None:
+            return self.summary.emulated
+        block = self.config.get("emulation") or {}
+        return bool(isinstance(block, dict) and block.get("enabled"))
+
+    @property
+    def timing(self) -> str:
+        """How the times were made: real hardware, emulated device time, or a simulator."""
+        if self.runtime == "sim":
+            return "simulated"
+        return "emulated" if self.emulated else "real"
+
+    @property
+    def workers(self) -> int | None:
+        value = self.config.get("workers")
+        return value if isinstance(value, int) else None
+
+    # -- the large file, read when asked -------------------------------------------------------
+
+    @cached_property
+    def staleness_counts(self) -> dict[str, Counter[int]]:
+        """Applied gradients per staleness value, per protocol (from updates.csv)."""
+        counts: dict[str, Counter[str]] = {}
+        with _naming(self.path):
+            for protocol, staleness in self.update_columns(("protocol", "staleness")):
+                counts.setdefault(protocol, Counter())[staleness] += 1
+            return {
+                p: Counter({int_cell(s, "staleness"): n for s, n in c.items()})
+                for p, c in counts.items()
+            }
+
+    @cached_property
+    def applied_step_times(self) -> dict[int, np.ndarray]:
+        """Step times (s) of each worker's applied gradients (updates.csv), for a run whose
+        worker_steps.csv was never written."""
+        times: dict[int, list[float]] = {}
+        with _naming(self.path):
+            for worker, step in self.update_columns(("worker", "step_time_s")):
+                times.setdefault(int_cell(worker, "worker"), []).append(
+                    float_cell(step, "step_time_s")
+                )
+        return {w: np.asarray(t) for w, t in sorted(times.items())}
+
+    def update_columns(self, columns: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+        path = self.path / names.UPDATES
+        if not path.is_file():
+            return
+        yield from stream_columns(path, columns)
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+
+def load_run(path: str | Path) -> RunData:
+    """Read a run directory, or raise RunDirError with one line saying what is wrong."""
+    run_dir = Path(path)
+    if not run_dir.exists():
+        raise RunDirError(f"{str(run_dir)!r} does not exist")
+    if not run_dir.is_dir():
+        raise RunDirError(f"{str(run_dir)!r} is not a directory")
+    if not (run_dir / names.CONFIG).is_file():
+        raise RunDirError(
+            f"{str(run_dir)!r} is not a run directory: it has no {names.CONFIG} "
+            "(`syncswitch train --out DIR` makes one)"
+        )
+    with _naming(run_dir):
+        return _load(run_dir)
+
+
+def read_config(
+    run_dir: str | Path, max_bytes: int = MAX_JSON_BYTES, *, follow_symlinks: bool = True
+) -> dict[str, Any]:
+    """config.json as the dict it holds (FileNotFoundError when absent; RunDirError, one
+    line, when it is not a regular file of at most `max_bytes` holding a JSON object)."""
+    return read_json_object(
+        Path(run_dir) / names.CONFIG, max_bytes, follow_symlinks=follow_symlinks
+    )
+
+
+def read_summary(run_dir: str | Path) -> Summary:
+    """summary.json as a `Summary`, or RunDirError in one line naming the directory, the field
+    and what is allowed (FileNotFoundError when the run has written none yet)."""
+    directory = Path(run_dir)
+    with _naming(directory):
+        return _summary(directory / names.SUMMARY)
+
+
+def read_summary_if_any(run_dir: str | Path) -> Summary | None:
+    """As `read_summary`, but None when there is no summary.json (a run killed early)."""
+    try:
+        return read_summary(run_dir)
+    except FileNotFoundError:
+        return None
+
+
+def _summary(path: Path) -> Summary:
+    return Summary.from_json(read_json_object(path), path.name)
+
+
+@contextmanager
+def _naming(run_dir: Path) -> Iterator[None]:
+    """Errors about a file inside a run directory name the directory too."""
+    try:
+        yield
+    except RunDirError as error:
+        raise RunDirError(f"run directory {str(run_dir)!r}: {error}") from None
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise RunDirError(f"run directory {str(run_dir)!r}: {error.strerror}") from None
+
+
+def _load(run_dir: Path) -> RunData:
+    notes: list[str] = []
+    config = read_json_object(run_dir / names.CONFIG)
+    summary_path = run_dir / names.SUMMARY
+    summary = _summary(summary_path) if summary_path.is_file() else None
+    events = read_events(run_dir / names.EVENTS, notes)
+    drops_by_reason, drops_by_worker = _read_drops(run_dir / names.DROPS, notes)
+    return RunData(
+        path=run_dir,
+        config=config,
+        summary=summary,
+        metrics=_read_metrics(run_dir / names.METRICS, notes),
+        switches=_switches(events, summary),
+        straggler_marks=_straggler_marks(events),
+        episodes=_episodes(config),
+        drops_by_reason=drops_by_reason,
+        drops_by_worker=drops_by_worker,
+        worker_stats=_read_worker_stats(run_dir / names.WORKER_STEPS, notes),
+        notes=notes,
+    )
+
+
+def _read_metrics(path: Path, notes: list[str]) -> Metrics:
+    def parse(row: dict[str, str]) -> tuple:
+        return (
+            finite(row["time_s"]),
+            int(row["samples"]),
+            finite(row["fraction"]),
+            row["protocol"],
+            finite(row["test_accuracy"]),
+            loss_cell(row.get("test_loss", "")),
+            loss_cell(row.get("train_loss", "")),
+        )
+
+    rows = csv_records(path, METRIC_FIELDS, notes, parse) if path.is_file() else []
+    columns = list(zip(*rows, strict=True)) if rows else [()] * 7
+    return Metrics(
+        time_s=np.asarray(columns[0], dtype=float),
+        samples=np.asarray(columns[1], dtype=np.int64),
+        fraction=np.asarray(columns[2], dtype=float),
+        protocol=tuple(columns[3]),
+        test_accuracy=np.asarray(columns[4], dtype=float),
+        test_loss=np.asarray(columns[5], dtype=float),
+        train_loss=np.asarray(columns[6], dtype=float),
+    )
+
+
+def _read_drops(path: Path, notes: list[str]) -> tuple[Counter[str], Counter[int]]:
+    if not path.is_file():
+        return Counter(), Counter()
+    drops = csv_records(
+        path, ("worker", "reason"), notes, lambda row: (int(row["worker"]), row["reason"])
+    )
+    return Counter(reason for _, reason in drops), Counter(worker for worker, _ in drops)
+
+
+def _read_worker_stats(path: Path, notes: list[str]) -> list[dict[str, float]] | None:
+    if not path.is_file():
+        return None
+    return csv_records(
+        path, _WORKER_FIELDS, notes, lambda row: {n: finite(row[n]) for n in _WORKER_FIELDS}
+    )
+
+
+# -- events ----------------------------------------------------------------------------------
+
+
+def _switches(events: list[dict[str, Any]], summary: Summary | None) -> list[Switch]:
+    # events.jsonl has every switch as it happened (also for a killed run); summary.json
+    # only as of its last rewrite.
+    records = [e for e in events if e.get("event") == "switch"]
+    if not records and summary is not None:
+        return list(summary.switches)
+    switches = []
+    for record in records:
+        try:
+            switches.append(Switch.from_json(record, "a switch"))
+        except RunDirError:
+            raise RunDirError(
+                f"{names.EVENTS}: a switch record is malformed: {short(record)}"
+            ) from None
+    return switches
+
+
+def _straggler_marks(events: list[dict[str, Any]]) -> list[StragglerMark]:
+    marks = []
+    for event in events:
+        kind = str(event.get("event", ""))
+        if kind not in ("straggler_detected", "straggler_recovered"):
+            continue
+        try:
+            marks.append(
+                StragglerMark(
+                    kind=kind.removeprefix("straggler_"),
+                    worker=int(event["worker"]),
+                    time_s=finite(event["time_s"]),
+                    progress=finite(event.get("progress", math.nan), allow_nan=True),
+                    false_detection=event.get("false_detection"),
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            raise RunDirError(
+                f"{names.EVENTS}: a straggler event is malformed: {short(event)}"
+            ) from None
+    return marks
+
+
+def _episodes(config: dict[str, Any]) -> list[Episode]:
+    emulation = config.get("emulation")
+    listed = emulation.get("stragglers") if isinstance(emulation, dict) else None
+    if not isinstance(listed, list):
+        return []  # "none", or a run without emulation
+    episodes = []
+    for item in listed:
+        try:
+            workers = tuple(int(w) for w in item["workers"])
+            episodes.append(
+                Episode(
+                    workers=workers,
+                    **{
+                        name: optional_float(item.get(name))
+                        for name in (
+                            "start",
+                            "duration",
+                            "start_s",
+                            "duration_s",
+                            "delay_ms",
+                            "factor",
+                        )
+                    },
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            raise RunDirError(
+                f"{names.CONFIG}: a straggler episode is malformed: {short(item)}"
+            ) from None
+    return episodes

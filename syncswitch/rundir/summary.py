@@ -1,0 +1,273 @@
+"""summary.json as a typed record: one attribute per key, its (de)serialisation beside it.
+
+`Summary.to_json()` gives the dict that is written (same keys, same order as ever);
+`Summary.from_json()` checks what it reads (types, finiteness, ranges) and refuses a bad
+file in one `RunDirError` line naming the file, the field and what is allowed. Keys that
+runs of earlier versions did not write (runtime, host_time_s, schedule_source,
+samples_by_protocol, cluster, online, reliability, placement) read as their defaults, so old
+run directories still read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from syncswitch.rundir.values import Fields
+
+RUNTIMES = ("ray", "sim")
+# The fields of the short, machine-readable summary (`syncswitch train --json`).
+_HEADLINE = {"headline": True}
+COMPLETE = "complete"
+RUNNING = "running"
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A protocol switch, as events.jsonl and summary.json's `switches` record it."""
+
+    at_fraction: float
+    at_samples: int
+    from_protocol: str
+    to_protocol: str
+    time_s: float
+    overhead_s: float = 0.0  # wall time to put the new rule in force, in place
+    reason: str = ""
+    version: int | None = None  # weights version at the switch (absent in early runs)
+
+    def to_json(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"at_fraction": self.at_fraction, "at_samples": self.at_samples}
+        if self.version is not None:
+            record["version"] = self.version
+        record.update(
+            {
+                "from": self.from_protocol,
+                "to": self.to_protocol,
+                "time_s": self.time_s,
+                "overhead_s": self.overhead_s,
+                "reason": self.reason,
+            }
+        )
+        return record
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Switch:
+        read = Fields(data, where)
+        return cls(
+            at_fraction=read.number("at_fraction", low=0.0),
+            at_samples=read.integer("at_samples"),
+            version=read.optional_integer("version", None),
+            from_protocol=read.text("from"),
+            to_protocol=read.text("to"),
+            time_s=read.number("time_s", low=0.0),
+            overhead_s=read.number("overhead_s", 0.0, low=0.0),
+            reason=read.text("reason", ""),
+        )
+
+
+@dataclass(frozen=True)
+class GradientCounts:
+    """Every gradient a worker sent: applied, dropped (by reason) or still waiting."""
+
+    sent: int
+    applied: int
+    dropped: dict[str, int] = field(default_factory=dict)
+    waiting: int = 0
+    unaccounted: int | None = None  # sent - applied - dropped - waiting (absent in early runs)
+
+    @property
+    def dropped_total(self) -> int:
+        return sum(self.dropped.values())
+
+    def to_json(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "sent": self.sent,
+            "applied": self.applied,
+            "dropped": self.dropped,
+            "waiting": self.waiting,
+        }
+        if self.unaccounted is not None:
+            record["unaccounted"] = self.unaccounted
+        return record
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> GradientCounts:
+        read = Fields(data, where)
+        return cls(
+            sent=read.integer("sent"),
+            applied=read.integer("applied"),
+            dropped=read.numbers_by_name("dropped", {}, integers=True),
+            waiting=read.integer("waiting", 0),
+            unaccounted=read.optional_integer("unaccounted", None, low=-(2**62)),
+        )
+
+
+@dataclass(frozen=True)
+class Reliability:
+    """Checkpoints, failures, rollbacks and every decision but the online policy's."""
+
+    checkpoints: int
+    failures: list[dict[str, Any]]
+    rollbacks: int
+    pinned_protocol: str | None = None
+    lr_scale: float = 1.0
+    guard_initial_loss: float | None = None
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    faults_injected: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Reliability:
+        read = Fields(data, where)
+        return cls(
+            checkpoints=read.integer("checkpoints"),
+            failures=read.objects("failures"),
+            rollbacks=read.integer("rollbacks"),
+            pinned_protocol=read.optional_text("pinned_protocol", None),
+            lr_scale=read.number("lr_scale", 1.0, low=0.0),
+            guard_initial_loss=read.number("guard_initial_loss", None, optional=True, finite=False),
+            decisions=read.objects("decisions", []),
+            faults_injected=read.objects("faults_injected", []),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Summary:
+    """summary.json: what the run did so far (`status` says whether it is over).
+
+    Attribute order is the file's key order. On the simulator `wall_time_s` is simulated
+    seconds; `host_time_s` is always the real seconds the process ran the job for.
+    """
+
+    status: str = field(metadata=_HEADLINE)  # "running", "complete" or "failed: <error>"
+    final_accuracy: float | None = field(metadata=_HEADLINE)
+    best_accuracy: float | None = field(metadata=_HEADLINE)
+    final_test_loss: float | None  # NaN or infinity when the run diverged
+    runtime: str = "ray"  # runs from before the simulator name none: they ran on Ray
+    wall_time_s: float = field(metadata=_HEADLINE)
+    host_time_s: float | None = None
+    setup_time_s: float
+    samples: int
+    samples_per_s: float | None = field(metadata=_HEADLINE)
+    updates: int
+    updates_per_s: float | None
+    schedule: str
+    schedule_source: dict[str, Any] | None = None  # {"kind": "given" | "search" | ...}
+    time_by_protocol: dict[str, float]
+    samples_by_protocol: dict[str, int] = field(default_factory=dict)
+    switches: tuple[Switch, ...] = field(metadata=_HEADLINE)
+    staleness: dict[str, dict[str, Any]]  # per protocol: mean, max, gradients, ...
+    gradients: GradientCounts
+    workers: int
+    worker_step_time_mean_s: float | None
+    emulation: dict[str, Any]  # the timing label: {"enabled": ..., "kind": ..., ...}
+    cluster: dict[str, Any] | None = None  # the simulator's cluster model
+    online: dict[str, Any] | None = None  # the online policy's figures, when one ran
+    reliability: Reliability | None = None
+    placement: dict[str, Any] | None = None  # where the actors ran, as the runtime said
+    run_dir: str
+
+    # -- what readers ask -----------------------------------------------------------------
+
+    @property
+    def complete(self) -> bool:
+        return self.status == COMPLETE
+
+    @property
+    def emulated(self) -> bool:
+        return bool(self.emulation.get("enabled"))
+
+    @property
+    def timing(self) -> str:
+        """How the times were made: "simulated", "emulated" or "real"."""
+        if self.runtime == "sim":
+            return "simulated"
+        return "emulated" if self.emulated else "real"
+
+    def headline(self) -> dict[str, Any]:
+        """The short summary's keys and values, in the file's order (`train --json`)."""
+        record = self.to_json()
+        return {name: record[name] for name in HEADLINE_KEYS}
+
+    def __getitem__(self, key: str) -> Any:
+        """`summary["final_accuracy"]`: the JSON value of a key, as before this class existed.
+        Prefer the attribute (`summary.final_accuracy`)."""
+        if key not in _KEYS:
+            raise KeyError(key)
+        return self.to_json()[key]
+
+    # -- (de)serialisation ----------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        record: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "switches":
+                value = [s.to_json() for s in value]
+            elif hasattr(value, "to_json"):
+                value = value.to_json()
+            record[f.name] = value
+        return record
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "summary.json") -> Summary:
+        read = Fields(data, where)
+        accuracy = {"low": 0.0, "high": 1.0, "optional": True}
+        rate = {"low": 0.0, "optional": True}
+        switches = read.objects("switches")
+        reliability = None if read.absent("reliability") else read.data["reliability"]
+        return cls(
+            status=read.text("status"),
+            final_accuracy=read.number("final_accuracy", **accuracy),
+            best_accuracy=read.number("best_accuracy", **accuracy),
+            final_test_loss=read.number("final_test_loss", optional=True, finite=False),
+            runtime=read.text("runtime", "ray", choices=RUNTIMES),
+            wall_time_s=read.number("wall_time_s", low=0.0),
+            host_time_s=read.number("host_time_s", None, **rate),
+            setup_time_s=read.number("setup_time_s", low=0.0),
+            samples=read.integer("samples"),
+            samples_per_s=read.number("samples_per_s", **rate),
+            updates=read.integer("updates"),
+            updates_per_s=read.number("updates_per_s", **rate),
+            schedule=read.text("schedule"),
+            schedule_source=read.mapping("schedule_source", None, optional=True),
+            time_by_protocol=read.numbers_by_name("time_by_protocol"),
+            samples_by_protocol=read.numbers_by_name("samples_by_protocol", {}, integers=True),
+            switches=tuple(
+                Switch.from_json(s, f"{where}: switches[{i}]") for i, s in enumerate(switches)
+            ),
+            staleness=_objects_by_name(read, "staleness"),
+            gradients=GradientCounts.from_json(read.mapping("gradients"), f"{where}: gradients"),
+            workers=read.integer("workers", low=1),
+            worker_step_time_mean_s=read.number("worker_step_time_mean_s", **rate),
+            emulation=read.mapping("emulation"),
+            cluster=read.mapping("cluster", None, optional=True),
+            online=read.mapping("online", None, optional=True),
+            reliability=(
+                None
+                if reliability is None
+                else Reliability.from_json(reliability, f"{where}: reliability")
+            ),
+            placement=read.mapping("placement", None, optional=True),
+            run_dir=read.text("run_dir"),
+        )
+
+
+_KEYS = frozenset(f.name for f in fields(Summary))
+SUMMARY_KEYS = tuple(f.name for f in fields(Summary))
+HEADLINE_KEYS = tuple(f.name for f in fields(Summary) if f.metadata.get("headline"))
+
+
+def _objects_by_name(read: Fields, key: str) -> dict[str, dict[str, Any]]:
+    value = read.mapping(key)
+    if not all(isinstance(v, dict) for v in value.values()):
+        raise read.refuse(key, "an object of JSON objects by protocol")
+    return value
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """A figure for a table: None for a missing or non-finite value."""
+    return value if value is not None and math.isfinite(value) else None
