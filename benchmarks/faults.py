@@ -42,6 +42,9 @@ from harness import (
     row_from,
 )
 
+from syncswitch.errors import RunDirError
+from syncswitch.rundir import Summary
+
 SCENARIOS = (
     "clean",
     "worker-bsp",
@@ -144,9 +147,9 @@ def fresh(run_dir: Path) -> None:
 def progress(run_dir: Path, total: int) -> float:
     try:
         summary = read_summary(run_dir)
-    except (OSError, ValueError):  # not written yet
+    except (OSError, RunDirError):  # not written yet
         return 0.0
-    return (summary.samples or 0) / total
+    return summary.samples / total
 
 
 def pids(run_dir: Path) -> FaultRow:
@@ -168,7 +171,7 @@ def kill_server(run_dir: Path) -> str:
     return f"SIGKILL parameter server (pid {pid})"
 
 
-def run_job(job: Job, out: Path) -> tuple[Any, list[str], subprocess.Popen]:
+def run_job(job: Job, out: Path) -> tuple[Summary, list[str], subprocess.Popen]:
     run_dir = out / job.name
     fresh(run_dir)
     total = round(job.epochs * TRAIN_SAMPLES)
@@ -184,26 +187,26 @@ def run_job(job: Job, out: Path) -> tuple[Any, list[str], subprocess.Popen]:
     return summary, done, proc
 
 
-def scenario_row(name: str, summary: Any, done: list[str], recovery: str) -> FaultRow:
+def scenario_row(name: str, summary: Summary, done: list[str], recovery: str) -> FaultRow:
     grads = summary.gradients
     return FaultRow(
         scenario=name,
         done="; ".join(done) or "-",
         final_accuracy=summary.final_accuracy,
         status=summary.status,
-        sent=grads.get("sent"),
-        applied=grads.get("applied"),
-        dropped=grads.get("dropped", {}),
-        unaccounted=grads.get("unaccounted"),
+        sent=grads.sent,
+        applied=grads.applied,
+        dropped=grads.dropped,
+        unaccounted=grads.unaccounted,
         recovery=recovery,
         wall_time_s=summary.wall_time_s,
         emulation=summary.emulation,
     )
 
 
-def describe_failures(summary: Any) -> str:
+def describe_failures(summary: Summary) -> str:
     parts = []
-    for failure in summary.reliability["failures"]:
+    for failure in summary.reliability.failures:
         if failure["kind"] == "worker":
             parts.append(f"worker {failure['worker']} restarted ({failure['reason']})")
         elif failure["kind"] == "server":
@@ -342,7 +345,7 @@ def bad_gradients(args, out: Path) -> FaultRow:
     )
     job = Job(name, [*base_args(args.epochs, out / name), "--faults", str(spec)], args.epochs)
     summary, _, _ = run_job(job, out)
-    decisions = [d["reason"] for d in summary.reliability["decisions"]]
+    decisions = [d["reason"] for d in summary.reliability.decisions]
     done = ["injected NaN gradients (worker 1 from 0.3) and wrong-shaped ones (worker 2 from 0.6)"]
     return scenario_row(name, summary, done, "; ".join(decisions) or "-")
 
@@ -358,7 +361,7 @@ def divergence(args, out: Path) -> FaultRow:
         summary, _, _ = run_job(Job(name, run_args, args.epochs), out)
         rows[guard] = summary
     guarded, unguarded = rows["--divergence-guard"], rows["--no-divergence-guard"]
-    decisions = guarded.reliability["decisions"]
+    decisions = guarded.reliability.decisions
     tripped = ", ".join(f"at {d['progress']:.3f}" for d in decisions if d["action"] == "rollback")
     done = [
         "BSP for 25% then ASP with BSP's momentum kept (the reference table's diverging run); "

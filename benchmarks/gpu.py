@@ -41,7 +41,6 @@ from harness import (
     row_from,
     save_json,
     save_text,
-    summary_of,
 )
 
 from syncswitch.config import TrainConfig
@@ -145,7 +144,7 @@ def run_syncswitch(schedule: str, dataset: ArrayDataset, setup: Setup, out: Path
         progress=False,
         out=str(run_dir),
     )
-    summary = summary_of(train(config, dataset=dataset))
+    summary = train(config, dataset=dataset).summary
     return GpuRow(
         schedule=schedule,
         final_accuracy=summary.final_accuracy,
@@ -153,7 +152,7 @@ def run_syncswitch(schedule: str, dataset: ArrayDataset, setup: Setup, out: Path
         setup_time_s=summary.setup_time_s,
         samples=summary.samples,
         samples_per_s=summary.samples_per_s,
-        switch_overhead_ms=[1000 * s["overhead_s"] for s in summary.switches],
+        switch_overhead_ms=[1000 * s.overhead_s for s in summary.switches],
         gradients=summary.gradients,
         placement=summary.placement,
     )

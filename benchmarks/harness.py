@@ -29,7 +29,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from syncswitch import rundir
 from syncswitch.files import write_atomic
+from syncswitch.rundir import Summary
 
 Row = TypeVar("Row")
 
@@ -183,8 +185,10 @@ def save_json(path: Path, data: Any, *, indent: int | None = 1) -> None:
 
 
 def jsonable(value: Any) -> Any:
-    """What JSON holds for a value it has no form of: a dataclass (a typed record of the
-    package) as its fields, an enum as its value, anything else as text."""
+    """What JSON holds for a value it has no form of: a typed record of the package as its
+    own JSON form (or its fields), an enum as its value, anything else as text."""
+    if hasattr(value, "to_json"):
+        return value.to_json()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     if isinstance(value, Enum):
@@ -249,33 +253,12 @@ def ratio(top: float | None, bottom: float | None) -> float | None:
 # -- run directories -----------------------------------------------------------------------------
 
 
-def read_summary(run_dir: Path) -> Any:
-    """A run directory's summary (attribute per key), through the run-directory module."""
-    try:
-        from syncswitch.rundir import read_summary as read
-    except ImportError:  # until the run-directory module is merged
-        from types import SimpleNamespace
-
-        return SimpleNamespace(**json.loads((Path(run_dir) / "summary.json").read_text()))
-    return read(Path(run_dir))
+def read_summary(run_dir: Path) -> Summary:
+    """A run directory's summary, typed (`summary.final_accuracy`), through the package's
+    run-directory module (FileNotFoundError before the run has written one)."""
+    return rundir.read_summary(run_dir)
 
 
-def read_config(run_dir: Path) -> Any:
-    """A run directory's resolved config, through the run-directory module."""
-    try:
-        from syncswitch.rundir import read_config as read
-    except ImportError:  # until the run-directory module is merged
-        from types import SimpleNamespace
-
-        return SimpleNamespace(**json.loads((Path(run_dir) / "config.json").read_text()))
-    return read(Path(run_dir))
-
-
-def summary_of(result: Any) -> Any:
-    """The summary of a train() result, read by attribute (`summary.final_accuracy`)."""
-    summary = result.summary
-    if isinstance(summary, dict):  # until the run-directory module types it
-        from types import SimpleNamespace
-
-        return SimpleNamespace(**summary)
-    return summary
+def read_config(run_dir: Path) -> dict[str, Any]:
+    """A run directory's resolved config, through the package's run-directory module."""
+    return rundir.read_config(run_dir)

@@ -52,7 +52,6 @@ from harness import (
     ratio,
     save_json,
     save_text,
-    summary_of,
 )
 from steady import WINDOW, count_in, read_csv_rows, steady_rate, steady_window
 
@@ -154,7 +153,7 @@ def run(config: TrainConfig, ideal_per_s: float) -> dict:
 
     run_dir = Path(str(config.out))
     shutil.rmtree(run_dir, ignore_errors=True)  # measured again from scratch
-    summary = summary_of(train(config))
+    summary = train(config).summary
     updates = read_csv_rows(run_dir / "updates.csv")
     evaluations = read_csv_rows(run_dir / "metrics.csv")  # one row per evaluation
     checkpoints = [

@@ -30,11 +30,11 @@ from harness import (
     parser,
     read_summary,
     row_from,
-    summary_of,
 )
 
 from syncswitch.config import TrainConfig
 from syncswitch.errors import TrainingStalled
+from syncswitch.rundir import Summary
 from syncswitch.runtime.ray_setup import start_local
 from syncswitch.runtime.train import train
 
@@ -116,7 +116,7 @@ def main() -> None:
             shutil.rmtree(config.out, ignore_errors=True)  # measured again from scratch
             try:
                 result = train(config)
-                row = measure(case, seed, summary_of(result), result.run_dir, args)
+                row = measure(case, seed, result.summary, result.run_dir, args)
             except TrainingStalled as stalled:
                 # A diverging case may end with every worker quarantined (NaN gradients):
                 # that is its result, not the benchmark's failure.
@@ -145,13 +145,13 @@ def stopped_row(case: Case, seed: int, run_dir: Path, reason: str) -> RunRow:
         wall_time_s=summary.wall_time_s,
         samples_per_s=summary.samples_per_s,
         asp_efficiency=None,
-        switch_overhead_s=[s["overhead_s"] for s in summary.switches or []],
+        switch_overhead_s=[s.overhead_s for s in summary.switches],
         switch_gap_s=None,
         emulation=summary.emulation,
     )
 
 
-def measure(case: Case, seed: int, summary: Any, run_dir: Path, args) -> RunRow:
+def measure(case: Case, seed: int, summary: Summary, run_dir: Path, args) -> RunRow:
     """The figures of one run, with the ASP phase's update rate read from updates.csv."""
     with (run_dir / "updates.csv").open() as handle:
         updates = list(csv.DictReader(handle))
@@ -160,7 +160,7 @@ def measure(case: Case, seed: int, summary: Any, run_dir: Path, args) -> RunRow:
     ideal_updates_per_s = args.workers / (args.step_time_ms / 1000.0)
     switch_gap_s = None
     if summary.switches:
-        at = summary.switches[0]["time_s"]
+        at = summary.switches[0].time_s
         before = max(float(r["time_s"]) for r in updates if float(r["time_s"]) <= at)
         after = min(float(r["time_s"]) for r in updates if float(r["time_s"]) > at)
         switch_gap_s = after - before
@@ -173,7 +173,7 @@ def measure(case: Case, seed: int, summary: Any, run_dir: Path, args) -> RunRow:
         asp_efficiency=(
             len(asp_versions) / asp_time_s / ideal_updates_per_s if asp_time_s > 0 else None
         ),
-        switch_overhead_s=[s["overhead_s"] for s in summary.switches],
+        switch_overhead_s=[s.overhead_s for s in summary.switches],
         switch_gap_s=switch_gap_s,
         emulation=summary.emulation,
     )

@@ -35,7 +35,6 @@ from harness import (
     parser,
     row_from,
     save_text,
-    summary_of,
 )
 
 from syncswitch.config import TrainConfig
@@ -138,7 +137,7 @@ def _run(args, dataset, scratch: Path, workers: int, schedule: str, seed: int) -
         **emulation,
     )
     started = time.perf_counter()
-    summary = summary_of(train(config, dataset=dataset))
+    summary = train(config, dataset=dataset).summary
     metrics = _curve(Path(config.out))
     shutil.rmtree(config.out, ignore_errors=True)  # the study keeps its JSON lines only
     return ScaleRow(

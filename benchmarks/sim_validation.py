@@ -16,7 +16,6 @@ import csv
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -31,10 +30,10 @@ from harness import (
     read_config,
     read_summary,
     save_text,
-    summary_of,
 )
 
 from syncswitch.config import TrainConfig
+from syncswitch.rundir import Summary
 from syncswitch.runtime.ray_setup import start_local
 from syncswitch.runtime.sim.calibrate import calibrate, cluster_yaml
 from syncswitch.runtime.train import train
@@ -54,7 +53,7 @@ class Facts:
     final_accuracy: float
     staleness_mean: float | None
     staleness_p90: float | None
-    rollbacks: Any
+    rollbacks: int
 
 
 def main() -> None:
@@ -94,7 +93,7 @@ def main() -> None:
         summary = _earlier(Path(config.out)) if args.reuse_ray else None
         if summary is None:
             shutil.rmtree(config.out, ignore_errors=True)
-            summary = summary_of(train(config, dataset=dataset))
+            summary = train(config, dataset=dataset).summary
         measured[(schedule, seed)] = _facts("ray", summary, Path(config.out))
         log.append(measured[(schedule, seed)])
         print(f"ray {schedule} seed {seed}: {measured[(schedule, seed)]}", flush=True)
@@ -117,7 +116,7 @@ def main() -> None:
                 "step_time_ms": 0.0,
             }
         )
-        summary = summary_of(train(config, dataset=dataset))
+        summary = train(config, dataset=dataset).summary
         predicted[(schedule, seed)] = _facts("sim", summary, Path(config.out))
         log.append(predicted[(schedule, seed)])
         print(f"sim {schedule} seed {seed}: {predicted[(schedule, seed)]}", flush=True)
@@ -139,13 +138,13 @@ def _config(args, schedule: str, seed: int, out: Path, epochs: float | None = No
     )
 
 
-def _earlier(run_dir: Path) -> Any:
+def _earlier(run_dir: Path) -> Summary | None:
     """The summary of a complete Ray run kept from an earlier try (--reuse-ray), or None."""
     try:
         summary = read_summary(run_dir)
     except FileNotFoundError:
         return None
-    if summary.status != "complete":
+    if not summary.complete:
         raise SystemExit(f"{run_dir} is not complete: rerun without --reuse-ray")
     return summary
 
@@ -154,7 +153,7 @@ def _name(schedule: str) -> str:
     return schedule.replace(":", "").replace(",", "-")
 
 
-def _facts(runtime: str, summary: Any, run_dir: Path) -> Facts:
+def _facts(runtime: str, summary: Summary, run_dir: Path) -> Facts:
     staleness = []
     with (run_dir / "updates.csv").open() as handle:
         for row in csv.DictReader(handle):
@@ -165,12 +164,12 @@ def _facts(runtime: str, summary: Any, run_dir: Path) -> Facts:
     return Facts(
         runtime=runtime,
         schedule=summary.schedule,
-        seed=read_config(run_dir).seed,
+        seed=read_config(run_dir)["seed"],
         wall_time_s=summary.wall_time_s,
         final_accuracy=summary.final_accuracy,
         staleness_mean=float(np.mean(staleness)) if staleness else None,
         staleness_p90=float(np.percentile(staleness, 90)) if staleness else None,
-        rollbacks=summary.reliability["rollbacks"],
+        rollbacks=summary.reliability.rollbacks,
     )
 
 

@@ -32,7 +32,6 @@ from harness import (
     markdown_table,
     parser,
     row_from,
-    summary_of,
 )
 
 from syncswitch.config import TrainConfig
@@ -194,7 +193,7 @@ def run_case(args, out: Path, scenario: Scenario, policy: Policy, seed: int) -> 
         straggler_threshold=threshold,
         straggler_recover_threshold=min(1.2, threshold - 0.05),
     )
-    summary = summary_of(train(config))
+    summary = train(config).summary
     online = summary.online
     return StragglerRow(
         scenario=scenario.key,
@@ -209,7 +208,7 @@ def run_case(args, out: Path, scenario: Scenario, policy: Policy, seed: int) -> 
         detections=online["detections"],
         false_detections=online["false_detections"],
         detection_delay_s_median=online["detection_delay_s_median"],
-        dropped=summary.gradients["dropped"],
+        dropped=summary.gradients.dropped,
         threshold=threshold,
         run_dir=summary.run_dir,
         emulation=summary.emulation,
@@ -306,9 +305,9 @@ def clean_run(args, out: Path) -> None:
     config = job(args, 0, out / "clean-elastic", online_policy="elastic")
     config = replace(config, schedule="bsp", epochs=epochs)
     config.validate()
-    summary = summary_of(train(config))
+    summary = train(config).summary
     online = summary.online
-    steps = summary.gradients["sent"]
+    steps = summary.gradients.sent
     print(
         f"clean run: {summary.wall_time_s:.0f} s, {steps:,} worker steps observed, "
         f"{online['detections']} detections ({online['false_detections']} false) at threshold "

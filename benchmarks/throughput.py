@@ -70,7 +70,6 @@ from harness import (
     ratio,
     save_json,
     save_text,
-    summary_of,
 )
 from harness import (
     parser as harness_parser,
@@ -287,7 +286,7 @@ def run_syncswitch(config: TrainConfig) -> dict:
 
     run_dir = Path(str(config.out))
     shutil.rmtree(run_dir, ignore_errors=True)  # measured again from scratch
-    summary = summary_of(train(config))
+    summary = train(config).summary
     # One row per applied gradient, each of batch_size samples (BSP: workers rows per update).
     times_s = [float(row["time_s"]) for row in read_csv_rows(run_dir / "updates.csv")]
     figures = SyncswitchRun(
@@ -298,7 +297,7 @@ def run_syncswitch(config: TrainConfig) -> dict:
         final_accuracy=summary.final_accuracy,
         # A divergence rollback would pin an ASP run to BSP: say so next to its figure.
         switches=len(summary.switches or []),
-        rollbacks=(summary.reliability or {}).get("rollbacks", 0),
+        rollbacks=summary.reliability.rollbacks if summary.reliability else 0,
     )
     return asdict(figures)
 
