@@ -173,3 +173,50 @@ def test_benchmarks_read_run_directories_only_through_the_rundir_module():
         if spelt.search(line)
     ]
     assert found == []
+
+
+# -- rows from a real run directory (a small simulated run) --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    from syncswitch.config import TrainConfig
+    from syncswitch.runtime.train import train
+
+    out = tmp_path_factory.mktemp("run") / "run"
+    config = TrainConfig(
+        runtime="sim",
+        workers=2,
+        schedule="bsp:0.5,asp",
+        epochs=1.0,
+        mnist1d_samples=1000,
+        eval_every=0.5,
+        checkpoint_every=0.0,
+        progress=False,
+        out=str(out),
+    )
+    train(config)
+    return out
+
+
+def test_the_scripts_rows_are_built_from_a_typed_summary(run_dir):
+    summary = harness.read_summary(run_dir)
+    assert harness.read_config(run_dir)["workers"] == 2
+
+    reference = load("reference")
+    args = argparse.Namespace(workers=2, step_time_ms=20.0)
+    row = reference.measure(reference.Case("bsp:0.5,asp", "scale"), 0, summary, run_dir, args)
+    assert row.final_accuracy == summary.final_accuracy and len(row.switch_overhead_s) == 1
+    assert row.switch_gap_s is not None and row.asp_efficiency is not None
+    stopped = reference.stopped_row(reference.CASES[0], 0, run_dir, "stalled; detail")
+    assert stopped.stopped == "stalled" and stopped.samples == summary.samples
+
+    faults = load("faults")
+    assert faults.progress(run_dir, summary.samples) == 1.0
+    assert faults.progress(run_dir / "absent", 10) == 0.0
+    fault = faults.scenario_row("clean", summary, [], faults.describe_failures(summary))
+    assert fault.sent == fault.applied + sum(fault.dropped.values()) and fault.recovery == "-"
+
+    validation = load("sim_validation")
+    assert validation._earlier(run_dir) == summary
+    assert validation._earlier(run_dir / "absent") is None
