@@ -59,6 +59,7 @@ from harness import (
 from syncswitch.config import TrainConfig
 from syncswitch.core.optimizer import FlatParameters
 from syncswitch.core.sharding import BatchStream
+from syncswitch.rundir import names
 from syncswitch.runtime.ray_setup import start_local
 from syncswitch.runtime.train import train
 from syncswitch.workloads import build_model, load_dataset, prepare_batch
@@ -139,10 +140,10 @@ class Mark:
 
     def __init__(self, run_dir: Path) -> None:
         self.time_s = time.monotonic()
-        self.applied = count_rows(run_dir / "updates.csv")
+        self.applied = count_rows(run_dir / names.UPDATES)
         self.machine_s = machine_busy_s()
         self.cpu_s = {pid: process_cpu_s(pid) for pid in descendants(os.getpid())}
-        actors = json.loads((run_dir / "actors.json").read_text())
+        actors = json.loads((run_dir / names.ACTORS).read_text())
         self.server = actors["servers"][0]
         self.worker0 = actors["workers"]["0"]
         self.server_threads = thread_cpu_s(self.server)
@@ -221,7 +222,7 @@ def run_once(config: TrainConfig, warmup_s: float, window_s: float, on_window=No
     def sample() -> None:
         try:
             # Past start-up: the workers are training (gradients applied), then warmup_s more.
-            while count_rows(run_dir / "updates.csv") < 50:
+            while count_rows(run_dir / names.UPDATES) < 50:
                 time.sleep(0.2)
             time.sleep(warmup_s)
             marks["a"] = Mark(run_dir)
@@ -244,7 +245,7 @@ def run_once(config: TrainConfig, warmup_s: float, window_s: float, on_window=No
     a, b = marks["a"], marks["b"]
     if b.applied >= summary.updates:
         raise RuntimeError("the run ended inside the window: raise --epochs")
-    actors = json.loads((run_dir / "actors.json").read_text())
+    actors = json.loads((run_dir / names.ACTORS).read_text())
     actors["workers"] = {int(k): v for k, v in actors["workers"].items()}
     used: Counter[str] = Counter()
     for pid, end_s in b.cpu_s.items():
@@ -284,7 +285,7 @@ def _worker_compute_ms(run_dir: Path, column: str = "compute_mean_s") -> float |
     import csv
 
     try:
-        with open(run_dir / "worker_steps.csv") as handle:
+        with open(run_dir / names.WORKER_STEPS) as handle:
             rows = list(csv.DictReader(handle))
     except OSError:
         return None

@@ -43,7 +43,7 @@ from harness import (
 )
 
 from syncswitch.errors import RunDirError
-from syncswitch.rundir import Summary
+from syncswitch.rundir import Summary, names
 
 SCENARIOS = (
     "clean",
@@ -153,7 +153,7 @@ def progress(run_dir: Path, total: int) -> float:
 
 
 def pids(run_dir: Path) -> FaultRow:
-    return json.loads((run_dir / "actors.json").read_text())
+    return json.loads((run_dir / names.ACTORS).read_text())
 
 
 def kill_worker(worker: int) -> Callable[[Path], str]:
@@ -280,7 +280,7 @@ def _kill_driver_then_resume(name: str, args, out: Path, damage: Callable[[Path]
     proc.wait()
     done = [f"SIGKILL driver at {at:.2f}"]
     if damage is not None:
-        done.append(damage(run_dir / "checkpoints"))
+        done.append(damage(run_dir / names.CHECKPOINTS))
     resumed = start(["--resume", str(run_dir), "--no-progress"], out / f"{name}.log")
     resumed.wait()
     summary = read_summary(run_dir)
@@ -382,7 +382,7 @@ def sustained(args, out: Path) -> FaultRow:
     proc = start(base_args(epochs, run_dir, schedule="asp"), out / f"{name}.log")
     # The clock starts once the run is up (actors.json written): start-up takes longer than
     # a minute on a busy machine, and there is nothing to kill before it.
-    while proc.poll() is None and not (run_dir / "actors.json").exists():
+    while proc.poll() is None and not (run_dir / names.ACTORS).exists():
         time.sleep(0.5)
     started = time.monotonic()
     kills, rss = [], []

@@ -56,6 +56,7 @@ from harness import (
 from steady import WINDOW, count_in, read_csv_rows, steady_rate, steady_window
 
 from syncswitch.config import TrainConfig
+from syncswitch.rundir import names
 
 OUT = Path("benchmarks/results/hot-path")
 KINDS = ("quiet", "busy")
@@ -154,11 +155,11 @@ def run(config: TrainConfig, ideal_per_s: float) -> dict:
     run_dir = Path(str(config.out))
     shutil.rmtree(run_dir, ignore_errors=True)  # measured again from scratch
     summary = train(config).summary
-    updates = read_csv_rows(run_dir / "updates.csv")
-    evaluations = read_csv_rows(run_dir / "metrics.csv")  # one row per evaluation
+    updates = read_csv_rows(run_dir / names.UPDATES)
+    evaluations = read_csv_rows(run_dir / names.METRICS)  # one row per evaluation
     checkpoints = [
         event["meta"]["time_s"]
-        for event in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines())
+        for event in map(json.loads, (run_dir / names.EVENTS).read_text().splitlines())
         if event.get("event") == "checkpoint" and "time_s" in event.get("meta", {})
     ]
     row = measure_updates(

@@ -34,7 +34,7 @@ from harness import (
 
 from syncswitch.config import TrainConfig
 from syncswitch.errors import TrainingStalled
-from syncswitch.rundir import Summary
+from syncswitch.rundir import Summary, names
 from syncswitch.runtime.ray_setup import start_local
 from syncswitch.runtime.train import train
 
@@ -153,7 +153,7 @@ def stopped_row(case: Case, seed: int, run_dir: Path, reason: str) -> RunRow:
 
 def measure(case: Case, seed: int, summary: Summary, run_dir: Path, args) -> RunRow:
     """The figures of one run, with the ASP phase's update rate read from updates.csv."""
-    with (run_dir / "updates.csv").open() as handle:
+    with (run_dir / names.UPDATES).open() as handle:
         updates = list(csv.DictReader(handle))
     asp_versions = {int(r["version"]) for r in updates if r["protocol"] == "asp"}
     asp_time_s = summary.time_by_protocol.get("asp", 0.0)

@@ -38,6 +38,7 @@ from harness import (
 )
 
 from syncswitch.config import TrainConfig
+from syncswitch.rundir import names
 from syncswitch.runtime.train import train
 from syncswitch.workloads import load_dataset
 
@@ -159,7 +160,7 @@ def _run(args, dataset, scratch: Path, workers: int, schedule: str, seed: int) -
 def _curve(run_dir: Path) -> list[list[float]]:
     import csv
 
-    with (run_dir / "metrics.csv").open() as handle:
+    with (run_dir / names.METRICS).open() as handle:
         return [[float(r["time_s"]), float(r["test_accuracy"])] for r in csv.DictReader(handle)]
 
 

@@ -33,7 +33,7 @@ from harness import (
 )
 
 from syncswitch.config import TrainConfig
-from syncswitch.rundir import Summary
+from syncswitch.rundir import Summary, names
 from syncswitch.runtime.ray_setup import start_local
 from syncswitch.runtime.sim.calibrate import calibrate, cluster_yaml
 from syncswitch.runtime.train import train
@@ -155,11 +155,11 @@ def _name(schedule: str) -> str:
 
 def _facts(runtime: str, summary: Summary, run_dir: Path) -> Facts:
     staleness = []
-    with (run_dir / "updates.csv").open() as handle:
+    with (run_dir / names.UPDATES).open() as handle:
         for row in csv.DictReader(handle):
             if row["protocol"] != "bsp":
                 staleness.append(int(row["staleness"]))
-    weights = torch.load(run_dir / "final_weights.pt")["flat_weights"].numpy()
+    weights = torch.load(run_dir / names.FINAL_WEIGHTS)["flat_weights"].numpy()
     np.save(run_dir / "final_weights.npy", weights)
     return Facts(
         runtime=runtime,

@@ -35,6 +35,7 @@ from harness import (
 )
 
 from syncswitch.config import TrainConfig
+from syncswitch.rundir import names
 from syncswitch.runtime.ray_setup import start_local
 from syncswitch.runtime.train import train
 
@@ -281,7 +282,7 @@ def plot_accuracy(rows: list[StragglerRow], out: Path, key: str) -> None:
         runs = [r for r in rows if r.scenario == key and r.policy == policy.label]
         if not runs:
             continue
-        with (Path(runs[0].run_dir) / "metrics.csv").open() as handle:
+        with (Path(runs[0].run_dir) / names.METRICS).open() as handle:
             metrics = list(csv.DictReader(handle))
         times = [float(m["time_s"]) for m in metrics]
         accs = [100 * float(m["test_accuracy"]) for m in metrics]

@@ -79,6 +79,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
 from syncswitch.config import TrainConfig
+from syncswitch.rundir import names
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset
 
 OUT = Path("benchmarks/results/throughput")
@@ -288,7 +289,7 @@ def run_syncswitch(config: TrainConfig) -> dict:
     shutil.rmtree(run_dir, ignore_errors=True)  # measured again from scratch
     summary = train(config).summary
     # One row per applied gradient, each of batch_size samples (BSP: workers rows per update).
-    times_s = [float(row["time_s"]) for row in read_csv_rows(run_dir / "updates.csv")]
+    times_s = [float(row["time_s"]) for row in read_csv_rows(run_dir / names.UPDATES)]
     figures = SyncswitchRun(
         samples_per_s=steady_rate(times_s) * config.batch_size,
         gradients=len(times_s),
