@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Collection
 from dataclasses import replace
@@ -23,7 +22,7 @@ from syncswitch.config import (
     make_config,
 )
 from syncswitch.errors import RunDirError
-from syncswitch.rundir import LIBRARY_LOG, default_run_dir, names, read_config
+from syncswitch.rundir import LIBRARY_LOG, default_run_dir, names, read_config, read_events
 from syncswitch.terminal import library_output_to
 
 _EXAMPLES = """examples:
@@ -167,7 +166,7 @@ def read_saved_config(run_dir: Path) -> dict[str, Any]:
     or device) and of bounded size.
     """
     try:
-        return read_config(run_dir, MAX_CONFIG_FILE_BYTES, follow_symlinks=False)
+        return read_config(run_dir, MAX_CONFIG_FILE_BYTES)
     except FileNotFoundError:
         raise ConfigError(f"cannot resume {str(run_dir)!r}: it holds no {names.CONFIG}") from None
     except RunDirError as error:
@@ -228,10 +227,8 @@ def _logger_lines(config: TrainConfig, run_dir: Path) -> list[str]:
 
         uri = config.tracking_uri or default_tracking_uri(run_dir)
         lines.append(f"mlflow ui --backend-store-uri {uri}")
-    events = run_dir / names.EVENTS
-    if lines and events.is_file():
-        for line in events.read_text().splitlines():
-            if '"logger_failed"' in line:
-                failure = json.loads(line)
-                lines.append(f"logger {failure['logger']} failed mid-run: {failure['reason']}")
+    if lines:
+        for event in read_events(run_dir):
+            if event.get("event") == "logger_failed":
+                lines.append(f"logger {event.get('logger')} failed mid-run: {event.get('reason')}")
     return lines

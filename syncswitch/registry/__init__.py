@@ -16,10 +16,9 @@ from syncswitch.registry.store import (
     Registry,
     RegistryError,
     RegistryLocation,
-    TrialRecord,
-    TrialStatus,
     default_path,
 )
+from syncswitch.registry.trial import TRACE_COLUMNS, TrialRecord, TrialSource, TrialStatus
 
 __all__ = [
     "ENV_VAR",
@@ -27,6 +26,7 @@ __all__ = [
     "JOB_FIELDS",
     "LATER_JOB_FIELDS",
     "NOT_JOB_FIELDS",
+    "TRACE_COLUMNS",
     "DecisionRecord",
     "JobOverview",
     "JobRecord",
@@ -34,6 +34,7 @@ __all__ = [
     "RegistryError",
     "RegistryLocation",
     "TrialRecord",
+    "TrialSource",
     "TrialStatus",
     "default_path",
     "describe_job",

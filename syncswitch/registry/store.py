@@ -55,6 +55,8 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQL
 
 from syncswitch.errors import RegistryError
 from syncswitch.files import UnsafeFileError, open_regular
+from syncswitch.registry.trial import TrialRecord, TrialStatus
+from syncswitch.rundir.summary import FINAL_ACCURACY
 
 ENV_VAR = "SYNCSWITCH_REGISTRY"
 SCHEMA_VERSION = 1
@@ -86,7 +88,7 @@ trials_table = Table(
     Column("seed", Integer, nullable=False),
     Column("schedule", String(200), nullable=False),
     Column("status", String(200), nullable=False),
-    Column("final_accuracy", Float),
+    Column(FINAL_ACCURACY, Float),
     Column("wall_time_s", Float),
     Column("run_dir", Text),
     Column("concurrent", Integer),  # trials running at once: wall times are comparable at 1
@@ -107,34 +109,12 @@ decisions_table = Table(
 )
 
 
-class TrialStatus:
-    COMPLETE = "complete"
-    FAILED = "failed"
-
-
 @dataclass(frozen=True)
 class JobRecord:
     id: int
     fingerprint: str
     description: dict[str, Any]
     created: datetime
-
-
-@dataclass(frozen=True)
-class TrialRecord:
-    fraction: float
-    seed: int
-    schedule: str
-    status: str
-    final_accuracy: float | None
-    wall_time_s: float | None
-    run_dir: str | None
-    created: datetime | None = None
-    concurrent: int | None = None  # most trials running at once while it ran
-
-    @property
-    def complete(self) -> bool:
-        return self.status == TrialStatus.COMPLETE and self.final_accuracy is not None
 
 
 @dataclass(frozen=True)
@@ -399,15 +379,7 @@ class Registry:
 
     def record_trial(self, job: JobRecord, trial: TrialRecord) -> None:
         """Store a trial; a later record of the same (fraction, seed) replaces the earlier."""
-        values = {
-            "schedule": trial.schedule,
-            "status": trial.status,
-            "final_accuracy": trial.final_accuracy,
-            "wall_time_s": trial.wall_time_s,
-            "run_dir": trial.run_dir,
-            "concurrent": trial.concurrent,
-            "created": _now(),
-        }
+        values = {**trial.stored(), "created": _now()}
         key = (
             (trials_table.c.job_id == job.id)
             & (trials_table.c.fraction == trial.fraction)

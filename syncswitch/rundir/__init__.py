@@ -37,6 +37,7 @@ from syncswitch.rundir.reader import (
     StragglerMark,
     load_run,
     read_config,
+    read_events,
     read_summary,
     read_summary_if_any,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "load_run",
     "names",
     "read_config",
+    "read_events",
     "read_summary",
     "read_summary_if_any",
 ]

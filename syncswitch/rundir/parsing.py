@@ -25,14 +25,14 @@ MAX_LINE_BYTES = 1024 * 1024
 T = TypeVar("T")
 
 
-def read_json_object(
-    path: Path, max_bytes: int = MAX_JSON_BYTES, *, follow_symlinks: bool = True
-) -> dict[str, Any]:
+def read_json_object(path: Path, max_bytes: int = MAX_JSON_BYTES) -> dict[str, Any]:
     """A JSON object from a regular file of at most `max_bytes`, or one RunDirError line.
 
-    FileNotFoundError is left to the caller, which knows what a missing file means."""
+    Never through a symbolic link (a run writes none) and never a FIFO or device, which
+    could block the reader. FileNotFoundError is left to the caller, which knows what a
+    missing file means."""
     try:
-        raw = read_regular(path, max_bytes, follow_symlinks=follow_symlinks)
+        raw = read_regular(path, max_bytes, follow_symlinks=False)
     except FileNotFoundError:
         raise
     except UnsafeFileError as error:

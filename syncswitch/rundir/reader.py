@@ -29,11 +29,11 @@ from syncswitch.rundir.parsing import (
     int_cell,
     loss_cell,
     optional_float,
-    read_events,
     read_json_object,
     short,
     stream_columns,
 )
+from syncswitch.rundir.parsing import read_events as read_events_file
 from syncswitch.rundir.summary import Summary, Switch
 
 METRIC_FIELDS = ("time_s", "samples", "fraction", "protocol", "test_accuracy")
@@ -209,14 +209,17 @@ def load_run(path: str | Path) -> RunData:
         return _load(run_dir)
 
 
-def read_config(
-    run_dir: str | Path, max_bytes: int = MAX_JSON_BYTES, *, follow_symlinks: bool = True
-) -> dict[str, Any]:
+def read_config(run_dir: str | Path, max_bytes: int = MAX_JSON_BYTES) -> dict[str, Any]:
     """config.json as the dict it holds (FileNotFoundError when absent; RunDirError, one
     line, when it is not a regular file of at most `max_bytes` holding a JSON object)."""
-    return read_json_object(
-        Path(run_dir) / names.CONFIG, max_bytes, follow_symlinks=follow_symlinks
-    )
+    return read_json_object(Path(run_dir) / names.CONFIG, max_bytes)
+
+
+def read_events(run_dir: str | Path) -> list[dict[str, Any]]:
+    """events.jsonl's events in order ([] when there is none; a torn last line is skipped)."""
+    directory = Path(run_dir)
+    with _naming(directory):
+        return read_events_file(directory / names.EVENTS, [])
 
 
 def read_summary(run_dir: str | Path) -> Summary:
@@ -254,10 +257,10 @@ def _naming(run_dir: Path) -> Iterator[None]:
 
 def _load(run_dir: Path) -> RunData:
     notes: list[str] = []
-    config = read_json_object(run_dir / names.CONFIG)
+    config = read_config(run_dir)
     summary_path = run_dir / names.SUMMARY
     summary = _summary(summary_path) if summary_path.is_file() else None
-    events = read_events(run_dir / names.EVENTS, notes)
+    events = read_events_file(run_dir / names.EVENTS, notes)
     drops_by_reason, drops_by_worker = _read_drops(run_dir / names.DROPS, notes)
     return RunData(
         path=run_dir,

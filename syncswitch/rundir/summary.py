@@ -258,6 +258,9 @@ class Summary:
 
 _KEYS = frozenset(f.name for f in fields(Summary))
 SUMMARY_KEYS = tuple(f.name for f in fields(Summary))
+# The name a search trial's accuracy is traced and stored under (syncswitch.registry): the
+# summary's own key, so a trial row and its run's summary say the same thing.
+FINAL_ACCURACY = "final_accuracy"
 HEADLINE_KEYS = tuple(f.name for f in fields(Summary) if f.metadata.get("headline"))
 
 

@@ -25,20 +25,8 @@ from syncswitch.core.switch_search import (
     format_fraction,
 )
 from syncswitch.files import open_append, write_atomic, write_json_atomic
-from syncswitch.timing.results import SearchResult, TrialRun
-
-TRACE_COLUMNS = (
-    "fraction",
-    "label",
-    "seed",
-    "schedule",
-    "status",
-    "final_accuracy",
-    "wall_time_s",
-    "concurrent",
-    "source",
-    "run_dir",
-)
+from syncswitch.registry import TRACE_COLUMNS, TrialRecord
+from syncswitch.timing.results import SearchResult
 
 
 class TraceWriter:
@@ -57,16 +45,16 @@ class TraceWriter:
                 "max_trials": spec.max_trials,
             },
         }
-        self.rows: list[TrialRun] = []
+        self.rows: list[TrialRecord] = []
 
-    def start(self, reused: list[TrialRun]) -> None:
+    def start(self, reused: list[TrialRecord]) -> None:
         header = io.StringIO()
         csv.writer(header).writerow(TRACE_COLUMNS)
         write_atomic(self.dir / "trace.csv", header.getvalue())  # replaces, never follows
         for run in reused:
             self.append(run)
 
-    def append(self, run: TrialRun) -> None:
+    def append(self, run: TrialRecord) -> None:
         self.rows.append(run)
         row = run.to_row()
         with open_append(self.dir / "trace.csv") as handle:  # refuses a planted symlink

@@ -1,7 +1,9 @@
-"""The search's results: its trial runs, the time the chosen fraction saves, the whole result.
+"""The search's results: the time the chosen fraction saves, the whole result, and a trial
+record made from a trial's Summary.
 
 Plain data shared by the runner (`search`) and its report (`report`): nothing here trains or
-writes files.
+writes files. A trial is a `TrialRecord` (syncswitch.registry), the same record the registry
+stores.
 """
 
 from __future__ import annotations
@@ -11,46 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from syncswitch.core.switch_search import (
-    BASELINE,
-    SearchSpec,
-    TimingDecision,
-    TrialKey,
-    format_fraction,
-)
-from syncswitch.registry import DecisionRecord, TrialStatus
-
-
-@dataclass
-class TrialRun:
-    """One row of the search trace."""
-
-    key: TrialKey
-    schedule: str
-    status: str
-    final_accuracy: float | None
-    wall_time_s: float | None
-    run_dir: str | None
-    source: str  # "run": trained by this search; "registry": reused; "disk": recovered
-    concurrent: int = 1  # most trials running at once while this one ran
-
-    @property
-    def complete(self) -> bool:
-        return self.status == TrialStatus.COMPLETE and self.final_accuracy is not None
-
-    def to_row(self) -> dict[str, Any]:
-        return {
-            "fraction": self.key.fraction,
-            "label": format_fraction(self.key.fraction),
-            "seed": self.key.seed,
-            "schedule": self.schedule,
-            "status": self.status,
-            "final_accuracy": self.final_accuracy,
-            "wall_time_s": self.wall_time_s,
-            "concurrent": self.concurrent,
-            "source": self.source,
-            "run_dir": self.run_dir,
-        }
+from syncswitch.core.switch_search import BASELINE, SearchSpec, TimingDecision, TrialKey
+from syncswitch.registry import DecisionRecord, TrialRecord, TrialStatus
+from syncswitch.rundir import Summary
 
 
 @dataclass(frozen=True)
@@ -88,17 +53,17 @@ class SearchResult:
     decision: TimingDecision
     stored: DecisionRecord
     search_dir: Path
-    trace: list[TrialRun]
-    trials: dict[TrialKey, TrialRun]  # every finished trial of the job, reused ones included
+    trace: list[TrialRecord]
+    trials: dict[TrialKey, TrialRecord]  # every finished trial of the job, reused ones included
     time_saved: TimeSaved | None
     slots: int
     files: dict[str, str] = field(default_factory=dict)
 
 
 def time_saved(
-    decision: TimingDecision, trials: dict[TrialKey, TrialRun], spec: SearchSpec
+    decision: TimingDecision, trials: dict[TrialKey, TrialRecord], spec: SearchSpec
 ) -> TimeSaved | None:
-    def walls(fraction: float) -> list[TrialRun]:
+    def walls(fraction: float) -> list[TrialRecord]:
         keys = (TrialKey(fraction, seed) for seed in spec.seeds)
         return [trials[key] for key in keys if key in trials]
 
@@ -108,5 +73,30 @@ def time_saved(
     return TimeSaved(
         bsp_wall_s=sum(r.wall_time_s for r in bsp) / len(bsp),
         chosen_wall_s=sum(r.wall_time_s for r in chosen) / len(chosen),
-        comparable=all(r.concurrent <= 1 for r in bsp + chosen),
+        comparable=all(r.ran_alone for r in bsp + chosen),
+    )
+
+
+def trial_from_summary(
+    key: TrialKey,
+    schedule: str,
+    summary: Summary,
+    run_dir: str,
+    *,
+    source: str,
+    concurrent: int = 1,
+) -> TrialRecord:
+    """A trial as its finished run's Summary describes it (complete only with an accuracy)."""
+    accuracy = summary.final_accuracy
+    status = TrialStatus.COMPLETE if accuracy is not None else "failed: no final accuracy"
+    return TrialRecord(
+        fraction=key.fraction,
+        seed=key.seed,
+        schedule=schedule,
+        status=status,
+        final_accuracy=accuracy,
+        wall_time_s=summary.wall_time_s,
+        run_dir=run_dir,
+        concurrent=concurrent,
+        source=source,
     )

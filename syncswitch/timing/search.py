@@ -13,7 +13,6 @@ Trial directories: `<search_dir>/trial-<fraction>-s<seed>/`, a normal run direct
 
 from __future__ import annotations
 
-import math
 import shutil
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -33,16 +32,18 @@ from syncswitch.core.switch_search import (
     next_step,
     schedule_for,
 )
+from syncswitch.errors import RunDirError
 from syncswitch.registry import (
     JobRecord,
     Registry,
     TrialRecord,
-    TrialStatus,
+    TrialSource,
     describe_job,
     fingerprint,
 )
+from syncswitch.rundir import Summary, names, read_summary
 from syncswitch.timing.report import TraceWriter, write_report
-from syncswitch.timing.results import SearchResult, TrialRun, time_saved
+from syncswitch.timing.results import SearchResult, time_saved, trial_from_summary
 
 AUTO = "auto"
 # Trials at once: each is a whole training run with its own actors; past this a value is a
@@ -96,8 +97,8 @@ class Trainer(Protocol):
         """How many trials may run at once, and a line saying why."""
         ...
 
-    def run(self, config: TrainConfig, source: dict[str, Any], started: threading.Event) -> Any:
-        """Train one trial; return its summary dict. Set `started` once its model is built
+    def run(self, config: TrainConfig, source: dict[str, Any], started: threading.Event) -> Summary:
+        """Train one trial; return its Summary. Set `started` once its model is built
         (the next trial is started only then; see `_Search._start`)."""
         ...
 
@@ -109,7 +110,7 @@ class SearchListener(Protocol):
 
     def trial_started(self, key: TrialKey, running: int) -> None: ...
 
-    def trial_finished(self, run: TrialRun) -> None: ...
+    def trial_finished(self, run: TrialRecord) -> None: ...
 
 
 class _Silent:
@@ -119,7 +120,7 @@ class _Silent:
     def trial_started(self, key: TrialKey, running: int) -> None:
         pass
 
-    def trial_finished(self, run: TrialRun) -> None:
+    def trial_finished(self, run: TrialRecord) -> None:
         pass
 
 
@@ -148,20 +149,7 @@ def run_search(
     search_dir.mkdir(parents=True, exist_ok=True)
     listener = listener or _Silent()
     trace = TraceWriter(search_dir, job_fp, description, spec)
-    known = {
-        TrialKey(t.fraction, t.seed): TrialRun(
-            TrialKey(t.fraction, t.seed),
-            t.schedule,
-            t.status,
-            t.final_accuracy,
-            t.wall_time_s,
-            t.run_dir,
-            "registry",
-            t.concurrent or 1,
-        )
-        for t in registry.trials(job)
-        if t.complete
-    }
+    known = {t.key: t for t in registry.trials(job) if t.complete}
     trace.start([run for key, run in sorted(known.items(), reverse=True) if key.seed in spec.seeds])
     try:
         slots, why = trainer.capacity(options.parallel, config)
@@ -218,7 +206,7 @@ class _Search:
         search_dir: Path,
         trainer: Trainer,
         trace: Any,
-        known: dict[TrialKey, TrialRun],
+        known: dict[TrialKey, TrialRecord],
     ) -> None:
         self.config = config
         self.spec = spec
@@ -318,7 +306,7 @@ class _Search:
         while not started.wait(0.05) and not future.done():
             pass
 
-    def _collect(self, key: TrialKey, future: Future) -> TrialRun:
+    def _collect(self, key: TrialKey, future: Future) -> TrialRecord:
         schedule = schedule_for(key.fraction)
         directory = str(trial_dir(self.search_dir, key))
         concurrent = self.concurrent.pop(key, 1)
@@ -326,44 +314,33 @@ class _Search:
             summary = future.result()
         except Exception as error:
             status = f"failed: {' '.join(str(error).split())[:160] or type(error).__name__}"
-            return TrialRun(key, schedule, status, None, None, directory, "run", concurrent)
-        accuracy = summary.get("final_accuracy")
-        status = TrialStatus.COMPLETE if accuracy is not None else "failed: no final accuracy"
-        return TrialRun(
-            key,
-            schedule,
-            status,
-            accuracy,
-            summary.get("wall_time_s"),
-            directory,
-            "run",
-            concurrent,
+            return TrialRecord(
+                key.fraction,
+                key.seed,
+                schedule,
+                status,
+                None,
+                None,
+                directory,
+                concurrent=concurrent,
+                source=TrialSource.RUN,
+            )
+        return trial_from_summary(
+            key, schedule, summary, directory, source=TrialSource.RUN, concurrent=concurrent
         )
 
-    def _recover(self, key: TrialKey) -> TrialRun | None:
+    def _recover(self, key: TrialKey) -> TrialRecord | None:
         """A trial that finished on disk but was not stored (stopped in between): keep it."""
-        import json
-
-        from syncswitch.files import read_regular
-
         directory = trial_dir(self.search_dir, key)
         try:
-            # A regular file inside the trial directory only; any other content is no trial.
-            raw = read_regular(directory / "summary.json", 64 << 20, follow_symlinks=False)
-            summary = json.loads(raw)
-        except (OSError, ValueError, RecursionError):
+            # Checked as it is read; a summary that does not read is no finished trial.
+            summary = read_summary(directory)
+        except (OSError, RunDirError):
             return None
-        if not isinstance(summary, dict) or not isinstance(summary.get("schedule_source"), dict):
-            return None
-        source = summary["schedule_source"]
-        accuracy, wall_s = summary.get("final_accuracy"), summary.get("wall_time_s")
-        numbers = all(
-            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-            for v in (accuracy, wall_s)
-        )
+        source = summary.schedule_source or {}
         same = (
-            numbers
-            and summary.get("status") == "complete"
+            summary.complete
+            and summary.final_accuracy is not None
             and source.get("kind") == "search"
             and source.get("fingerprint") == self.job_fp
             and source.get("fraction") == key.fraction
@@ -371,31 +348,13 @@ class _Search:
         )
         if not same:
             return None
-        return TrialRun(
-            key,
-            schedule_for(key.fraction),
-            TrialStatus.COMPLETE,
-            summary["final_accuracy"],
-            summary.get("wall_time_s"),
-            str(directory),
-            "disk",
+        return trial_from_summary(
+            key, schedule_for(key.fraction), summary, str(directory), source=TrialSource.DISK
         )
 
-    def _finished(self, run: TrialRun, listener: SearchListener) -> None:
+    def _finished(self, run: TrialRecord, listener: SearchListener) -> None:
         # Stored first: once it is in the registry, no later search runs it again.
-        self.registry.record_trial(
-            self.job,
-            TrialRecord(
-                fraction=run.key.fraction,
-                seed=run.key.seed,
-                schedule=run.schedule,
-                status=run.status,
-                final_accuracy=run.final_accuracy,
-                wall_time_s=run.wall_time_s,
-                run_dir=run.run_dir,
-                concurrent=run.concurrent,
-            ),
-        )
+        self.registry.record_trial(self.job, run)
         if run.complete:
             self.known[run.key] = run
         self.trace.append(run)
@@ -406,7 +365,7 @@ def _clear_unfinished(directory: Path) -> None:
     """Remove what an interrupted attempt of this trial left (its files append, not replace)."""
     if not directory.exists():
         return
-    if any(directory.iterdir()) and not (directory / "config.json").exists():
+    if any(directory.iterdir()) and not (directory / names.CONFIG).exists():
         raise SearchError(
             f"{directory} exists and is not a run directory; move it away so that the trial "
             "can be run there"

@@ -6,6 +6,7 @@ import pytest
 from syncswitch.core.records import DropRecord, UpdateRecord
 from syncswitch.loggers.base import Point, RunLogger
 from syncswitch.loggers.feed import LoggerFeed
+from tests.rundir.samples import sample_summary
 
 
 class Recorder(RunLogger):
@@ -93,7 +94,7 @@ def test_per_gradient_figures_are_folded_per_interval_and_series_stay_in_order()
     # The evaluation of the BSP point arrives only now, after ASP gradients were applied.
     feed.metric(row(100, 1.0, "bsp", 0.5))
     feed.metric(row(200, 2.0, "asp", 0.6))
-    feed.summary({"status": "complete", "final_accuracy": 0.6, "wall_time_s": 2.0})
+    feed.summary(sample_summary(final_accuracy=0.6, wall_time_s=2.0))
     feed.close()
 
     assert recorder.series("test/accuracy") == [(100, 0.5), (200, 0.6)]

@@ -16,7 +16,9 @@ import pytest
 from syncswitch.config import ConfigError, TrainConfig
 from syncswitch.core.switch_search import SearchSpec, StepKind, TrialKey, next_step
 from syncswitch.registry import Registry, TrialRecord, fingerprint
+from syncswitch.rundir import Summary, names
 from syncswitch.timing.search import SearchError, SearchOptions, run_search, trial_dir
+from tests.rundir.samples import sample_summary
 
 
 def accuracy_of(key: TrialKey) -> float:
@@ -42,7 +44,7 @@ class ScriptedTrainer:
     def capacity(self, requested, config):
         return (self.slots if requested == "auto" else min(requested, self.slots)), "scripted"
 
-    def run(self, config: TrainConfig, source: dict, started: threading.Event) -> dict:
+    def run(self, config: TrainConfig, source: dict, started: threading.Event) -> Summary:
         key = TrialKey(source["fraction"], source["seed"])
         assert config.schedule == ("bsp" if key.fraction == 1 else f"bsp:{key.fraction!r},asp")
         assert config.seed == key.seed and not config.progress
@@ -60,14 +62,14 @@ class ScriptedTrainer:
             # A run directory as train() leaves it.
             out = Path(config.out)
             out.mkdir(parents=True)
-            (out / "config.json").write_text("{}")
-            summary = {
-                "status": "complete",
-                "final_accuracy": accuracy_of(key),
-                "wall_time_s": wall_of(key),
-                "schedule_source": source,
-            }
-            (out / "summary.json").write_text(json.dumps(summary))
+            (out / names.CONFIG).write_text("{}")
+            summary = sample_summary(
+                final_accuracy=accuracy_of(key),
+                wall_time_s=wall_of(key),
+                schedule_source=source,
+                run_dir=str(out),
+            )
+            (out / names.SUMMARY).write_text(json.dumps(summary.to_json()))
             return summary
         finally:
             with self._lock:
