@@ -114,8 +114,9 @@ class RunLog:
 
     Each line is written in one call, flushed and fsynced before `append` returns, so a run
     that ended is on disk whatever happens next. A crash while writing leaves at most the last
-    line torn (no newline at its end): `read` ignores it and the next `append` cuts it off, so
-    it never joins the next row.
+    line torn (no newline at its end, not a whole JSON object): `read` ignores it and the next
+    `append` cuts it off, so it never joins the next row. A last line that is whole but lacks
+    its newline (an edited file) is a row like the others.
     """
 
     def __init__(self, path: Path) -> None:
@@ -125,8 +126,9 @@ class RunLog:
         """Every complete row, oldest first ([] when there is no file yet)."""
         if not self.path.is_file():
             return []
-        text = self.path.read_text()
-        lines = text.split("\n")[:-1]  # what follows the last newline is torn (or empty)
+        lines = self.path.read_text().split("\n")
+        if _torn(lines[-1]):
+            lines.pop()
         rows = []
         for number, line in enumerate(lines, start=1):
             if not line.strip():
@@ -161,9 +163,26 @@ class RunLog:
         if not self.path.is_file():
             return
         data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            with self.path.open("r+b") as handle:
-                handle.truncate(data.rfind(b"\n") + 1)
+        if not data or data.endswith(b"\n"):
+            return
+        tail = data[data.rfind(b"\n") + 1 :]
+        with self.path.open("r+b") as handle:
+            if _torn(tail.decode(errors="replace")):
+                handle.truncate(len(data) - len(tail))
+            else:  # a whole row without its newline: keep it, end its line
+                handle.seek(0, os.SEEK_END)
+                handle.write(b"\n")
+
+
+def _torn(line: str) -> bool:
+    """Whether the text after a file's last newline is a partly written row."""
+    if not line.strip():
+        return True  # nothing there (the usual case: the file ends with a newline)
+    try:
+        json.loads(line)
+    except json.JSONDecodeError:
+        return True
+    return False
 
 
 def row_from(cls: type[Row], record: dict[str, Any]) -> Row:

@@ -57,6 +57,15 @@ def test_a_line_torn_by_a_crash_is_ignored_then_cut_off(tmp_path):
     assert path.read_text() == '{"case": "bsp", "seed": 0}\n{"case": "asp", "seed": 0}\n'
 
 
+def test_a_whole_last_row_without_its_newline_is_kept(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    path.write_text('{"seed": 0}\n{"seed": 1}')  # edited by hand: no newline at the end
+    log = harness.RunLog(path)
+    assert log.read() == [{"seed": 0}, {"seed": 1}]
+    log.append({"seed": 2})
+    assert [r["seed"] for r in log.read()] == [0, 1, 2]
+
+
 def test_a_bad_complete_line_is_a_one_line_error_naming_it(tmp_path):
     path = tmp_path / "runs.jsonl"
     path.write_text('{"case": "bsp"}\nnot json\n')
