@@ -304,7 +304,7 @@ def clean_run(args, out: Path) -> None:
     # Pure BSP keeps the detector busy for the whole run; about 21 updates/s x 256 samples.
     epochs = max(1.0, args.clean_minutes * 60 * 21 * 256 / 8000)
     config = job(args, 0, out / "clean-elastic", online_policy="elastic")
-    config = replace(config, schedule="bsp", epochs=epochs)  # validated as it is built
+    config = replace(config, schedule="bsp", epochs=epochs)
     summary = train(config).summary
     online = summary.online
     steps = summary.gradients.sent
