@@ -10,12 +10,12 @@ times the ideal rate, the CPU is the ceiling, not the framework; the table shows
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
-import statistics
 import threading
 import time
+
+from harness import Timing, add_repeats, check_timing, markdown_table, medians, parser
 
 from syncswitch.config import TrainConfig
 from syncswitch.runtime.ray_setup import start_local
@@ -48,12 +48,12 @@ def cpu_seconds_by_kind(kinds: dict[str, str] | None = None) -> dict[str, float]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--step-time-ms", type=float, default=20.0)
-    parser.add_argument("--epochs", type=float, default=40.0)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    cli = parser(__doc__)
+    cli.add_argument("--workers", type=int, default=8)
+    cli.add_argument("--step-time-ms", type=float, default=20.0)
+    cli.add_argument("--epochs", type=float, default=40.0)
+    add_repeats(cli, 3)
+    args = cli.parse_args()
     start_local(args.workers + 4)
     ideal = args.workers / (args.step_time_ms / 1000)
     rows = []
@@ -85,7 +85,7 @@ def main() -> None:
                 out=run_dir,
             )
         ).summary
-        rate = summary["updates_per_s"]
+        rate = summary.updates_per_s
         (a, ta), (b, tb) = marks["a"], marks["b"]
         window_updates = rate * (tb - ta)
         row = {"efficiency": rate / ideal, "updates_per_s": rate}
@@ -99,17 +99,22 @@ def main() -> None:
             f"{row['cores_busy']:.2f} cores busy",
             flush=True,
         )
-    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-    print(
-        f"\nASP, {args.workers} workers, EMULATED {args.step_time_ms:g} ms steps (lognormal "
-        f"sigma 0.2), {os.cpu_count()} cores; medians of {args.repeats} runs\n"
+    med = medians(rows)
+    title = (
+        f"ASP, {args.workers} workers, EMULATED {args.step_time_ms:g} ms steps (lognormal "
+        f"sigma 0.2), {os.cpu_count()} cores; medians of {args.repeats} runs"
     )
-    print("| updates/s | vs ideal | CPU ms per update: server | workers | other | cores busy |")
-    print("|---|---|---|---|---|---|")
-    print(
-        f"| {med['updates_per_s']:.0f} | {100 * med['efficiency']:.1f}% | {med['server_ms']:.2f}"
-        f" | {med['workers_ms']:.2f} | {med['other_ms']:.2f} | {med['cores_busy']:.2f} |"
+    print(f"\n{check_timing(title, Timing.EMULATED)}\n")
+    columns = ("updates/s", "vs ideal", "CPU ms per update: server", "workers", "other")
+    cells = (
+        f"{med['updates_per_s']:.0f}",
+        f"{100 * med['efficiency']:.1f}%",
+        f"{med['server_ms']:.2f}",
+        f"{med['workers_ms']:.2f}",
+        f"{med['other_ms']:.2f}",
+        f"{med['cores_busy']:.2f}",
     )
+    print("\n".join(markdown_table((*columns, "cores busy"), [cells])))
 
 
 if __name__ == "__main__":

@@ -41,11 +41,25 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from harness import (
+    Timing,
+    add_out,
+    add_repeats,
+    args_record,
+    check_timing,
+    comma_list,
+    markdown_table,
+    save_json,
+    save_text,
+)
+from harness import (
+    parser as cli,
+)
 
 from syncswitch.config import TrainConfig
 from syncswitch.core.optimizer import FlatParameters
 from syncswitch.core.sharding import BatchStream
-from syncswitch.files import write_json_atomic
+from syncswitch.rundir import names
 from syncswitch.runtime.ray_setup import start_local
 from syncswitch.runtime.train import train
 from syncswitch.workloads import build_model, load_dataset, prepare_batch
@@ -126,10 +140,10 @@ class Mark:
 
     def __init__(self, run_dir: Path) -> None:
         self.time_s = time.monotonic()
-        self.applied = count_rows(run_dir / "updates.csv")
+        self.applied = count_rows(run_dir / names.UPDATES)
         self.machine_s = machine_busy_s()
         self.cpu_s = {pid: process_cpu_s(pid) for pid in descendants(os.getpid())}
-        actors = json.loads((run_dir / "actors.json").read_text())
+        actors = json.loads((run_dir / names.ACTORS).read_text())
         self.server = actors["servers"][0]
         self.worker0 = actors["workers"]["0"]
         self.server_threads = thread_cpu_s(self.server)
@@ -208,7 +222,7 @@ def run_once(config: TrainConfig, warmup_s: float, window_s: float, on_window=No
     def sample() -> None:
         try:
             # Past start-up: the workers are training (gradients applied), then warmup_s more.
-            while count_rows(run_dir / "updates.csv") < 50:
+            while count_rows(run_dir / names.UPDATES) < 50:
                 time.sleep(0.2)
             time.sleep(warmup_s)
             marks["a"] = Mark(run_dir)
@@ -229,9 +243,9 @@ def run_once(config: TrainConfig, warmup_s: float, window_s: float, on_window=No
             f"the window did not fit in the run ({failed or 'ended early'}): raise --epochs"
         )
     a, b = marks["a"], marks["b"]
-    if b.applied >= summary["updates"]:
+    if b.applied >= summary.updates:
         raise RuntimeError("the run ended inside the window: raise --epochs")
-    actors = json.loads((run_dir / "actors.json").read_text())
+    actors = json.loads((run_dir / names.ACTORS).read_text())
     actors["workers"] = {int(k): v for k, v in actors["workers"].items()}
     used: Counter[str] = Counter()
     for pid, end_s in b.cpu_s.items():
@@ -244,7 +258,7 @@ def run_once(config: TrainConfig, warmup_s: float, window_s: float, on_window=No
         "applied_in_window": applied,
         "window_s": window,
         "updates_per_s": applied / window,
-        "run_updates_per_s": summary["updates_per_s"],
+        "run_updates_per_s": summary.updates_per_s,
         "cpu_ms_per_gradient": {k: 1000 * v / applied for k, v in used.items()},
         "cores_busy_this_run": ours_s / window,
         "cores_busy_others": (b.machine_s - a.machine_s - ours_s) / window,
@@ -271,7 +285,7 @@ def _worker_compute_ms(run_dir: Path, column: str = "compute_mean_s") -> float |
     import csv
 
     try:
-        with open(run_dir / "worker_steps.csv") as handle:
+        with open(run_dir / names.WORKER_STEPS) as handle:
             rows = list(csv.DictReader(handle))
     except OSError:
         return None
@@ -384,16 +398,33 @@ def profile_run(config: TrainConfig, args: argparse.Namespace) -> None:
 # -- the table --------------------------------------------------------------------------------
 
 
+COLUMNS = (
+    "mode",
+    "updates/s",
+    "server",
+    "workers excl. fwd/bwd",
+    "fwd/bwd",
+    "driver + evaluator",
+    "Ray processes",
+    "total",
+    "framework (total - fwd/bwd)",
+    "fwd/bwd in place",
+    "framework (total - fwd/bwd in place)",
+    "cores busy (run / others)",
+)
+
+
 def table(results: dict, args: argparse.Namespace) -> str:
-    head = (
+    """The markdown table: one row per mode (emulated device time, or none), medians."""
+    step_times = comma_list(args.step_times_ms, float)
+    timings = {Timing.EMULATED if ms else Timing.REAL for ms in step_times}
+    title = (
         f"ASP, {args.workers} workers, MNIST-1D cnn1d, batch {args.batch_size}; CPU ms per "
         f"applied gradient over a {args.window_s:g} s steady window; medians of "
-        f"{args.repeats} runs; {os.cpu_count()} cores, shared machine\n\n"
-        "| mode | updates/s | server | workers excl. fwd/bwd | fwd/bwd | driver + evaluator "
-        "| Ray processes | total | framework (total - fwd/bwd) | fwd/bwd in place "
-        "| framework (total - fwd/bwd in place) | cores busy (run / others) |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        f"{args.repeats} runs; {os.cpu_count()} cores, shared machine; timing per mode: "
+        + ", ".join(mode_label(ms) for ms in step_times)
     )
+    head = check_timing(title, *timings) + "\n\n" + "\n".join(markdown_table(COLUMNS, [])) + "\n"
     rows = []
     for mode, runs in results.items():
         if not runs:
@@ -423,19 +454,19 @@ def mode_label(step_time_ms: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli(__doc__)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--step-times-ms", default="20,0", help="emulated ms; 0 = no emulation")
     parser.add_argument("--epochs", type=float, default=40.0)
-    parser.add_argument("--repeats", type=int, default=3)
+    add_repeats(parser, 3)
     parser.add_argument("--warmup-s", type=float, default=4.0)
     parser.add_argument("--window-s", type=float, default=10.0)
     parser.add_argument("--profile-s", type=float, default=0.0, help="0: no py-spy profile")
     parser.add_argument("--native", action="store_true", help="py-spy --native (C frames)")
-    parser.add_argument("--out", default=str(OUT), help=f"results directory (default {OUT})")
+    add_out(parser, OUT)
     args = parser.parse_args()
-    out = Path(args.out)
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
     start_local(args.workers + 4)
 
@@ -452,7 +483,7 @@ def main() -> None:
             out=str(out / "runs" / f"{step_time_ms:g}ms-s{seed}"),
         )
 
-    step_times = [float(v) for v in args.step_times_ms.split(",")]
+    step_times = comma_list(args.step_times_ms, float)
     results: dict[str, list[dict]] = {mode_label(ms): [] for ms in step_times}
     for seed in range(args.repeats):
         for ms in step_times:
@@ -468,8 +499,8 @@ def main() -> None:
             results[mode_label(ms)].append(row)
             split = ", ".join(f"{k} {v:.2f}" for k, v in row["split"].items())
             print(f"{mode_label(ms)}, seed {seed}: {row['updates_per_s']:.0f}/s; {split}")
-            write_json_atomic(out / "runs.json", {"args": vars(args), "results": results})
-            (out / "table.md").write_text(table(results, args))
+            save_json(out / "runs.json", {"args": args_record(args), "results": results}, indent=2)
+            save_text(out / "table.md", table(results, args))
     print("\n" + table(results, args), flush=True)
     if args.profile_s > 0:
         # Long enough for the warm-up and the profile at ASP's rate here.

@@ -15,7 +15,6 @@ figures to --out/runs.jsonl. All step times are EMULATED.
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
@@ -28,6 +27,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from harness import (
+    RunLog,
+    Timing,
+    add_out,
+    add_table,
+    check_timing,
+    comma_list,
+    markdown_table,
+    parser,
+    read_summary,
+    row_from,
+)
+
+from syncswitch.errors import RunDirError
+from syncswitch.rundir import Summary, names
 
 SCENARIOS = (
     "clean",
@@ -53,37 +69,51 @@ class Job:
     kills: list[tuple[float, Callable[[Path], str]]] = field(default_factory=list)
 
 
+@dataclass
+class FaultRow:
+    """One scenario's line in runs.jsonl: what was done, how the run ended, the gradients'
+    balance (sent = applied + dropped, unaccounted 0) and how it recovered."""
+
+    scenario: str
+    done: str
+    final_accuracy: float | None
+    status: str
+    sent: int | None
+    applied: int | None
+    dropped: dict[str, int]
+    unaccounted: int | None
+    recovery: str
+    wall_time_s: float | None
+    emulation: Any
+    clean_accuracy: float | None = None
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=float, default=40.0)
-    parser.add_argument("--only", help="comma-separated scenario names: " + ", ".join(SCENARIOS))
-    parser.add_argument("--sustained-minutes", type=float, default=5.0)
-    parser.add_argument("--out", default="benchmarks/results/faults")
-    parser.add_argument(
-        "--table",
-        action="store_true",
-        help="run nothing: print the table from --out/runs.jsonl (the newest row per scenario)",
-    )
-    args = parser.parse_args()
-    out = Path(args.out)
+    cli = parser(__doc__)
+    cli.add_argument("--epochs", type=float, default=40.0)
+    cli.add_argument("--only", help="comma-separated scenario names: " + ", ".join(SCENARIOS))
+    cli.add_argument("--sustained-minutes", type=float, default=5.0)
+    add_out(cli, "benchmarks/results/faults")
+    add_table(cli, "the newest row per scenario")
+    args = cli.parse_args()
+    out = args.out
+    log = RunLog(out / "runs.jsonl")
     if args.table:
-        print_table(out / "runs.jsonl")
+        print_table(log)
         return
     out.mkdir(parents=True, exist_ok=True)
-    chosen = args.only.split(",") if args.only else list(SCENARIOS)
+    chosen = comma_list(args.only) if args.only else list(SCENARIOS)
     unknown = sorted(set(chosen) - set(SCENARIOS))
     if unknown:
-        parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {SCENARIOS}")
-    log = (out / "runs.jsonl").open("a")
+        cli.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {SCENARIOS}")
     print_header()
     clean_acc = None
     for name in chosen:
         row = SCENARIO_RUNNERS[name](args, out)
         if name == "clean":
-            clean_acc = row["final_accuracy"]
-        row["clean_accuracy"] = clean_acc
-        log.write(json.dumps(row) + "\n")
-        log.flush()
+            clean_acc = row.final_accuracy
+        row.clean_accuracy = clean_acc
+        log.append(row)
         print_row(row)
 
 
@@ -116,14 +146,14 @@ def fresh(run_dir: Path) -> None:
 
 def progress(run_dir: Path, total: int) -> float:
     try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        summary = read_summary(run_dir)
+    except (OSError, RunDirError):  # not written yet
         return 0.0
-    return summary.get("samples", 0) / total
+    return summary.samples / total
 
 
-def pids(run_dir: Path) -> dict:
-    return json.loads((run_dir / "actors.json").read_text())
+def pids(run_dir: Path) -> FaultRow:
+    return json.loads((run_dir / names.ACTORS).read_text())
 
 
 def kill_worker(worker: int) -> Callable[[Path], str]:
@@ -141,7 +171,7 @@ def kill_server(run_dir: Path) -> str:
     return f"SIGKILL parameter server (pid {pid})"
 
 
-def run_job(job: Job, out: Path) -> tuple[dict, list[str], subprocess.Popen]:
+def run_job(job: Job, out: Path) -> tuple[Summary, list[str], subprocess.Popen]:
     run_dir = out / job.name
     fresh(run_dir)
     total = round(job.epochs * TRAIN_SAMPLES)
@@ -153,30 +183,30 @@ def run_job(job: Job, out: Path) -> tuple[dict, list[str], subprocess.Popen]:
         while kills and progress(run_dir, total) >= kills[0][0]:
             _, kill = kills.pop(0)
             done.append(f"{kill(run_dir)} at {progress(run_dir, total):.2f}")
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_summary(run_dir)
     return summary, done, proc
 
 
-def row_from(name: str, summary: dict, done: list[str], recovery: str) -> dict:
-    grads = summary["gradients"]
-    return {
-        "scenario": name,
-        "done": "; ".join(done) or "-",
-        "final_accuracy": summary["final_accuracy"],
-        "status": summary["status"],
-        "sent": grads.get("sent"),
-        "applied": grads.get("applied"),
-        "dropped": grads.get("dropped", {}),
-        "unaccounted": grads.get("unaccounted"),
-        "recovery": recovery,
-        "wall_time_s": summary["wall_time_s"],
-        "emulation": summary["emulation"],
-    }
+def scenario_row(name: str, summary: Summary, done: list[str], recovery: str) -> FaultRow:
+    grads = summary.gradients
+    return FaultRow(
+        scenario=name,
+        done="; ".join(done) or "-",
+        final_accuracy=summary.final_accuracy,
+        status=summary.status,
+        sent=grads.sent,
+        applied=grads.applied,
+        dropped=grads.dropped,
+        unaccounted=grads.unaccounted,
+        recovery=recovery,
+        wall_time_s=summary.wall_time_s,
+        emulation=summary.emulation,
+    )
 
 
-def describe_failures(summary: dict) -> str:
+def describe_failures(summary: Summary) -> str:
     parts = []
-    for failure in summary["reliability"]["failures"]:
+    for failure in summary.reliability.failures:
         if failure["kind"] == "worker":
             parts.append(f"worker {failure['worker']} restarted ({failure['reason']})")
         elif failure["kind"] == "server":
@@ -196,44 +226,44 @@ def describe_failures(summary: dict) -> str:
 # -- scenarios -------------------------------------------------------------------------------
 
 
-def clean(args, out: Path) -> dict:
+def clean(args, out: Path) -> FaultRow:
     summary, done, _ = run_job(
         Job("clean", base_args(args.epochs, out / "clean"), args.epochs), out
     )
-    return row_from("clean", summary, done, "-")
+    return scenario_row("clean", summary, done, "-")
 
 
-def worker_bsp(args, out: Path) -> dict:
+def worker_bsp(args, out: Path) -> FaultRow:
     return _killed_worker("worker-bsp", 0.25, args, out)
 
 
-def worker_asp(args, out: Path) -> dict:
+def worker_asp(args, out: Path) -> FaultRow:
     return _killed_worker("worker-asp", 0.75, args, out)
 
 
-def _killed_worker(name: str, at: float, args, out: Path) -> dict:
+def _killed_worker(name: str, at: float, args, out: Path) -> FaultRow:
     job = Job(name, base_args(args.epochs, out / name), args.epochs, [(at, kill_worker(3))])
     summary, done, _ = run_job(job, out)
-    return row_from(name, summary, done, describe_failures(summary))
+    return scenario_row(name, summary, done, describe_failures(summary))
 
 
-def worker_switch(args, out: Path) -> dict:
+def worker_switch(args, out: Path) -> FaultRow:
     name = "worker-switch"
     spec = out / f"{name}.yaml"
     spec.write_text("- {kind: crash, worker: 3, at: 0.5}\n")
     job = Job(name, [*base_args(args.epochs, out / name), "--faults", str(spec)], args.epochs)
     summary, _, _ = run_job(job, out)
     done = ["injected crash of worker 3 at its first step after the BSP->ASP switch (0.5)"]
-    return row_from(name, summary, done, describe_failures(summary))
+    return scenario_row(name, summary, done, describe_failures(summary))
 
 
-def server(args, out: Path) -> dict:
+def server(args, out: Path) -> FaultRow:
     name = "server"
     job = Job(name, base_args(args.epochs, out / name), args.epochs, [(0.6, kill_server)])
     summary, done, _ = run_job(job, out)
     interval = round(0.05 * args.epochs * TRAIN_SAMPLES)
     recovery = f"{describe_failures(summary)} (checkpoint interval {interval:,} samples)"
-    return row_from(name, summary, done, recovery)
+    return scenario_row(name, summary, done, recovery)
 
 
 def _kill_driver_then_resume(name: str, args, out: Path, damage: Callable[[Path], str] | None):
@@ -250,19 +280,19 @@ def _kill_driver_then_resume(name: str, args, out: Path, damage: Callable[[Path]
     proc.wait()
     done = [f"SIGKILL driver at {at:.2f}"]
     if damage is not None:
-        done.append(damage(run_dir / "checkpoints"))
+        done.append(damage(run_dir / names.CHECKPOINTS))
     resumed = start(["--resume", str(run_dir), "--no-progress"], out / f"{name}.log")
     resumed.wait()
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_summary(run_dir)
     done.append(f"--resume (exit {resumed.returncode})")
-    return row_from(name, summary, done, describe_failures(summary))
+    return scenario_row(name, summary, done, describe_failures(summary))
 
 
-def resume(args, out: Path) -> dict:
+def resume(args, out: Path) -> FaultRow:
     return _kill_driver_then_resume("resume", args, out, None)
 
 
-def corrupt_checkpoint(args, out: Path) -> dict:
+def corrupt_checkpoint(args, out: Path) -> FaultRow:
     def truncate_newest(directory: Path) -> str:
         newest = sorted(directory.glob("checkpoint-*.pt"))[-1]
         data = newest.read_bytes()
@@ -282,7 +312,7 @@ class _Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def payload_checkpoint(args, out: Path) -> dict:
+def payload_checkpoint(args, out: Path) -> FaultRow:
     marker = out / "PAYLOAD-RAN"
     marker.unlink(missing_ok=True)
 
@@ -303,11 +333,11 @@ def payload_checkpoint(args, out: Path) -> dict:
         return f"replaced {newest.name} by a pickle that runs `touch` (hash updated to match)"
 
     row = _kill_driver_then_resume("payload-checkpoint", args, out, plant)
-    row["done"] += f"; payload ran: {marker.exists()}"
+    row.done += f"; payload ran: {marker.exists()}"
     return row
 
 
-def bad_gradients(args, out: Path) -> dict:
+def bad_gradients(args, out: Path) -> FaultRow:
     name = "bad-gradients"
     spec = out / f"{name}.yaml"
     spec.write_text(
@@ -315,12 +345,12 @@ def bad_gradients(args, out: Path) -> dict:
     )
     job = Job(name, [*base_args(args.epochs, out / name), "--faults", str(spec)], args.epochs)
     summary, _, _ = run_job(job, out)
-    decisions = [d["reason"] for d in summary["reliability"]["decisions"]]
+    decisions = [d["reason"] for d in summary.reliability.decisions]
     done = ["injected NaN gradients (worker 1 from 0.3) and wrong-shaped ones (worker 2 from 0.6)"]
-    return row_from(name, summary, done, "; ".join(decisions) or "-")
+    return scenario_row(name, summary, done, "; ".join(decisions) or "-")
 
 
-def divergence(args, out: Path) -> dict:
+def divergence(args, out: Path) -> FaultRow:
     rows = {}
     for guard in ("--divergence-guard", "--no-divergence-guard"):
         name = "divergence" + ("" if guard == "--divergence-guard" else "-unguarded")
@@ -331,18 +361,18 @@ def divergence(args, out: Path) -> dict:
         summary, _, _ = run_job(Job(name, run_args, args.epochs), out)
         rows[guard] = summary
     guarded, unguarded = rows["--divergence-guard"], rows["--no-divergence-guard"]
-    decisions = guarded["reliability"]["decisions"]
+    decisions = guarded.reliability.decisions
     tripped = ", ".join(f"at {d['progress']:.3f}" for d in decisions if d["action"] == "rollback")
     done = [
         "BSP for 25% then ASP with BSP's momentum kept (the reference table's diverging run); "
-        f"without the guard: {100 * (unguarded['final_accuracy'] or 0):.1f}%; "
+        f"without the guard: {100 * (unguarded.final_accuracy or 0):.1f}%; "
         f"guard rolled back {tripped or 'never'}"
     ]
     recovery = "; ".join(d["reason"] for d in decisions) or "no rollback"
-    return row_from("divergence", guarded, done, recovery)
+    return scenario_row("divergence", guarded, done, recovery)
 
 
-def sustained(args, out: Path) -> dict:
+def sustained(args, out: Path) -> FaultRow:
     name = "sustained"
     run_dir = out / name
     minutes = args.sustained_minutes
@@ -352,7 +382,7 @@ def sustained(args, out: Path) -> dict:
     proc = start(base_args(epochs, run_dir, schedule="asp"), out / f"{name}.log")
     # The clock starts once the run is up (actors.json written): start-up takes longer than
     # a minute on a busy machine, and there is nothing to kill before it.
-    while proc.poll() is None and not (run_dir / "actors.json").exists():
+    while proc.poll() is None and not (run_dir / names.ACTORS).exists():
         time.sleep(0.5)
     started = time.monotonic()
     kills, rss = [], []
@@ -368,15 +398,15 @@ def sustained(args, out: Path) -> dict:
             kills.append(kill_worker(victim % 8)(run_dir))
             victim += 3
             next_kill += 60
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_summary(run_dir)
     (out / "sustained-rss.json").write_text(json.dumps(rss))
     steady = [r for r in rss if r[1] and r[2]]
     first, last = steady[1] if len(steady) > 1 else steady[0], steady[-1]
     recovery = (
-        f"{len(kills)} kills over {summary['wall_time_s'] / 60:.1f} min; server RSS "
+        f"{len(kills)} kills over {summary.wall_time_s / 60:.1f} min; server RSS "
         f"{first[1]:.0f} -> {last[1]:.0f} MB, driver RSS {first[2]:.0f} -> {last[2]:.0f} MB"
     )
-    return row_from(
+    return scenario_row(
         name, summary, [f"ASP, a worker SIGKILLed every 60 s ({len(kills)}x)"], recovery
     )
 
@@ -406,41 +436,59 @@ SCENARIO_RUNNERS = {
 }
 
 
+COLUMNS = (
+    "scenario",
+    "what was done",
+    "final acc %",
+    "clean acc %",
+    "gradients sent = applied + dropped",
+    "dropped by reason",
+    "recovery",
+)
+
+
 def print_header() -> None:
-    print(
-        "| scenario | what was done | final acc % | clean acc % | gradients sent = applied "
-        "+ dropped | dropped by reason | recovery |"
+    title = (
+        "8 workers, EMULATED 20 ms device time per step (lognormal jitter sigma 0.2), "
+        "schedule bsp:0.5,asp unless said"
     )
-    print("|---|---|---|---|---|---|---|")
+    print(check_timing(title, Timing.EMULATED) + "\n")
+    print("\n".join(markdown_table(COLUMNS, [])))
 
 
-def print_table(log: Path) -> None:
+def print_table(log: RunLog) -> None:
     newest = {}
-    for line in log.read_text().splitlines():
-        row = json.loads(line)
-        newest[row["scenario"]] = row
-    clean_acc = newest["clean"]["final_accuracy"] if "clean" in newest else None
+    for record in log.read():
+        row = row_from(FaultRow, record)
+        newest[row.scenario] = row
+    clean_acc = newest["clean"].final_accuracy if "clean" in newest else None
     print_header()
     for name in SCENARIOS:
         if name in newest:
-            print_row({**newest[name], "clean_accuracy": clean_acc})
+            newest[name].clean_accuracy = clean_acc
+            print_row(newest[name])
 
 
-def print_row(row: dict) -> None:
-    acc = row["final_accuracy"]
-    clean = row["clean_accuracy"]
-    dropped = ", ".join(f"{k} {v:,}" for k, v in sorted(row["dropped"].items())) or "none"
+def print_row(row: FaultRow) -> None:
+    acc = row.final_accuracy
+    clean = row.clean_accuracy
+    dropped = ", ".join(f"{k} {v:,}" for k, v in sorted(row.dropped.items())) or "none"
     balance = (
-        f"{row['sent']:,} = {row['applied']:,} + {sum(row['dropped'].values()):,}"
-        f" (unaccounted {row['unaccounted']})"
-        if row["sent"] is not None
+        f"{row.sent:,} = {row.applied:,} + {sum(row.dropped.values()):,}"
+        f" (unaccounted {row.unaccounted})"
+        if row.sent is not None
         else "-"
     )
-    print(
-        f"| {row['scenario']} | {row['done']} | {100 * acc:.1f} | "
-        f"{f'{100 * clean:.1f}' if clean else '-'} | {balance} | {dropped} | {row['recovery']} |",
-        flush=True,
+    cells = (
+        row.scenario,
+        row.done,
+        f"{100 * acc:.1f}",
+        f"{100 * clean:.1f}" if clean else "-",
+        balance,
+        dropped,
+        row.recovery,
     )
+    print(markdown_table(COLUMNS, [cells])[-1], flush=True)
 
 
 if __name__ == "__main__":

@@ -25,11 +25,23 @@ import shutil
 import socket
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from harness import (
+    Timing,
+    add_out,
+    add_quick,
+    check_timing,
+    markdown_table,
+    parser,
+    row_from,
+    save_json,
+    save_text,
+)
 
 from syncswitch.config import TrainConfig
 from syncswitch.errors import WorkloadError
@@ -50,6 +62,23 @@ class Setup:
     train_samples: int  # synthetic data only
     test_samples: int
     gpus_per_worker: float
+
+
+@dataclass
+class GpuRow:
+    """One row of the table: a syncswitch schedule, or the DDP peer (with its backend)."""
+
+    schedule: str
+    final_accuracy: float | None
+    wall_time_s: float
+    samples: int
+    samples_per_s: float
+    setup_time_s: float | None = None
+    switch_overhead_ms: list[float] | None = None
+    gradients: Any = None
+    placement: Any = None
+    backend: str | None = None  # DDP only
+    data: str | None = None
 
 
 def setup_from(args: argparse.Namespace) -> Setup:
@@ -95,7 +124,7 @@ def synthetic_cifar(train: int, test: int, seed: int) -> ArrayDataset:
 # -- syncswitch ------------------------------------------------------------------------------------
 
 
-def run_syncswitch(schedule: str, dataset: ArrayDataset, setup: Setup, out: Path) -> dict:
+def run_syncswitch(schedule: str, dataset: ArrayDataset, setup: Setup, out: Path) -> GpuRow:
     run_dir = out / schedule.replace(":", "").replace(",", "-")
     shutil.rmtree(run_dir, ignore_errors=True)  # measured again from scratch
     config = TrainConfig(
@@ -116,23 +145,23 @@ def run_syncswitch(schedule: str, dataset: ArrayDataset, setup: Setup, out: Path
         out=str(run_dir),
     )
     summary = train(config, dataset=dataset).summary
-    return {
-        "schedule": schedule,
-        "final_accuracy": summary["final_accuracy"],
-        "wall_time_s": summary["wall_time_s"],
-        "setup_time_s": summary["setup_time_s"],
-        "samples": summary["samples"],
-        "samples_per_s": summary["samples_per_s"],
-        "switch_overhead_ms": [1000 * s["overhead_s"] for s in summary["switches"]],
-        "gradients": summary["gradients"],
-        "placement": summary["placement"],
-    }
+    return GpuRow(
+        schedule=schedule,
+        final_accuracy=summary.final_accuracy,
+        wall_time_s=summary.wall_time_s,
+        setup_time_s=summary.setup_time_s,
+        samples=summary.samples,
+        samples_per_s=summary.samples_per_s,
+        switch_overhead_ms=[1000 * s.overhead_s for s in summary.switches],
+        gradients=summary.gradients,
+        placement=summary.placement,
+    )
 
 
 # -- the DDP peer ----------------------------------------------------------------------------------
 
 
-def run_ddp(dataset: ArrayDataset, setup: Setup) -> dict:
+def run_ddp(dataset: ArrayDataset, setup: Setup) -> GpuRow:
     """Plain DDP: one process per worker, each its own shard and the same per-worker batch,
     for the same number of samples; NCCL when every worker has a GPU of its own, else gloo
     (NCCL refuses two ranks on one GPU)."""
@@ -148,8 +177,8 @@ def run_ddp(dataset: ArrayDataset, setup: Setup) -> dict:
             nprocs=setup.workers,
             join=True,
         )
-        row = json.loads(result.read_text())
-    row["backend"] = backend
+        row = row_from(GpuRow, json.loads(result.read_text()))
+    row.backend = backend
     return row
 
 
@@ -195,14 +224,14 @@ def _ddp_worker(
     elapsed_s = time.perf_counter() - started
     if rank == 0:
         samples = steps * setup.batch_size * setup.workers
-        row = {
-            "schedule": "DDP (allreduce)",
-            "final_accuracy": _accuracy(model, dataset, device),
-            "wall_time_s": elapsed_s,
-            "samples": samples,
-            "samples_per_s": samples / elapsed_s,
-        }
-        Path(result).write_text(json.dumps(row))
+        row = GpuRow(
+            schedule="DDP (allreduce)",
+            final_accuracy=_accuracy(model, dataset, device),
+            wall_time_s=elapsed_s,
+            samples=samples,
+            samples_per_s=samples / elapsed_s,
+        )
+        Path(result).write_text(json.dumps(asdict(row)))
     dist.destroy_process_group()
 
 
@@ -230,23 +259,29 @@ def _free_port() -> int:
 # -- the table -------------------------------------------------------------------------------------
 
 
-def table(rows: list[dict], data: str, setup: Setup, hardware: str) -> str:
-    bsp = next(r for r in rows if r["schedule"] == "bsp")["wall_time_s"]
-    lines = [
+def table(rows: list[GpuRow], data: str, setup: Setup, hardware: str) -> str:
+    bsp = next(r for r in rows if r.schedule == "bsp").wall_time_s
+    title = (
         f"ResNet-20, {data} data, {setup.workers} workers x batch {setup.batch_size}, "
-        f"{setup.epochs:g} epochs, device {setup.device} ({hardware}); real timing, no emulation",
-        "",
-        "| run | final acc % | wall time s | samples/s | time vs BSP | switch overhead ms |",
-        "|---|---|---|---|---|---|",
-    ]
+        f"{setup.epochs:g} epochs, device {setup.device} ({hardware}); real timing, no emulation"
+    )
+    columns = ("run", "final acc %", "wall time s", "samples/s", "time vs BSP")
+    columns += ("switch overhead ms",)
+    cells = []
     for r in rows:
-        overhead = ", ".join(f"{ms:.2f}" for ms in r.get("switch_overhead_ms") or []) or "-"
-        label = r["schedule"] + (f" ({r['backend']})" if "backend" in r else "")
-        lines.append(
-            f"| {label} | {100 * (r['final_accuracy'] or 0):.1f} | {r['wall_time_s']:.1f} | "
-            f"{r['samples_per_s']:,.0f} | {r['wall_time_s'] / bsp:.2f}x | {overhead} |"
+        overhead = ", ".join(f"{ms:.2f}" for ms in r.switch_overhead_ms or []) or "-"
+        label = r.schedule + (f" ({r.backend})" if r.backend is not None else "")
+        cells.append(
+            (
+                label,
+                f"{100 * (r.final_accuracy or 0):.1f}",
+                f"{r.wall_time_s:.1f}",
+                f"{r.samples_per_s:,.0f}",
+                f"{r.wall_time_s / bsp:.2f}x",
+                overhead,
+            )
         )
-    return "\n".join(lines)
+    return "\n".join([check_timing(title, Timing.REAL), "", *markdown_table(columns, cells)])
 
 
 def hardware_name(device: str) -> str:
@@ -257,16 +292,16 @@ def hardware_name(device: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--epochs", type=float, default=2.0)
-    parser.add_argument("--data-dir", default=None, help="a local CIFAR-10 copy (optional)")
-    parser.add_argument("--quick", action="store_true", help="2 workers, 256 samples: a smoke run")
-    parser.add_argument("--no-ddp", action="store_true", help="skip the DDP peer")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="where results go")
-    args = parser.parse_args()
+    cli = parser(__doc__)
+    cli.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    cli.add_argument("--workers", type=int, default=8)
+    cli.add_argument("--batch-size", type=int, default=128)
+    cli.add_argument("--epochs", type=float, default=2.0)
+    cli.add_argument("--data-dir", default=None, help="a local CIFAR-10 copy (optional)")
+    add_quick(cli, "2 workers, 256 samples: a smoke run")
+    cli.add_argument("--no-ddp", action="store_true", help="skip the DDP peer")
+    add_out(cli, RESULTS, "where results go: <out>/<device>.json and .md")
+    args = cli.parse_args()
     setup = setup_from(args)
     dataset, data = cifar_or_synthetic(args.data_dir, setup)
     out = args.out / (setup.device + ("-quick" if args.quick else ""))
@@ -276,17 +311,16 @@ def main() -> None:
     rows = []
     for schedule in SCHEDULES:
         rows.append(run_syncswitch(schedule, dataset, setup, out))
-        print(f"{schedule}: {rows[-1]['samples_per_s']:.0f} samples/s", flush=True)
+        print(f"{schedule}: {rows[-1].samples_per_s:.0f} samples/s", flush=True)
     if not args.no_ddp:
         rows.append(run_ddp(dataset, setup))
-        print(f"DDP: {rows[-1]['samples_per_s']:.0f} samples/s", flush=True)
+        print(f"DDP: {rows[-1].samples_per_s:.0f} samples/s", flush=True)
     for row in rows:
-        row["data"] = data
+        row.data = data
     text = table(rows, data, setup, hardware)
-    args.out.mkdir(parents=True, exist_ok=True)
     record = {"setup": setup.__dict__, "data": data, "hardware": hardware, "rows": rows}
-    (out.with_suffix(".json")).write_text(json.dumps(record, indent=2, default=str))
-    (out.with_suffix(".md")).write_text(text + "\n")
+    save_json(out.with_suffix(".json"), record, indent=2)
+    save_text(out.with_suffix(".md"), text + "\n")
     print(text)
 
 

@@ -38,9 +38,25 @@ import statistics
 import time
 from pathlib import Path
 
-from steady import WINDOW, count_in, medians, ratio, read_csv_rows, steady_rate, steady_window
+from harness import (
+    Timing,
+    add_out,
+    add_repeats,
+    args_record,
+    cell,
+    check_timing,
+    comma_list,
+    markdown_table,
+    medians,
+    parser,
+    ratio,
+    save_json,
+    save_text,
+)
+from steady import WINDOW, count_in, read_csv_rows, steady_rate, steady_window
 
 from syncswitch.config import TrainConfig
+from syncswitch.rundir import names
 
 OUT = Path("benchmarks/results/hot-path")
 KINDS = ("quiet", "busy")
@@ -85,9 +101,6 @@ def table(repeats: list[dict], args: argparse.Namespace) -> str:
     busy_quiet = medians({"busy/quiet": r["busy/quiet"]} for r in repeats)["busy/quiet"]
     ideal = ideal_updates_per_s(args.workers, args.step_time_ms)
 
-    def cell(value: float | None, fmt: str) -> str:
-        return "-" if value is None else format(value, fmt)
-
     def each(kind: str, key: str, fmt: str) -> str:
         return ", ".join(cell(r["runs"][kind].get(key), fmt) for r in repeats)
 
@@ -98,11 +111,15 @@ def table(repeats: list[dict], args: argparse.Namespace) -> str:
         f"({WINDOW[0]:.0%}-{WINDOW[1]:.0%} of each run); ideal {ideal:.0f}/s; medians of "
         f"{len(repeats)} repeat(s); {os.cpu_count()} cores, shared machine.\n\n"
     )
-    rows = [
-        "| configuration | updates/s | vs ideal | per repeat (updates/s) | evaluations, "
-        "checkpoints in window (per repeat) |",
-        "|---|---|---|---|---|",
-    ]
+    check_timing(head, Timing.EMULATED)
+    columns = (
+        "configuration",
+        "updates/s",
+        "vs ideal",
+        "per repeat (updates/s)",
+        "evaluations, checkpoints in window (per repeat)",
+    )
+    cells = []
     labels = {
         "quiet": "quiet: eval_every 1 (final only), checkpoint_every 0",
         "busy": "busy: eval_every 0.01, checkpoint_every 0.01"
@@ -114,10 +131,16 @@ def table(repeats: list[dict], args: argparse.Namespace) -> str:
             f"{r['runs'][kind].get('checkpoints_in_window', '-')}"
             for r in repeats
         )
-        rows.append(
-            f"| {labels[kind]} | {cell(rates.get(kind), '.0f')} | "
-            f"{cell(shares.get(kind), '.1%')} | {each(kind, 'updates_per_s', '.0f')} | {inside} |"
+        cells.append(
+            (
+                labels[kind],
+                cell(rates.get(kind), ".0f"),
+                cell(shares.get(kind), ".1%"),
+                each(kind, "updates_per_s", ".0f"),
+                inside,
+            )
         )
+    rows = markdown_table(columns, cells)
     per_repeat = ", ".join(cell(r["busy/quiet"], ".3f") for r in repeats)
     rows.append(f"\nbusy/quiet update rate: median **{cell(busy_quiet, '.3f')}** ({per_repeat})")
     return head + "\n".join(rows) + "\n"
@@ -132,11 +155,11 @@ def run(config: TrainConfig, ideal_per_s: float) -> dict:
     run_dir = Path(str(config.out))
     shutil.rmtree(run_dir, ignore_errors=True)  # measured again from scratch
     summary = train(config).summary
-    updates = read_csv_rows(run_dir / "updates.csv")
-    evaluations = read_csv_rows(run_dir / "metrics.csv")  # one row per evaluation
+    updates = read_csv_rows(run_dir / names.UPDATES)
+    evaluations = read_csv_rows(run_dir / names.METRICS)  # one row per evaluation
     checkpoints = [
         event["meta"]["time_s"]
-        for event in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines())
+        for event in map(json.loads, (run_dir / names.EVENTS).read_text().splitlines())
         if event.get("event") == "checkpoint" and "time_s" in event.get("meta", {})
     ]
     row = measure_updates(
@@ -146,40 +169,36 @@ def run(config: TrainConfig, ideal_per_s: float) -> dict:
         checkpoints,
         ideal_per_s,
     )
-    row["run_updates_per_s"] = summary["updates_per_s"]
-    row["wall_s"] = summary["wall_time_s"]
+    row["run_updates_per_s"] = summary.updates_per_s
+    row["wall_s"] = summary.wall_time_s
     row["evaluations"] = len(evaluations)
     row["checkpoints"] = len(checkpoints)
     return row
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--workers", type=int, default=8, help="ASP workers (default 8)")
-    parser.add_argument(
+    cli = parser(__doc__, epilog=True)
+    cli.add_argument("--workers", type=int, default=8, help="ASP workers (default 8)")
+    cli.add_argument(
         "--step-time-ms", type=float, default=20.0, help="emulated device time (default 20)"
     )
-    parser.add_argument(
+    cli.add_argument(
         "--epochs",
         type=float,
         default=15.0,
         help="passes over the 8,000 training samples per run (default 15: 3,750 updates, "
         "about 12-15 s at the 250-300 updates/s seen here, plus start-up)",
     )
-    parser.add_argument("--repeats", type=int, default=3, help="quiet/busy pairs (default 3)")
-    parser.add_argument(
+    add_repeats(cli, 3, "quiet/busy pairs")
+    cli.add_argument(
         "--busy-loggers",
         default="",
         help="also log the busy runs to these backends: tensorboard, mlflow, comma-separated "
         "(default none: the run directory's own files only)",
     )
-    parser.add_argument("--out", type=Path, default=OUT, help=f"results folder (default {OUT})")
-    args = parser.parse_args()
-    args.busy_loggers = [name for name in args.busy_loggers.split(",") if name]
+    add_out(cli, OUT)
+    args = cli.parse_args()
+    args.busy_loggers = comma_list(args.busy_loggers)
     return args
 
 
@@ -235,15 +254,13 @@ def main() -> None:
         repeats.append(repeat)
         meta = {
             "label": "EMULATED device time",
-            "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "args": args_record(args),
             "window": WINDOW,
             "ideal_updates_per_s": ideal,
             "jitter_sigma": JITTER_SIGMA,
         }
-        (args.out / "table.md").write_text(table(repeats, args))
-        (args.out / "runs.json").write_text(
-            json.dumps({**meta, "repeats": repeats}, indent=1) + "\n"
-        )
+        save_text(args.out / "table.md", table(repeats, args))
+        save_json(args.out / "runs.json", {**meta, "repeats": repeats})
     print("\n" + table(repeats, args), flush=True)
 
 

@@ -16,7 +16,6 @@ kinds are interleaved, so noise hits all alike. The ZeroMQ row needs `pip instal
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import heapq
 import itertools
@@ -27,6 +26,7 @@ import time
 
 import numpy as np
 import ray
+from harness import Timing, add_repeats, check_timing, markdown_table, medians, parser
 
 from syncswitch.runtime.dataplane import (
     Request,
@@ -222,22 +222,23 @@ def measure(server_cls, client_cls, args) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--step-time-ms", type=float, default=20.0)
-    parser.add_argument("--steps", type=int, default=300, help="calls per client")
-    parser.add_argument("--parameters", type=int, default=5210, help="floats per message")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument(
+    cli = parser(__doc__)
+    cli.add_argument("--workers", type=int, default=8)
+    cli.add_argument("--step-time-ms", type=float, default=20.0)
+    cli.add_argument("--steps", type=int, default=300, help="calls per client")
+    cli.add_argument("--parameters", type=int, default=5210, help="floats per message")
+    add_repeats(cli, 3)
+    cli.add_argument(
         "--load", type=int, default=0, help="CPU-burning processes beside the clients (default 0)"
     )
-    args = parser.parse_args()
+    args = cli.parse_args()
     start_local(args.workers + 4)
-    print(
-        f"{args.workers} clients, {args.step_time_ms:g} ms emulated step, "
+    title = (
+        f"{args.workers} clients, EMULATED {args.step_time_ms:g} ms step, "
         f"{args.parameters} float32 per message; {args.load} CPU-burning process(es) beside "
-        f"them; medians of {args.repeats} runs\n"
+        f"them; medians of {args.repeats} runs"
     )
+    print(check_timing(title, Timing.EMULATED) + "\n")
     kinds = {
         "Ray call, asyncio actor": (AsyncEchoServer, Client),
         "Ray call, threaded actor": (ThreadedEchoServer, Client),
@@ -254,17 +255,21 @@ def main() -> None:
         for name, (server_cls, client_cls) in kinds.items():
             runs[name].append(measure(server_cls, client_cls, args))
             print(f"  repeat {repeat + 1}: {name} done", flush=True)
-    print(
-        "\n| transport | update rate vs ideal | reply wait after the step, ms "
-        "| client CPU ms/message | server CPU ms/message |"
-    )
-    print("|---|---|---|---|---|")
+    columns = ("transport", "update rate vs ideal", "reply wait after the step, ms")
+    columns += ("client CPU ms/message", "server CPU ms/message")
+    cells = []
     for name, done in runs.items():
-        med = {k: statistics.median(r[k] for r in done) for k in done[0]}
-        print(
-            f"| {name} | {100 * med['efficiency']:.1f}% | {med['wait_ms']:.2f} "
-            f"| {med['client_cpu_ms']:.3f} | {med['server_cpu_ms']:.3f} |"
+        med = medians(done)
+        cells.append(
+            (
+                name,
+                f"{100 * med['efficiency']:.1f}%",
+                f"{med['wait_ms']:.2f}",
+                f"{med['client_cpu_ms']:.3f}",
+                f"{med['server_cpu_ms']:.3f}",
+            )
         )
+    print("\n" + "\n".join(markdown_table(columns, cells)))
 
 
 if __name__ == "__main__":

@@ -12,16 +12,29 @@ themselves, divergence included (benchmarks/faults.py shows the guard at work).
 
 from __future__ import annotations
 
-import argparse
 import csv
-import json
 import shutil
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from harness import (
+    RunLog,
+    Timing,
+    add_keep,
+    add_out,
+    add_seeds,
+    check_timing,
+    markdown_table,
+    parser,
+    read_summary,
+    row_from,
+)
 
 from syncswitch.config import TrainConfig
 from syncswitch.errors import TrainingStalled
+from syncswitch.rundir import Summary, names
 from syncswitch.runtime.ray_setup import start_local
 from syncswitch.runtime.train import train
 
@@ -36,6 +49,24 @@ class Case:
         return self.schedule if self.schedule == "bsp" else f"{self.schedule} ({self.momentum})"
 
 
+@dataclass
+class RunRow:
+    """One run's line in runs.jsonl. `final_accuracy` None and `stopped` set: the run stopped
+    itself (every worker quarantined for NaN gradients)."""
+
+    case: str
+    seed: int
+    final_accuracy: float | None
+    wall_time_s: float | None
+    samples_per_s: float | None
+    asp_efficiency: float | None
+    switch_overhead_s: list[float]
+    switch_gap_s: float | None
+    emulation: Any
+    stopped: str | None = None
+    samples: int | None = None
+
+
 CASES = (
     Case("bsp", "keep"),
     Case("asp", "keep"),
@@ -48,23 +79,20 @@ CASES = (
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--epochs", type=float, default=80.0)
-    parser.add_argument("--step-time-ms", type=float, default=20.0)
-    parser.add_argument("--jitter-sigma", type=float, default=0.2)
-    parser.add_argument("--seeds", type=int, default=2, help="runs per case (seeds 0..N-1)")
-    parser.add_argument("--out", default="benchmarks/results/reference")
-    parser.add_argument(
-        "--keep", action="store_true", help="skip the runs already in --out/runs.jsonl"
-    )
-    args = parser.parse_args()
+    cli = parser(__doc__)
+    cli.add_argument("--workers", type=int, default=8)
+    cli.add_argument("--epochs", type=float, default=80.0)
+    cli.add_argument("--step-time-ms", type=float, default=20.0)
+    cli.add_argument("--jitter-sigma", type=float, default=0.2)
+    add_seeds(cli, 2)
+    add_out(cli, "benchmarks/results/reference")
+    add_keep(cli)
+    args = cli.parse_args()
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    rows = _kept(out / "runs.jsonl") if args.keep else []
-    done = {(r["case"], r["seed"]) for r in rows}
-    log = (out / "runs.jsonl").open("a")
+    out = args.out
+    log = RunLog(out / "runs.jsonl")
+    rows = [row_from(RunRow, r) for r in log.read()] if args.keep else []
+    done = {(r.case, r.seed) for r in rows}
     start_local(args.workers + 4)
     for case in CASES:
         for seed in range(args.seeds):
@@ -94,102 +122,108 @@ def main() -> None:
                 # that is its result, not the benchmark's failure.
                 row = stopped_row(case, seed, Path(config.out), str(stalled))
             rows.append(row)
-            log.write(json.dumps(row) + "\n")
-            log.flush()
+            log.append(row)
             print(f"{case.label:<26} seed {seed}: {_outcome(row)}", flush=True)
     print_table(rows, args)
 
 
-def _kept(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def _outcome(row: RunRow) -> str:
+    if row.stopped:
+        return f"stopped after {row.samples:,} samples: {row.stopped}"
+    return f"acc {row.final_accuracy:.4f} time {row.wall_time_s:.1f} s"
 
 
-def _outcome(row: dict) -> str:
-    if row.get("stopped"):
-        return f"stopped after {row['samples']:,} samples: {row['stopped']}"
-    return f"acc {row['final_accuracy']:.4f} time {row['wall_time_s']:.1f} s"
-
-
-def stopped_row(case: Case, seed: int, run_dir: Path, reason: str) -> dict:
+def stopped_row(case: Case, seed: int, run_dir: Path, reason: str) -> RunRow:
     """A run that stopped itself (every worker quarantined): where and why, from its summary."""
-    summary = json.loads((run_dir / "summary.json").read_text())
-    return {
-        "case": case.label,
-        "seed": seed,
-        "final_accuracy": None,
-        "stopped": reason.split(";")[0],
-        "samples": summary.get("samples"),
-        "wall_time_s": summary.get("wall_time_s"),
-        "samples_per_s": summary.get("samples_per_s"),
-        "asp_efficiency": None,
-        "switch_overhead_s": [s["overhead_s"] for s in summary.get("switches", [])],
-        "switch_gap_s": None,
-        "emulation": summary.get("emulation"),
-    }
+    summary = read_summary(run_dir)
+    return RunRow(
+        case=case.label,
+        seed=seed,
+        final_accuracy=None,
+        stopped=reason.split(";")[0],
+        samples=summary.samples,
+        wall_time_s=summary.wall_time_s,
+        samples_per_s=summary.samples_per_s,
+        asp_efficiency=None,
+        switch_overhead_s=[s.overhead_s for s in summary.switches],
+        switch_gap_s=None,
+        emulation=summary.emulation,
+    )
 
 
-def measure(case: Case, seed: int, summary: dict, run_dir: Path, args) -> dict:
+def measure(case: Case, seed: int, summary: Summary, run_dir: Path, args) -> RunRow:
     """The figures of one run, with the ASP phase's update rate read from updates.csv."""
-    with (run_dir / "updates.csv").open() as handle:
+    with (run_dir / names.UPDATES).open() as handle:
         updates = list(csv.DictReader(handle))
     asp_versions = {int(r["version"]) for r in updates if r["protocol"] == "asp"}
-    asp_time_s = summary["time_by_protocol"].get("asp", 0.0)
+    asp_time_s = summary.time_by_protocol.get("asp", 0.0)
     ideal_updates_per_s = args.workers / (args.step_time_ms / 1000.0)
     switch_gap_s = None
-    if summary["switches"]:
-        at = summary["switches"][0]["time_s"]
+    if summary.switches:
+        at = summary.switches[0].time_s
         before = max(float(r["time_s"]) for r in updates if float(r["time_s"]) <= at)
         after = min(float(r["time_s"]) for r in updates if float(r["time_s"]) > at)
         switch_gap_s = after - before
-    return {
-        "case": case.label,
-        "seed": seed,
-        "final_accuracy": summary["final_accuracy"],
-        "wall_time_s": summary["wall_time_s"],
-        "samples_per_s": summary["samples_per_s"],
-        "asp_efficiency": (
+    return RunRow(
+        case=case.label,
+        seed=seed,
+        final_accuracy=summary.final_accuracy,
+        wall_time_s=summary.wall_time_s,
+        samples_per_s=summary.samples_per_s,
+        asp_efficiency=(
             len(asp_versions) / asp_time_s / ideal_updates_per_s if asp_time_s > 0 else None
         ),
-        "switch_overhead_s": [s["overhead_s"] for s in summary["switches"]],
-        "switch_gap_s": switch_gap_s,
-        "emulation": summary["emulation"],
-    }
+        switch_overhead_s=[s.overhead_s for s in summary.switches],
+        switch_gap_s=switch_gap_s,
+        emulation=summary.emulation,
+    )
 
 
-def print_table(rows: list[dict], args) -> None:
-    bsp_time = statistics.median(r["wall_time_s"] for r in rows if r["case"] == "bsp")
-    print(
-        f"\nMNIST-1D, {args.workers} workers, {args.epochs:g} epochs, EMULATED device time "
+def print_table(rows: list[RunRow], args) -> None:
+    bsp_time = statistics.median(r.wall_time_s for r in rows if r.case == "bsp")
+    title = (
+        f"MNIST-1D, {args.workers} workers, {args.epochs:g} epochs, EMULATED device time "
         f"{args.step_time_ms:g} ms/step (lognormal jitter sigma {args.jitter_sigma}); "
-        f"medians over {args.seeds} seed(s)\n"
+        f"medians over {args.seeds} seed(s)"
     )
-    print(
-        "| schedule (async momentum) | final acc % (per seed) | wall time s | samples/s "
-        "| time vs BSP | ASP updates/s vs ideal | switch overhead ms | switch gap ms |"
+    print(f"\n{check_timing(title, Timing.EMULATED)}\n")
+    columns = (
+        "schedule (async momentum)",
+        "final acc % (per seed)",
+        "wall time s",
+        "samples/s",
+        "time vs BSP",
+        "ASP updates/s vs ideal",
+        "switch overhead ms",
+        "switch gap ms",
     )
-    print("|---|---|---|---|---|---|---|---|")
-    for label in dict.fromkeys(r["case"] for r in rows):
-        group = [r for r in rows if r["case"] == label]
-        accs = [100 * r["final_accuracy"] for r in group if r["final_accuracy"] is not None]
-        stopped = sum(1 for r in group if r["final_accuracy"] is None)
+    table = []
+    for label in dict.fromkeys(r.case for r in rows):
+        group = [r for r in rows if r.case == label]
+        accs = [100 * r.final_accuracy for r in group if r.final_accuracy is not None]
+        stopped = sum(1 for r in group if r.final_accuracy is None)
         # A run that stopped itself (every worker quarantined for NaN gradients) diverged.
         acc_cell = (
             f"{statistics.median(accs):.1f} ({', '.join(f'{a:.1f}' for a in accs)})" if accs else ""
         ) + (f"{' + ' if accs else ''}{stopped} stopped (diverged to NaN)" if stopped else "")
-        wall = statistics.median(r["wall_time_s"] for r in group)
-        rate = statistics.median(r["samples_per_s"] for r in group)
-        effs = [r["asp_efficiency"] for r in group if r["asp_efficiency"] is not None]
-        overheads = [1000 * o for r in group for o in r["switch_overhead_s"]]
-        gaps = [1000 * r["switch_gap_s"] for r in group if r["switch_gap_s"] is not None]
-        print(
-            f"| {label} | {acc_cell}"
-            f" | {wall:.1f} | {rate:,.0f} | {wall / bsp_time:.2f}x"
-            f" | {f'{100 * statistics.median(effs):.0f}%' if effs else '-'}"
-            f" | {f'{max(overheads):.2f}' if overheads else '-'}"
-            f" | {f'{statistics.median(gaps):.1f}' if gaps else '-'} |"
+        wall = statistics.median(r.wall_time_s for r in group)
+        rate = statistics.median(r.samples_per_s for r in group)
+        effs = [r.asp_efficiency for r in group if r.asp_efficiency is not None]
+        overheads = [1000 * o for r in group for o in r.switch_overhead_s]
+        gaps = [1000 * r.switch_gap_s for r in group if r.switch_gap_s is not None]
+        table.append(
+            (
+                label,
+                acc_cell,
+                f"{wall:.1f}",
+                f"{rate:,.0f}",
+                f"{wall / bsp_time:.2f}x",
+                f"{100 * statistics.median(effs):.0f}%" if effs else "-",
+                f"{max(overheads):.2f}" if overheads else "-",
+                f"{statistics.median(gaps):.1f}" if gaps else "-",
+            )
         )
+    print("\n".join(markdown_table(columns, table)))
 
 
 if __name__ == "__main__":

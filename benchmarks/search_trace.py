@@ -15,9 +15,11 @@ The table is printed at the end and written to <out>/trace.md, with the plot
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
+from pathlib import Path
+
+from harness import add_out, add_quick, parser
 
 from syncswitch.cli.main import main as syncswitch
 
@@ -48,9 +50,9 @@ QUICK = {
 }  # fmt: skip
 
 
-def command(quick: bool, out: str | None, registry: str | None) -> list[str]:
+def command(quick: bool, out: Path | str | None, registry: str | None) -> list[str]:
     setup = QUICK if quick else FULL
-    out = out or setup["out"]
+    out = str(out or setup["out"])
     return [
         "search",
         *setup["job"],
@@ -63,11 +65,11 @@ def command(quick: bool, out: str | None, registry: str | None) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a small smoke version")
-    parser.add_argument("--out", default=None, help="search directory (default per mode)")
-    parser.add_argument("--registry", default=None, help="registry (default: <out>/registry.db)")
-    args = parser.parse_args()
+    cli = parser(__doc__)
+    add_quick(cli, "a small smoke version")
+    add_out(cli, None, "search directory (default per mode)")
+    cli.add_argument("--registry", default=None, help="registry (default: <out>/registry.db)")
+    args = cli.parse_args()
     argv = command(args.quick, args.out, args.registry)
     print("$ syncswitch " + shlex.join(argv), flush=True)
     return syncswitch(argv)

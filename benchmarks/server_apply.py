@@ -28,7 +28,6 @@ from DIR, and both are tabled: the before figures of the same benchmark on the o
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -39,6 +38,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from harness import (
+    Timing,
+    add_out,
+    add_repeats,
+    check_timing,
+    markdown_table,
+    parser,
+    save_json,
+    save_text,
+)
 
 import syncswitch
 from syncswitch.control.shard import ServerShard
@@ -198,32 +207,50 @@ def summarise(measured: dict, metric: str) -> dict[str, dict[str, float]]:
     return rows
 
 
+COLUMNS = (
+    "parameters",
+    "code",
+    "(a) torch.optim.SGD",
+    "(b) FlatSGD.step",
+    "(c) ServerShard.submit, ASP",
+    "(b)/(a)",
+    "(c)/(a)",
+)
+
+
 def table(versions: list[tuple[str, dict]], metric: str) -> list[str]:
-    lines = [
-        "| parameters | code | (a) torch.optim.SGD | (b) FlatSGD.step | "
-        "(c) ServerShard.submit, ASP | (b)/(a) | (c)/(a) |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    cells = []
     names = list(versions[0][1]["results"])
     for name in names:
         for label, measured in versions:
             numel = measured["results"][name]["numel"]
             row = summarise(measured, metric)[name]
-            lines.append(
-                f"| {numel:,} ({name}) | {label} | {row['a']:.1f} | {row['b']:.1f} | "
-                f"{row['c']:.1f} | {row['b/a']:.2f} | {row['c/a']:.2f} |"
+            cells.append(
+                (
+                    f"{numel:,} ({name})",
+                    label,
+                    f"{row['a']:.1f}",
+                    f"{row['b']:.1f}",
+                    f"{row['c']:.1f}",
+                    f"{row['b/a']:.2f}",
+                    f"{row['c/a']:.2f}",
+                )
             )
-    return lines
+    return markdown_table(COLUMNS, cells)
 
 
 def report(versions: list[tuple[str, dict]], load: tuple[float, float]) -> str:
     first = versions[-1][1]
-    lines = [
-        f"Server apply cost in process, one thread, microseconds per applied gradient; medians "
+    title = (
+        f"Server apply cost in process, one thread, microseconds per applied gradient (real "
+        f"timing, nothing emulated); medians "
         f"of {first['repeats']} repeats x {first['updates']:,} updates; ratios are medians of "
         f"the per-repeat ratios (a, b, c timed back to back). torch {first['torch']}; "
         f"load average {load[0]:.1f} at the start, {load[1]:.1f} at the end "
-        f"({os.cpu_count()} cores, shared).",
+        f"({os.cpu_count()} cores, shared)."
+    )
+    lines = [
+        check_timing(title, Timing.REAL),
         "",
         "Wall time (`time.perf_counter`):",
         "",
@@ -259,13 +286,13 @@ def git_commit(tree: Path) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--updates", type=int, default=2000)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--before-tree", type=Path, help="an older checkout to measure first")
-    parser.add_argument("--json", action="store_true", help="print the raw figures as JSON")
-    parser.add_argument("--out", default="benchmarks/results/server-apply")
-    args = parser.parse_args()
+    cli = parser(__doc__)
+    cli.add_argument("--updates", type=int, default=2000)
+    add_repeats(cli, 5)
+    cli.add_argument("--before-tree", type=Path, help="an older checkout to measure first")
+    cli.add_argument("--json", action="store_true", help="print the raw figures as JSON")
+    add_out(cli, "benchmarks/results/server-apply")
+    args = cli.parse_args()
 
     if args.json:
         print(json.dumps(measure(args.updates, args.repeats)))
@@ -279,11 +306,8 @@ def main() -> None:
     versions.append((f"after ({git_commit(here)})", measure(args.updates, args.repeats)))
     text = report(versions, (load_start, os.getloadavg()[0]))
     print(text)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text(text)
-    raw = {label: measured for label, measured in versions}
-    (out / "runs.json").write_text(json.dumps(raw, indent=1) + "\n")
+    save_text(args.out / "table.md", text)
+    save_json(args.out / "runs.json", {label: measured for label, measured in versions})
 
 
 if __name__ == "__main__":

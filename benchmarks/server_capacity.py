@@ -21,16 +21,26 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
+from harness import (
+    Timing,
+    add_out,
+    add_repeats,
+    args_record,
+    check_timing,
+    comma_list,
+    markdown_table,
+    medians,
+    parser,
+    save_json,
+    save_text,
+)
 
 from syncswitch.core.protocol import ASP, Schedule
 from syncswitch.core.synchronizer import SyncConfig
-from syncswitch.files import write_json_atomic
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.ray.server import ParameterServer
 from syncswitch.workloads.models import Cnn1d, resnet20
@@ -108,47 +118,47 @@ def measure(numel: int, clients: int, warmup_s: float, window_s: float) -> dict:
 
 
 def table(results: dict, args: argparse.Namespace) -> str:
-    lines = [
+    title = (
         f"One ParameterServer (shard + data plane, no Ray), ASP, precomputed gradients sent by "
         f"client processes as fast as it answers; {args.window_s:g} s window after "
         f"{args.warmup_s:g} s; medians of {args.repeats} repeat(s); {os.cpu_count()} cores "
-        "shared by the server and its clients. No emulation.",
-        "",
-        "| parameters | clients | updates/s | server CPU ms per gradient | server cores busy "
-        "| 1 core of server sustains (updates/s) |",
-        "|---|---|---|---|---|---|",
-    ]
+        "shared by the server and its clients. No emulation: real timing."
+    )
+    columns = ("parameters", "clients", "updates/s", "server CPU ms per gradient")
+    columns += ("server cores busy", "1 core of server sustains (updates/s)")
+    cells = []
     for key, runs in results.items():
         size, clients = key.split("/")
-        med = {k: statistics.median(r[k] for r in runs["runs"]) for k in runs["runs"][0]}
-        lines.append(
-            f"| {runs['numel']:,} ({size}) | {clients} | {med['updates_per_s']:,.0f} "
-            f"| {med['server_cpu_ms_per_gradient']:.3f} | {med['server_cores_busy']:.2f} "
-            f"| {1000 / med['server_cpu_ms_per_gradient']:,.0f} |"
+        med = medians(runs["runs"])
+        cells.append(
+            (
+                f"{runs['numel']:,} ({size})",
+                clients,
+                f"{med['updates_per_s']:,.0f}",
+                f"{med['server_cpu_ms_per_gradient']:.3f}",
+                f"{med['server_cores_busy']:.2f}",
+                f"{1000 / med['server_cpu_ms_per_gradient']:,.0f}",
+            )
         )
+    lines = [check_timing(title, Timing.REAL), "", *markdown_table(columns, cells)]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--sizes", default="cnn1d,resnet20", help="models whose size to use")
-    parser.add_argument("--clients", default="4", help="comma-separated client counts")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--warmup-s", type=float, default=2.0)
-    parser.add_argument("--window-s", type=float, default=8.0)
-    parser.add_argument("--out", default="benchmarks/results/server-capacity")
-    args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    cli = parser(__doc__, epilog=True)
+    cli.add_argument("--sizes", default="cnn1d,resnet20", help="models whose size to use")
+    cli.add_argument("--clients", default="4", help="comma-separated client counts")
+    add_repeats(cli, 3)
+    cli.add_argument("--warmup-s", type=float, default=2.0)
+    cli.add_argument("--window-s", type=float, default=8.0)
+    add_out(cli, "benchmarks/results/server-capacity")
+    args = cli.parse_args()
+    out = args.out
     results: dict[str, dict] = {}
     for repeat in range(args.repeats):
-        for size in args.sizes.split(","):
+        for size in comma_list(args.sizes):
             numel = parameter_count(size)
-            for clients in (int(c) for c in args.clients.split(",")):
+            for clients in comma_list(args.clients, int):
                 row = measure(numel, clients, args.warmup_s, args.window_s)
                 entry = results.setdefault(f"{size}/{clients}", {"numel": numel, "runs": []})
                 entry["runs"].append(row)
@@ -158,8 +168,9 @@ def main() -> None:
                     f"{row['server_cpu_ms_per_gradient']:.3f} ms server CPU per gradient",
                     flush=True,
                 )
-                write_json_atomic(out / "runs.json", {"args": vars(args), "results": results})
-                (out / "table.md").write_text(table(results, args))
+                record = {"args": args_record(args), "results": results}
+                save_json(out / "runs.json", record, indent=2)
+                save_text(out / "table.md", table(results, args))
     print("\n" + table(results, args))
 
 

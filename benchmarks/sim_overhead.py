@@ -13,8 +13,6 @@ timed apart.
 
 from __future__ import annotations
 
-import argparse
-import json
 import resource
 import shutil
 import statistics
@@ -24,6 +22,17 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from harness import (
+    Timing,
+    add_out,
+    add_repeats,
+    check_timing,
+    comma_list,
+    markdown_table,
+    parser,
+    save_json,
+    save_text,
+)
 
 from syncswitch.config import TrainConfig
 from syncswitch.core.optimizer import FlatParameters
@@ -33,20 +42,19 @@ from syncswitch.workloads import build_model, load_dataset, prepare_batch
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", default="8,256")
-    parser.add_argument("--mnist1d-samples", type=int, default=20000)
-    parser.add_argument("--epochs", type=float, default=10.0)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", default="benchmarks/results/sim-overhead")
-    args = parser.parse_args()
+    cli = parser(__doc__)
+    cli.add_argument("--workers", default="8,256")
+    cli.add_argument("--mnist1d-samples", type=int, default=20000)
+    cli.add_argument("--epochs", type=float, default=10.0)
+    add_repeats(cli, 3)
+    add_out(cli, "benchmarks/results/sim-overhead")
+    args = cli.parse_args()
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = args.out
     dataset = load_dataset("mnist1d", mnist1d_samples=args.mnist1d_samples)
     torch.set_num_threads(1)  # the simulator computes on one thread, as each Ray worker does
     rows = []
-    for workers in [int(w) for w in args.workers.split(",")]:
+    for workers in comma_list(args.workers, int):
         sims, plains = [], []
         for repeat in range(args.repeats):
             sim = _simulate(dataset, workers, args.epochs, repeat)
@@ -75,23 +83,28 @@ def main() -> None:
             }
         )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    lines = [
+    title = (
         f"Simulator host time vs a plain gradient loop (MNIST-1D cnn1d, batch 32, "
         f"{args.mnist1d_samples} samples x {args.epochs:g} epochs; medians of {args.repeats}; "
-        f"peak RSS of this process {peak_mb:.0f} MB)",
-        "",
-        "| workers | gradients | simulated run (host s) | plain loop (s) | ratio | "
-        "overhead per gradient (us) | setup (s) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['workers']} | {r['gradients']} | {r['sim_host_s']:.2f} | {r['plain_s']:.2f} "
-            f"| {r['ratio']:.2f}x | {r['us_per_gradient_overhead']:.0f} | {r['setup_s']:.2f} |"
+        f"peak RSS of this process {peak_mb:.0f} MB); real host time, nothing emulated"
+    )
+    columns = ("workers", "gradients", "simulated run (host s)", "plain loop (s)", "ratio")
+    columns += ("overhead per gradient (us)", "setup (s)")
+    cells = [
+        (
+            r["workers"],
+            r["gradients"],
+            f"{r['sim_host_s']:.2f}",
+            f"{r['plain_s']:.2f}",
+            f"{r['ratio']:.2f}x",
+            f"{r['us_per_gradient_overhead']:.0f}",
+            f"{r['setup_s']:.2f}",
         )
-    table = "\n".join(lines)
-    (out / "table.md").write_text(table + "\n")
-    (out / "rows.json").write_text(json.dumps(rows, indent=1) + "\n")
+        for r in rows
+    ]
+    table = "\n".join([check_timing(title, Timing.REAL), "", *markdown_table(columns, cells)])
+    save_text(out / "table.md", table + "\n")
+    save_json(out / "rows.json", rows)
     print(table)
 
 
@@ -114,10 +127,10 @@ def _simulate(dataset, workers: int, epochs: float, seed: int) -> dict:
         started = time.perf_counter()
         summary = train(config, dataset=dataset).summary
         total_s = time.perf_counter() - started
-        gradients = summary["gradients"]["sent"]
+        gradients = summary.gradients.sent
         return {
-            "loop_s": total_s - summary["setup_time_s"],
-            "setup_s": summary["setup_time_s"],
+            "loop_s": total_s - summary.setup_time_s,
+            "setup_s": summary.setup_time_s,
             "gradients": gradients,
         }
     finally:

@@ -11,14 +11,13 @@ the SIMULATED seconds per sample of BSP and ASP and their ratio beside the paper
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from harness import Timing, add_out, check_timing, markdown_table, parser, save_json, save_text
 from torch import nn
 
 from syncswitch.config import TrainConfig
@@ -42,11 +41,11 @@ class SameSizeAsResNet32:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cluster", default="paper-k80")
-    parser.add_argument("--epochs", type=float, default=8.0)
-    parser.add_argument("--out", default="benchmarks/results/sim-paper")
-    args = parser.parse_args()
+    cli = parser(__doc__)
+    cli.add_argument("--cluster", default="paper-k80")
+    cli.add_argument("--epochs", type=float, default=8.0)
+    add_out(cli, "benchmarks/results/sim-paper")
+    args = cli.parse_args()
 
     parameters = sum(p.numel() for p in resnet32().parameters())
     factory = SameSizeAsResNet32(parameters)
@@ -72,40 +71,42 @@ def main() -> None:
             )
             torch.manual_seed(0)
             summary = train(config, model_factory=factory, dataset=dataset).summary
-            per_sample[schedule] = summary["wall_time_s"] / summary["samples"]
-            cluster = summary["cluster"]
+            per_sample[schedule] = summary.wall_time_s / summary.samples
+            cluster = summary.cluster
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     ratio = per_sample["bsp"] / per_sample["asp"]
     paper_ratio = PAPER["bsp"] / PAPER["asp"]
-    lines = [
+    title = (
         f"8 workers, batch 128, cluster `{args.cluster}` (SIMULATED); a stand-in model with "
-        f"{stand_in:,} parameters (ResNet-32: {parameters:,}).",
-        "",
-        "| | BSP | ASP | BSP / ASP time |",
-        "|---|---|---|---|",
-        f"| simulator (SIMULATED ms per 1,000 samples) | {1e6 * per_sample['bsp']:.1f} | "
-        f"{1e6 * per_sample['asp']:.1f} | {ratio:.2f}x |",
-        f"| paper (measured, whole run) | {PAPER['bsp']:,.0f} s | {PAPER['asp']:,.0f} s | "
-        f"{paper_ratio:.2f}x |",
-    ]
-    table = "\n".join(lines)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text(table + "\n")
-    (out / "result.json").write_text(
-        json.dumps(
-            {
-                "simulated": True,
-                "seconds_per_sample": per_sample,
-                "ratio": ratio,
-                "paper": PAPER,
-                "cluster": cluster,
-            },
-            indent=1,
-        )
-        + "\n"
+        f"{stand_in:,} parameters (ResNet-32: {parameters:,})."
     )
+    rows = [
+        (
+            "simulator (SIMULATED ms per 1,000 samples)",
+            f"{1e6 * per_sample['bsp']:.1f}",
+            f"{1e6 * per_sample['asp']:.1f}",
+            f"{ratio:.2f}x",
+        ),
+        (
+            "paper (measured, whole run)",
+            f"{PAPER['bsp']:,.0f} s",
+            f"{PAPER['asp']:,.0f} s",
+            f"{paper_ratio:.2f}x",
+        ),
+    ]
+    lines = [check_timing(title, Timing.SIMULATED), ""]
+    lines += markdown_table(("", "BSP", "ASP", "BSP / ASP time"), rows)
+    table = "\n".join(lines)
+    save_text(args.out / "table.md", table + "\n")
+    record = {
+        "simulated": True,
+        "seconds_per_sample": per_sample,
+        "ratio": ratio,
+        "paper": PAPER,
+        "cluster": cluster,
+    }
+    save_json(args.out / "result.json", record)
     print(table)
 
 

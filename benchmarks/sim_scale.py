@@ -15,74 +15,106 @@ OUT/table.md, OUT/accuracy_vs_time.png and OUT/share_vs_workers.png at the end.
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
+
+from harness import (
+    RunLog,
+    Timing,
+    add_out,
+    add_seeds,
+    check_timing,
+    comma_list,
+    markdown_table,
+    parser,
+    row_from,
+    save_text,
+)
 
 from syncswitch.config import TrainConfig
+from syncswitch.rundir import names
 from syncswitch.runtime.train import train
 from syncswitch.workloads import load_dataset
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", default="8,16,32,64,128,256")
-    parser.add_argument("--shares", default="1/16,1/8,1/4,1/2", help="BSP shares to try")
-    parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--mnist1d-samples", type=int, default=20000)
-    parser.add_argument("--epochs", type=float, default=40.0)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=0.2)
-    parser.add_argument("--step-time-ms", type=float, default=20.0)
-    parser.add_argument("--jitter-sigma", type=float, default=0.2)
-    parser.add_argument("--cluster", default=None, help="a cluster file or preset instead")
-    parser.add_argument("--tolerance", type=float, default=0.5, help="accuracy points")
-    parser.add_argument("--out", default="benchmarks/results/sim-scale")
-    args = parser.parse_args()
+@dataclass
+class ScaleRow:
+    """One simulated run's line in runs.jsonl, with its accuracy curve (time_s, accuracy)."""
 
-    workers = [int(w) for w in args.workers.split(",")]
-    shares = [Fraction(s) for s in args.shares.split(",")]
+    simulated: bool
+    workers: int
+    schedule: str
+    seed: int
+    final_accuracy: float
+    best_accuracy: float
+    sim_time_s: float
+    host_time_s: float
+    time_by_protocol: dict[str, float]
+    staleness: Any
+    cluster: Any
+    curve: list[list[float]]
+
+
+def main() -> None:
+    cli = parser(__doc__)
+    cli.add_argument("--workers", default="8,16,32,64,128,256")
+    cli.add_argument("--shares", default="1/16,1/8,1/4,1/2", help="BSP shares to try")
+    add_seeds(cli, 2)
+    cli.add_argument("--mnist1d-samples", type=int, default=20000)
+    cli.add_argument("--epochs", type=float, default=40.0)
+    cli.add_argument("--batch-size", type=int, default=32)
+    cli.add_argument("--lr", type=float, default=0.2)
+    cli.add_argument("--step-time-ms", type=float, default=20.0)
+    cli.add_argument("--jitter-sigma", type=float, default=0.2)
+    cli.add_argument("--cluster", default=None, help="a cluster file or preset instead")
+    cli.add_argument("--tolerance", type=float, default=0.5, help="accuracy points")
+    add_out(cli, "benchmarks/results/sim-scale")
+    args = cli.parse_args()
+
+    workers = comma_list(args.workers, int)
+    shares = comma_list(args.shares, Fraction)
     schedules = ["bsp", "asp", *(f"bsp:{float(s):g},asp" for s in shares)]
-    out = Path(args.out)
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    log_path = out / "runs.jsonl"
-    done = {(r["workers"], r["schedule"], r["seed"]) for r in _read(log_path)}
+    log = RunLog(out / "runs.jsonl")
+    # Always resumed: the runs already in runs.jsonl are not run again.
+    done = log.keys(lambda r: (r["workers"], r["schedule"], r["seed"]))
     dataset = load_dataset("mnist1d", mnist1d_samples=args.mnist1d_samples)
     scratch = Path(tempfile.mkdtemp(prefix="sim-scale-"))
     total = len(workers) * len(schedules) * args.seeds
     count = 0
     try:
-        with log_path.open("a") as log:
-            for w in workers:
-                for schedule in schedules:
-                    for seed in range(args.seeds):
-                        count += 1
-                        if (w, schedule, seed) in done:
-                            continue
-                        row = _run(args, dataset, scratch, w, schedule, seed)
-                        log.write(json.dumps(row) + "\n")
-                        log.flush()
-                        print(
-                            f"[{count}/{total}] {w} workers {schedule} seed {seed}: "
-                            f"{100 * row['final_accuracy']:.2f}% in {row['sim_time_s']:.1f} "
-                            f"simulated s ({row['host_time_s']:.0f} host s)",
-                            flush=True,
-                        )
+        for w in workers:
+            for schedule in schedules:
+                for seed in range(args.seeds):
+                    count += 1
+                    if (w, schedule, seed) in done:
+                        continue
+                    row = _run(args, dataset, scratch, w, schedule, seed)
+                    log.append(row)
+                    print(
+                        f"[{count}/{total}] {w} workers {schedule} seed {seed}: "
+                        f"{100 * row.final_accuracy:.2f}% in {row.sim_time_s:.1f} "
+                        f"simulated s ({row.host_time_s:.0f} host s)",
+                        flush=True,
+                    )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    rows = [r for r in _read(log_path) if r["workers"] in workers]
+    rows = [row_from(ScaleRow, r) for r in log.read()]
+    rows = [r for r in rows if r.workers in workers]
     table = _table(rows, workers, schedules, args.tolerance)
-    (out / "table.md").write_text(table + "\n")
+    save_text(out / "table.md", table + "\n")
     print(table)
     _plots(rows, workers, schedules, out)
 
 
-def _run(args, dataset, scratch: Path, workers: int, schedule: str, seed: int) -> dict:
+def _run(args, dataset, scratch: Path, workers: int, schedule: str, seed: int) -> ScaleRow:
     emulation = (
         {}
         if args.cluster
@@ -107,46 +139,40 @@ def _run(args, dataset, scratch: Path, workers: int, schedule: str, seed: int) -
     )
     started = time.perf_counter()
     summary = train(config, dataset=dataset).summary
-    metrics = json.loads(json.dumps(_curve(Path(config.out))))
+    metrics = _curve(Path(config.out))
     shutil.rmtree(config.out, ignore_errors=True)  # the study keeps its JSON lines only
-    return {
-        "simulated": True,
-        "workers": workers,
-        "schedule": schedule,
-        "seed": seed,
-        "final_accuracy": summary["final_accuracy"],
-        "best_accuracy": summary["best_accuracy"],
-        "sim_time_s": summary["wall_time_s"],
-        "host_time_s": round(time.perf_counter() - started, 2),
-        "time_by_protocol": summary["time_by_protocol"],
-        "staleness": summary["staleness"],
-        "cluster": summary["cluster"],
-        "curve": metrics,
-    }
+    return ScaleRow(
+        simulated=True,
+        workers=workers,
+        schedule=schedule,
+        seed=seed,
+        final_accuracy=summary.final_accuracy,
+        best_accuracy=summary.best_accuracy,
+        sim_time_s=summary.wall_time_s,
+        host_time_s=round(time.perf_counter() - started, 2),
+        time_by_protocol=summary.time_by_protocol,
+        staleness=summary.staleness,
+        cluster=summary.cluster,
+        curve=metrics,
+    )
 
 
 def _curve(run_dir: Path) -> list[list[float]]:
     import csv
 
-    with (run_dir / "metrics.csv").open() as handle:
+    with (run_dir / names.METRICS).open() as handle:
         return [[float(r["time_s"]), float(r["test_accuracy"])] for r in csv.DictReader(handle)]
 
 
-def _read(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _means(rows: list[dict], workers: int, schedule: str) -> tuple[float, float] | None:
-    runs = [r for r in rows if r["workers"] == workers and r["schedule"] == schedule]
+def _means(rows: list[ScaleRow], workers: int, schedule: str) -> tuple[float, float] | None:
+    runs = [r for r in rows if r.workers == workers and r.schedule == schedule]
     if not runs:
         return None
-    accuracy = statistics.mean(100 * r["final_accuracy"] for r in runs)
-    return accuracy, statistics.mean(r["sim_time_s"] for r in runs)
+    accuracy = statistics.mean(100 * r.final_accuracy for r in runs)
+    return accuracy, statistics.mean(r.sim_time_s for r in runs)
 
 
-def smallest_share(rows: list[dict], workers: int, schedules: list[str], tolerance: float):
+def smallest_share(rows: list[ScaleRow], workers: int, schedules: list[str], tolerance: float):
     """The smallest BSP share whose mean accuracy is within `tolerance` points of BSP's."""
     bsp = _means(rows, workers, "bsp")
     if bsp is None:
@@ -161,28 +187,25 @@ def smallest_share(rows: list[dict], workers: int, schedules: list[str], toleran
     return min(holding) if holding else None
 
 
-def _table(rows: list[dict], workers: list[int], schedules: list[str], tolerance: float) -> str:
-    seeds = len({r["seed"] for r in rows})
-    lines = [
+def _table(rows: list[ScaleRow], workers: list[int], schedules: list[str], tolerance: float) -> str:
+    seeds = len({r.seed for r in rows})
+    title = (
         f"SIMULATED (virtual clock, real gradients); mean of {seeds} seed(s); final test "
-        "accuracy % / simulated seconds",
-        "",
-        "| workers | " + " | ".join(schedules) + f" | smallest share within {tolerance:g} pt |",
-        "|---|" + "---|" * (len(schedules) + 1),
-    ]
+        "accuracy % / simulated seconds"
+    )
+    columns = ["workers", *schedules, f"smallest share within {tolerance:g} pt"]
+    table = []
     for w in workers:
         cells = []
         for schedule in schedules:
             means = _means(rows, w, schedule)
             cells.append(f"{means[0]:.2f} / {means[1]:.1f} s" if means else "-")
         share = smallest_share(rows, w, schedules, tolerance)
-        lines.append(
-            f"| {w} | " + " | ".join(cells) + f" | {share if share is not None else 'none'} |"
-        )
-    return "\n".join(lines)
+        table.append([w, *cells, share if share is not None else "none"])
+    return "\n".join([check_timing(title, Timing.SIMULATED), "", *markdown_table(columns, table)])
 
 
-def _plots(rows: list[dict], workers: list[int], schedules: list[str], out: Path) -> None:
+def _plots(rows: list[ScaleRow], workers: list[int], schedules: list[str], out: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -193,9 +216,9 @@ def _plots(rows: list[dict], workers: list[int], schedules: list[str], out: Path
     for index, w in enumerate(workers):
         axes = figure.add_subplot(lines, columns, index + 1)
         for schedule in schedules:
-            run = next((r for r in rows if r["workers"] == w and r["schedule"] == schedule), None)
-            if run and run["curve"]:
-                times, accuracies = zip(*run["curve"], strict=True)
+            run = next((r for r in rows if r.workers == w and r.schedule == schedule), None)
+            if run and run.curve:
+                times, accuracies = zip(*run.curve, strict=True)
                 axes.plot(times, [100 * a for a in accuracies], label=schedule)
         axes.set_title(f"{w} workers (seed 0)")
         axes.set_xlabel("SIMULATED time (s)")

@@ -12,16 +12,28 @@ Writes OUT/runs.jsonl (one line per run, as it finishes), OUT/cluster.yaml and O
 
 from __future__ import annotations
 
-import argparse
 import csv
-import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+from harness import (
+    RunLog,
+    Timing,
+    add_out,
+    add_seeds,
+    check_timing,
+    markdown_table,
+    parser,
+    read_config,
+    read_summary,
+    save_text,
+)
 
 from syncswitch.config import TrainConfig
+from syncswitch.rundir import Summary, names
 from syncswitch.runtime.ray_setup import start_local
 from syncswitch.runtime.sim.calibrate import calibrate, cluster_yaml
 from syncswitch.runtime.train import train
@@ -30,20 +42,34 @@ from syncswitch.workloads import load_dataset
 SCHEDULES = ("bsp", "asp", "bsp:0.25,asp")
 
 
+@dataclass
+class Facts:
+    """One run's figures, as measured on Ray or predicted by the simulator (a runs.jsonl line)."""
+
+    runtime: str
+    schedule: str
+    seed: int
+    wall_time_s: float
+    final_accuracy: float
+    staleness_mean: float | None
+    staleness_p90: float | None
+    rollbacks: int
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--epochs", type=float, default=20.0)
-    parser.add_argument("--step-time-ms", type=float, default=20.0)
-    parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--calibrate-on", default="bsp:0.25,asp", help="schedule (seed 0)")
-    parser.add_argument("--out", default="benchmarks/results/sim-validation")
-    parser.add_argument(
+    cli = parser(__doc__)
+    cli.add_argument("--workers", type=int, default=8)
+    cli.add_argument("--epochs", type=float, default=20.0)
+    cli.add_argument("--step-time-ms", type=float, default=20.0)
+    add_seeds(cli, 2)
+    cli.add_argument("--calibrate-on", default="bsp:0.25,asp", help="schedule (seed 0)")
+    add_out(cli, "benchmarks/results/sim-validation")
+    cli.add_argument(
         "--reuse-ray", action="store_true", help="keep complete Ray runs from an earlier try"
     )
-    args = parser.parse_args()
+    args = cli.parse_args()
 
-    out = Path(args.out)
+    out = args.out
     runs = out / "runs"
     if not args.reuse_ray:
         shutil.rmtree(runs, ignore_errors=True)
@@ -52,7 +78,8 @@ def main() -> None:
     # Seed by seed, every schedule in turn: a drift of this shared machine's speed over the
     # session then touches every schedule alike.
     jobs = [(s, seed) for seed in range(args.seeds) for s in SCHEDULES]
-    log = (out / "runs.jsonl").open("w")
+    log = RunLog(out / "runs.jsonl")
+    log.clear()  # every run is measured (or predicted) again
     start_local(args.workers + 4)
     # A fresh Ray instance runs its first job slower (its own processes still starting):
     # one short run, not measured, takes that.
@@ -63,17 +90,12 @@ def main() -> None:
     measured = {}
     for schedule, seed in jobs:
         config = _config(args, schedule, seed, runs / f"ray-{_name(schedule)}-s{seed}")
-        summary_path = Path(config.out) / "summary.json"
-        if args.reuse_ray and summary_path.exists():
-            summary = json.loads(summary_path.read_text())
-            if summary["status"] != "complete":
-                raise SystemExit(f"{config.out} is not complete: rerun without --reuse-ray")
-        else:
+        summary = _earlier(Path(config.out)) if args.reuse_ray else None
+        if summary is None:
             shutil.rmtree(config.out, ignore_errors=True)
             summary = train(config, dataset=dataset).summary
-        measured[(schedule, seed)] = _facts(summary, Path(config.out))
-        log.write(json.dumps({"runtime": "ray", **measured[(schedule, seed)]}) + "\n")
-        log.flush()
+        measured[(schedule, seed)] = _facts("ray", summary, Path(config.out))
+        log.append(measured[(schedule, seed)])
         print(f"ray {schedule} seed {seed}: {measured[(schedule, seed)]}", flush=True)
     import ray
 
@@ -94,13 +116,12 @@ def main() -> None:
                 "step_time_ms": 0.0,
             }
         )
-        result = train(config, dataset=dataset)
-        predicted[(schedule, seed)] = _facts(result.summary, Path(config.out))
-        log.write(json.dumps({"runtime": "sim", **predicted[(schedule, seed)]}) + "\n")
-        log.flush()
+        summary = train(config, dataset=dataset).summary
+        predicted[(schedule, seed)] = _facts("sim", summary, Path(config.out))
+        log.append(predicted[(schedule, seed)])
         print(f"sim {schedule} seed {seed}: {predicted[(schedule, seed)]}", flush=True)
     table = _table(args, measured, predicted, runs)
-    (out / "table.md").write_text(table + "\n")
+    save_text(out / "table.md", table + "\n")
     print(table)
     # The run directories stay (large per-update files: not committed; see .gitignore).
 
@@ -117,27 +138,39 @@ def _config(args, schedule: str, seed: int, out: Path, epochs: float | None = No
     )
 
 
+def _earlier(run_dir: Path) -> Summary | None:
+    """The summary of a complete Ray run kept from an earlier try (--reuse-ray), or None."""
+    try:
+        summary = read_summary(run_dir)
+    except FileNotFoundError:
+        return None
+    if not summary.complete:
+        raise SystemExit(f"{run_dir} is not complete: rerun without --reuse-ray")
+    return summary
+
+
 def _name(schedule: str) -> str:
     return schedule.replace(":", "").replace(",", "-")
 
 
-def _facts(summary: dict, run_dir: Path) -> dict:
+def _facts(runtime: str, summary: Summary, run_dir: Path) -> Facts:
     staleness = []
-    with (run_dir / "updates.csv").open() as handle:
+    with (run_dir / names.UPDATES).open() as handle:
         for row in csv.DictReader(handle):
             if row["protocol"] != "bsp":
                 staleness.append(int(row["staleness"]))
-    weights = torch.load(run_dir / "final_weights.pt")["flat_weights"].numpy()
+    weights = torch.load(run_dir / names.FINAL_WEIGHTS)["flat_weights"].numpy()
     np.save(run_dir / "final_weights.npy", weights)
-    return {
-        "schedule": summary["schedule"],
-        "seed": json.loads((run_dir / "config.json").read_text())["seed"],
-        "wall_time_s": summary["wall_time_s"],
-        "final_accuracy": summary["final_accuracy"],
-        "staleness_mean": float(np.mean(staleness)) if staleness else None,
-        "staleness_p90": float(np.percentile(staleness, 90)) if staleness else None,
-        "rollbacks": summary["reliability"]["rollbacks"],
-    }
+    return Facts(
+        runtime=runtime,
+        schedule=summary.schedule,
+        seed=read_config(run_dir)["seed"],
+        wall_time_s=summary.wall_time_s,
+        final_accuracy=summary.final_accuracy,
+        staleness_mean=float(np.mean(staleness)) if staleness else None,
+        staleness_p90=float(np.percentile(staleness, 90)) if staleness else None,
+        rollbacks=summary.reliability.rollbacks,
+    )
 
 
 def _error(predicted: float | None, measured: float | None) -> str:
@@ -147,17 +180,26 @@ def _error(predicted: float | None, measured: float | None) -> str:
 
 
 def _table(args, measured: dict, predicted: dict, runs: Path) -> str:
-    lines = [
+    title = (
         f"{args.workers} workers, MNIST-1D, {args.epochs:g} epochs. Ray: EMULATED "
         f"{args.step_time_ms:g} ms steps on this 2-core machine, measured wall seconds. "
         "Simulator: SIMULATED seconds under the cluster model calibrated on "
-        f"`{args.calibrate_on}` seed 0 (marked *).",
-        "",
-        "| run | wall s Ray | wall s sim | error | mean staleness Ray / sim | error | "
-        "p90 staleness Ray / sim | error | accuracy % Ray / sim | diff (pt) | "
-        "BSP max param diff |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+        f"`{args.calibrate_on}` seed 0 (marked *)."
+    )
+    columns = (
+        "run",
+        "wall s Ray",
+        "wall s sim",
+        "error",
+        "mean staleness Ray / sim",
+        "error",
+        "p90 staleness Ray / sim",
+        "error",
+        "accuracy % Ray / sim",
+        "diff (pt)",
+        "BSP max param diff",
+    )
+    table = []
     for key in measured:
         m, p = measured[key], predicted[key]
         schedule, seed = key
@@ -167,17 +209,23 @@ def _table(args, measured: dict, predicted: dict, runs: Path) -> str:
             ray_w = np.load(runs / f"ray-{_name(schedule)}-s{seed}" / "final_weights.npy")
             sim_w = np.load(runs / f"sim-{_name(schedule)}-s{seed}" / "final_weights.npy")
             diff = f"{np.abs(ray_w - sim_w).max() / np.abs(ray_w).max():.1e} (relative)"
-        lines.append(
-            f"| {schedule} s{seed}{mark} | {m['wall_time_s']:.2f} | {p['wall_time_s']:.2f} | "
-            f"{_error(p['wall_time_s'], m['wall_time_s'])} | "
-            f"{_fmt(m['staleness_mean'])} / {_fmt(p['staleness_mean'])} | "
-            f"{_error(p['staleness_mean'], m['staleness_mean'])} | "
-            f"{_fmt(m['staleness_p90'])} / {_fmt(p['staleness_p90'])} | "
-            f"{_error(p['staleness_p90'], m['staleness_p90'])} | "
-            f"{100 * m['final_accuracy']:.2f} / {100 * p['final_accuracy']:.2f} | "
-            f"{100 * (p['final_accuracy'] - m['final_accuracy']):+.2f} | {diff} |"
+        table.append(
+            (
+                f"{schedule} s{seed}{mark}",
+                f"{m.wall_time_s:.2f}",
+                f"{p.wall_time_s:.2f}",
+                _error(p.wall_time_s, m.wall_time_s),
+                f"{_fmt(m.staleness_mean)} / {_fmt(p.staleness_mean)}",
+                _error(p.staleness_mean, m.staleness_mean),
+                f"{_fmt(m.staleness_p90)} / {_fmt(p.staleness_p90)}",
+                _error(p.staleness_p90, m.staleness_p90),
+                f"{100 * m.final_accuracy:.2f} / {100 * p.final_accuracy:.2f}",
+                f"{100 * (p.final_accuracy - m.final_accuracy):+.2f}",
+                diff,
+            )
         )
-    return "\n".join(lines)
+    check_timing(title, Timing.EMULATED, Timing.SIMULATED)
+    return "\n".join([title, "", *markdown_table(columns, table)])
 
 
 def _fmt(value: float | None) -> str:

@@ -1,6 +1,7 @@
-"""Rates over a run's steady window, and medians of per-repeat figures: the arithmetic that
-benchmarks/throughput.py and benchmarks/hot_path.py share (pure functions, no timing; tested in
-tests/runtime/test_throughput_arith.py).
+"""Rates over a run's steady window: the arithmetic that benchmarks/throughput.py and
+benchmarks/hot_path.py share (pure functions, no timing; tested in
+tests/runtime/test_throughput_arith.py). Medians and ratios of per-repeat figures are the
+harness's (re-exported here).
 
 A run's step time stamps (optimizer steps, or rows of syncswitch's updates.csv, one per applied
 gradient) span its first to its last step. The steady window is a fixed share of that span,
@@ -11,9 +12,20 @@ finishing at different times) fall outside it.
 from __future__ import annotations
 
 import csv
-import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from harness import medians, ratio
+
+__all__ = [
+    "WINDOW",
+    "count_in",
+    "medians",
+    "ratio",
+    "read_csv_rows",
+    "steady_rate",
+    "steady_window",
+]
 
 WINDOW = (0.2, 0.9)  # the span of the time from the first to the last step that is measured
 
@@ -48,22 +60,6 @@ def steady_rate(times_s: Sequence[float], span: tuple[float, float] = WINDOW) ->
     """
     window = steady_window(times_s, span)
     return count_in(times_s, window) / (window[1] - window[0])
-
-
-def ratio(top: float | None, bottom: float | None) -> float | None:
-    """top / bottom, or None when either is missing (a failed run) or bottom is 0."""
-    return top / bottom if top is not None and bottom else None
-
-
-def medians(rows: Iterable[dict[str, float | None]]) -> dict[str, float | None]:
-    """Per key, the median of the values that are not None (None when there are none)."""
-    values: dict[str, list[float]] = {}
-    for row in rows:
-        for key, value in row.items():
-            values.setdefault(key, [])
-            if value is not None:
-                values[key].append(value)
-    return {k: statistics.median(v) if v else None for k, v in values.items()}
 
 
 def read_csv_rows(path: Path) -> list[dict[str, str]]:

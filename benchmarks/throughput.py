@@ -50,18 +50,36 @@ import shutil
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from steady import WINDOW, medians, ratio, read_csv_rows, steady_rate
+from harness import (
+    Timing,
+    add_out,
+    add_repeats,
+    args_record,
+    cell,
+    check_timing,
+    comma_list,
+    markdown_table,
+    medians,
+    ratio,
+    save_json,
+    save_text,
+)
+from harness import (
+    parser as harness_parser,
+)
+from steady import WINDOW, read_csv_rows, steady_rate
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
 from syncswitch.config import TrainConfig
+from syncswitch.rundir import names
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset
 
 OUT = Path("benchmarks/results/throughput")
@@ -94,10 +112,6 @@ def table(
     """The markdown table: median samples/s per system, median within-repeat ratios."""
     rates = medians(r["samples_per_s"] for r in repeats)
     ratios = medians(r["ratios"] for r in repeats)
-
-    def cell(value: float | None, fmt: str) -> str:
-        return "-" if value is None else format(value, fmt)
-
     head = (
         f"**No emulation, real compute, {workers} processes on a {os.cpu_count()}-core shared "
         f"machine.** MNIST-1D, cnn1d, batch {batch_size} per process, {epochs:g} epochs per "
@@ -105,20 +119,34 @@ def table(
         f"({WINDOW[0]:.0%}-{WINDOW[1]:.0%} of each run's steps); medians of {len(repeats)} "
         "repeat(s), ratios taken within a repeat.\n\n"
     )
-    rows = ["| system | samples/s | per repeat |", "|---|---|---|"]
+    check_timing(head, Timing.REAL)
     names = {
         "plain": "plain PyTorch, 1 process",
         "ddp": f"PyTorch DDP (gloo), {workers} processes",
         "asp": f"syncswitch ASP, {workers} workers",
         "bsp": f"syncswitch BSP, {workers} workers",
     }
-    for system in SYSTEMS:
-        each = ", ".join(cell(r["samples_per_s"].get(system), ",.0f") for r in repeats)
-        rows.append(f"| {names[system]} | {cell(rates.get(system), ',.0f')} | {each} |")
-    rows += ["", "| ratio | median | per repeat |", "|---|---|---|"]
-    for key in ratios:
-        each = ", ".join(cell(r["ratios"].get(key), ".2f") for r in repeats)
-        rows.append(f"| {key} | {cell(ratios[key], '.2f')} | {each} |")
+    systems = [
+        (
+            names[system],
+            cell(rates.get(system), ",.0f"),
+            ", ".join(cell(r["samples_per_s"].get(system), ",.0f") for r in repeats),
+        )
+        for system in SYSTEMS
+    ]
+    per_ratio = [
+        (
+            key,
+            cell(ratios[key], ".2f"),
+            ", ".join(cell(r["ratios"].get(key), ".2f") for r in repeats),
+        )
+        for key in ratios
+    ]
+    rows = [
+        *markdown_table(("system", "samples/s", "per repeat"), systems),
+        "",
+        *markdown_table(("ratio", "median", "per repeat"), per_ratio),
+    ]
     return head + "\n".join(rows) + "\n"
 
 
@@ -240,6 +268,19 @@ def run_loop(job: LoopJob) -> dict:
 # -- syncswitch -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class SyncswitchRun:
+    """One syncswitch run's figures (runs.json), beside the loops' own."""
+
+    samples_per_s: float
+    gradients: int
+    wall_s: float
+    run_samples_per_s: float | None
+    final_accuracy: float | None
+    switches: int
+    rollbacks: int
+
+
 def run_syncswitch(config: TrainConfig) -> dict:
     """Train `config` with syncswitch; measure its applied gradients from updates.csv."""
     from syncswitch.runtime.train import train  # imports Ray: not in the loops' processes
@@ -248,34 +289,29 @@ def run_syncswitch(config: TrainConfig) -> dict:
     shutil.rmtree(run_dir, ignore_errors=True)  # measured again from scratch
     summary = train(config).summary
     # One row per applied gradient, each of batch_size samples (BSP: workers rows per update).
-    times_s = [float(row["time_s"]) for row in read_csv_rows(run_dir / "updates.csv")]
-    return {
-        "samples_per_s": steady_rate(times_s) * config.batch_size,
-        "gradients": len(times_s),
-        "wall_s": summary["wall_time_s"],
-        "run_samples_per_s": summary["samples_per_s"],
-        "final_accuracy": summary.get("final_accuracy"),
+    times_s = [float(row["time_s"]) for row in read_csv_rows(run_dir / names.UPDATES)]
+    figures = SyncswitchRun(
+        samples_per_s=steady_rate(times_s) * config.batch_size,
+        gradients=len(times_s),
+        wall_s=summary.wall_time_s,
+        run_samples_per_s=summary.samples_per_s,
+        final_accuracy=summary.final_accuracy,
         # A divergence rollback would pin an ASP run to BSP: say so next to its figure.
-        "switches": len(summary.get("switches") or []),
-        "rollbacks": (summary.get("reliability") or {}).get("rollbacks", 0),
-    }
+        switches=len(summary.switches or []),
+        rollbacks=summary.reliability.rollbacks if summary.reliability else 0,
+    )
+    return asdict(figures)
 
 
 # -- the script ---------------------------------------------------------------------------------
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = harness_parser(__doc__, epilog=True)
     parser.add_argument(
         "--workers", type=int, default=8, help="DDP processes and syncswitch workers (default 8)"
     )
-    parser.add_argument(
-        "--repeats", type=int, default=3, help="rounds of all four systems (default 3)"
-    )
+    add_repeats(parser, 3, "rounds of all four systems")
     parser.add_argument(
         "--epochs",
         type=float,
@@ -303,13 +339,13 @@ def parse_args() -> argparse.Namespace:
         default=",".join(SYSTEMS),
         help="which systems to run, comma-separated (default all: plain,ddp,asp,bsp)",
     )
-    parser.add_argument("--out", type=Path, default=OUT, help=f"results folder (default {OUT})")
+    add_out(parser, OUT)
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
-    systems = [s for s in SYSTEMS if s in args.systems.split(",")]
+    systems = [s for s in SYSTEMS if s in comma_list(args.systems)]
     if args.plain_epochs is None:
         args.plain_epochs = 3 * args.epochs
     args.out.mkdir(parents=True, exist_ok=True)
@@ -354,7 +390,7 @@ def main() -> None:
     meta = {
         "label": f"no emulation, real compute, {args.workers} processes on a "
         f"{os.cpu_count()}-core shared machine",
-        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "args": args_record(args),
         "window": WINDOW,
         "train_samples": train_samples,
         "lr_per_workers_x_batch": defaults.lr,
@@ -389,10 +425,8 @@ def main() -> None:
         repeat["ratios"] = repeat_ratios(repeat["samples_per_s"])
         repeats.append(repeat)
         text = table(repeats, args.workers, args.batch_size, args.epochs, args.plain_epochs)
-        (args.out / "table.md").write_text(text)
-        (args.out / "runs.json").write_text(
-            json.dumps({**meta, "repeats": repeats}, indent=1) + "\n"
-        )
+        save_text(args.out / "table.md", text)
+        save_json(args.out / "runs.json", {**meta, "repeats": repeats})
     print(
         "\n" + table(repeats, args.workers, args.batch_size, args.epochs, args.plain_epochs),
         flush=True,
