@@ -18,7 +18,7 @@ import threading
 import time
 
 from syncswitch.config import TrainConfig
-from syncswitch.runtime.ray_setup import start_local
+from syncswitch.runtime.ray.connect import start_local
 from syncswitch.runtime.train import train
 
 _TICK = os.sysconf("SC_CLK_TCK")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from syncswitch.config import TrainConfig
 from syncswitch.errors import TrainingStalled
-from syncswitch.runtime.ray_setup import start_local
+from syncswitch.runtime.ray.connect import start_local
 from syncswitch.runtime.train import train
 
 

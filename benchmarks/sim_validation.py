@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from syncswitch.calibration import calibrate, cluster_yaml
 from syncswitch.config import TrainConfig
-from syncswitch.runtime.ray_setup import start_local
-from syncswitch.runtime.sim.calibrate import calibrate, cluster_yaml
+from syncswitch.runtime.ray.connect import start_local
 from syncswitch.runtime.train import train
 from syncswitch.workloads import load_dataset
 

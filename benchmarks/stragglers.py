@@ -25,7 +25,7 @@ from pathlib import Path
 import matplotlib
 
 from syncswitch.config import TrainConfig
-from syncswitch.runtime.ray_setup import start_local
+from syncswitch.runtime.ray.connect import start_local
 from syncswitch.runtime.train import train
 
 
