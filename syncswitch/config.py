@@ -33,6 +33,7 @@ from syncswitch.core.scenarios import StragglerScenario, build_scenario
 from syncswitch.core.stragglers import DetectorConfig
 from syncswitch.errors import ConfigError
 from syncswitch.files import UnsafeFileError, read_regular
+from syncswitch.keys import unknown_key_problem
 from syncswitch.loggers import LOGGERS
 from syncswitch.loggers import missing_packages as missing_logger_packages
 
@@ -694,15 +695,10 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     data = read_structured_file(path, "config file") or {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of options")
-    known = {f.name for f in fields(TrainConfig)}
     normalised = {str(key).replace("-", "_"): value for key, value in data.items()}
-    unknown = sorted(set(normalised) - known)
-    if unknown:
-        shown = ", ".join(" ".join(name.split())[:40] for name in unknown[:5])
-        raise ConfigError(
-            f"unknown key(s) {shown} in {str(path)!r}; allowed keys are the "
-            "`syncswitch train` options, e.g. workers, schedule, epochs, lr"
-        )
+    problem = unknown_key_problem(normalised, _OPTION_NAMES, _OPTIONS_TEXT)
+    if problem:
+        raise ConfigError(f"config file {str(path)!r}: {problem}")
     for name in FLAG_ONLY:
         if name in normalised:
             flag = "--" + name.replace("_", "-")
@@ -712,6 +708,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
             )
     return normalised
 
+
+_OPTION_NAMES = tuple(f.name for f in fields(TrainConfig))
+_OPTIONS_TEXT = "the `syncswitch train` options, e.g. workers, schedule, epochs, lr"
 
 # Options a file may never set (see docs/security.md): a config file can come from anywhere,
 # and it must not choose the cluster that receives the job's model, data and code.
@@ -790,9 +789,10 @@ def parse_value(name: str, type_name: str, value: Any) -> Any:
 def make_config(values: dict[str, Any]) -> TrainConfig:
     """Build a validated TrainConfig from loosely typed values (flags or file entries)."""
     by_name = {f.name: f for f in fields(TrainConfig)}
+    problem = unknown_key_problem(values, _OPTION_NAMES, _OPTIONS_TEXT)
+    if problem:
+        raise ConfigError(problem)
     typed = {}
     for name, value in values.items():
-        if name not in by_name:
-            raise ConfigError(f"unknown option {name!r}")
         typed[name] = parse_value(name, str(by_name[name].type), value)
     return TrainConfig(**typed)
