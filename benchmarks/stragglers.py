@@ -19,7 +19,7 @@ import csv
 import json
 import shutil
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import matplotlib
@@ -263,8 +263,7 @@ def clean_run(args, out: Path) -> None:
     # Pure BSP keeps the detector busy for the whole run; about 21 updates/s x 256 samples.
     epochs = max(1.0, args.clean_minutes * 60 * 21 * 256 / 8000)
     config = job(args, 0, out / "clean-elastic", online_policy="elastic")
-    config.schedule, config.epochs = "bsp", epochs
-    config.validate()
+    config = replace(config, schedule="bsp", epochs=epochs)
     summary = train(config).summary
     online = summary["online"]
     steps = summary["gradients"]["sent"]
