@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -235,8 +236,9 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
     from syncswitch.results import create_run_dir
     from syncswitch.runtime.train import check_runnable, refuse_used_run_dir, train
 
-    assert config.out is not None  # set by run(), or the resumed directory
-    run_dir = Path(config.out)
+    if config.out is None:  # run() sets it, but not for a file's `out: none`: built again
+        config = replace(config, out=str(default_run_dir(config.schedule)))
+    run_dir = Path(str(config.out))
     if not train_args.get("resume"):
         refuse_used_run_dir(run_dir)  # before the log file is made in it
     check_runnable(config)  # e.g. --device cuda without CUDA: no run directory made
