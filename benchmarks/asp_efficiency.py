@@ -18,7 +18,7 @@ import time
 from harness import Timing, add_repeats, check_timing, markdown_table, medians, parser
 
 from syncswitch.config import TrainConfig
-from syncswitch.runtime.ray_setup import start_local
+from syncswitch.runtime.ray.connect import start_local
 from syncswitch.runtime.train import train
 
 _TICK = os.sysconf("SC_CLK_TCK")

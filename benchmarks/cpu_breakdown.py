@@ -60,7 +60,7 @@ from syncswitch.config import TrainConfig
 from syncswitch.core.optimizer import FlatParameters
 from syncswitch.core.sharding import BatchStream
 from syncswitch.rundir import names
-from syncswitch.runtime.ray_setup import start_local
+from syncswitch.runtime.ray.connect import start_local
 from syncswitch.runtime.train import train
 from syncswitch.workloads import build_model, load_dataset, prepare_batch
 

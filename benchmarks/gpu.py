@@ -45,7 +45,7 @@ from harness import (
 
 from syncswitch.config import TrainConfig
 from syncswitch.errors import WorkloadError
-from syncswitch.runtime.ray_setup import start_local
+from syncswitch.runtime.ray.connect import start_local
 from syncswitch.runtime.train import train
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset, prepare_batch
 

@@ -204,7 +204,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    from syncswitch.runtime.ray_setup import start_local
+    from syncswitch.runtime.ray.connect import start_local
 
     args.out.mkdir(parents=True, exist_ok=True)
     start_local(args.workers + 4)

@@ -35,7 +35,7 @@ from syncswitch.runtime.dataplane import (
     encode_reply,
     encode_request,
 )
-from syncswitch.runtime.ray_setup import start_local
+from syncswitch.runtime.ray.connect import start_local
 
 
 @ray.remote(num_cpus=1)

@@ -35,7 +35,7 @@ from harness import (
 from syncswitch.config import TrainConfig
 from syncswitch.errors import TrainingStalled
 from syncswitch.rundir import Summary, names
-from syncswitch.runtime.ray_setup import start_local
+from syncswitch.runtime.ray.connect import start_local
 from syncswitch.runtime.train import train
 
 

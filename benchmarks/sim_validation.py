@@ -32,10 +32,10 @@ from harness import (
     save_text,
 )
 
+from syncswitch.calibration import calibrate, cluster_yaml
 from syncswitch.config import TrainConfig
 from syncswitch.rundir import Summary, names
-from syncswitch.runtime.ray_setup import start_local
-from syncswitch.runtime.sim.calibrate import calibrate, cluster_yaml
+from syncswitch.runtime.ray.connect import start_local
 from syncswitch.runtime.train import train
 from syncswitch.workloads import load_dataset
 

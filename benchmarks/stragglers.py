@@ -36,7 +36,7 @@ from harness import (
 
 from syncswitch.config import TrainConfig
 from syncswitch.rundir import names
-from syncswitch.runtime.ray_setup import start_local
+from syncswitch.runtime.ray.connect import start_local
 from syncswitch.runtime.train import train
 
 

@@ -353,7 +353,7 @@ def main() -> None:
     dataset = load_dataset(defaults.dataset, mnist1d_samples=defaults.mnist1d_samples)
     train_samples = len(dataset.y_train)
     if {"asp", "bsp"} & set(systems):
-        from syncswitch.runtime.ray_setup import start_local
+        from syncswitch.runtime.ray.connect import start_local
 
         start_local(args.workers + 4)
 

@@ -45,7 +45,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from syncswitch.runtime.sim.calibrate import calibrate, cluster_yaml
+    from syncswitch.calibration import calibrate, cluster_yaml
 
     output = Path(args.output)
     if output.suffix not in (".yaml", ".yml"):

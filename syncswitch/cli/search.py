@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     options.spec(config.seed)  # bad settings fail here, before the registry or Ray
     # Imported here so that `--help` and input errors answer without loading Ray.
     from syncswitch.registry import Registry
-    from syncswitch.runtime.search_trainer import RayTrainer
+    from syncswitch.runtime.ray.search_trainer import RayTrainer
     from syncswitch.timing.report import trace_table
     from syncswitch.timing.search import SearchError, run_search
 

@@ -12,6 +12,7 @@ from typing import Any
 from syncswitch.cli.registry_option import add_registry_argument
 from syncswitch.cli.run_summary import print_summary, summary_json
 from syncswitch.config import (
+    AUTO_SCHEDULE,
     MAX_CONFIG_FILE_BYTES,
     ConfigError,
     TrainConfig,
@@ -112,12 +113,18 @@ def _metavar(type_name: str, choices: list[str] | None) -> str:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    return make_config(config_values(args))
+
+
+def config_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The options the command line gives, over those of its --config file; not yet
+    validated (that happens once, when the TrainConfig is built from them)."""
     values: dict[str, Any] = load_config_file(args.config) if args.config else {}
     for f in config_fields():
         given = getattr(args, f.name, None)  # None also for a flag the command leaves out
         if given is not None:
             values[f.name] = load_list_file(given, f.name) if f.metadata.get("from_file") else given
-    return make_config(values)
+    return values
 
 
 # What a resumed run takes from the command line. The cluster address, the fault plan and the
@@ -177,14 +184,29 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         config = config_for_resume(args)
         return _train_and_report(args, config, resume=True)
-    config = config_from_args(args)
+    # The job is built (and so validated) once, with its final schedule and run directory;
+    # `schedule: auto` first builds the job as given, whose fingerprint finds the schedule.
+    values = config_values(args)
     schedule_source = None
-    if config.schedule_is_auto:
-        from syncswitch.timing.auto import describe_source, resolve_auto_schedule
+    if _is_auto(values.get("schedule")):
+        from syncswitch.timing.auto import auto_schedule, describe_source
 
-        config, schedule_source = resolve_auto_schedule(config, args.registry)
+        values["schedule"], schedule_source = auto_schedule(make_config(values), args.registry)
         print(f"syncswitch: {describe_source(schedule_source)}", file=sys.stderr)
+    if values.get("out") is None and isinstance(values.get("schedule", ""), str):
+        # The run directory is fixed before the run starts: the library log goes into it.
+        schedule = values.get("schedule") or _default("schedule")
+        values["out"] = str(default_run_dir(schedule))
+    config = make_config(values)
     return _train_and_report(args, config, schedule_source=schedule_source)
+
+
+def _is_auto(schedule: object) -> bool:
+    return isinstance(schedule, str) and schedule.strip().lower() == AUTO_SCHEDULE
+
+
+def _default(name: str) -> Any:
+    return next(field_default(f) for f in config_fields() if f.name == name)
 
 
 def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_args: Any) -> int:
@@ -192,9 +214,9 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
     from syncswitch.rundir import create_run_dir
     from syncswitch.runtime.train import check_runnable, refuse_used_run_dir, train
 
-    # The run directory is fixed before the run starts: the library log goes into it.
-    run_dir = Path(config.out or default_run_dir(config.schedule))
-    config = replace(config, out=str(run_dir))
+    if config.out is None:  # run() sets it, but not for a file's `out: none`: built again
+        config = replace(config, out=str(default_run_dir(config.schedule)))
+    run_dir = Path(str(config.out))
     if not train_args.get("resume"):
         refuse_used_run_dir(run_dir)  # before the log file is made in it
     check_runnable(config)  # e.g. --device cuda without CUDA: no run directory made

@@ -32,7 +32,7 @@ class ReliabilityConfig:
 
 @dataclass(frozen=True)
 class RunPlan:
-    job: TrainConfig  # as given (a copy), for config.json and the summary
+    job: TrainConfig  # as given (frozen, so shared), for config.json and the summary
     total_samples: int
     schedule: Schedule
     sync: SyncConfig
@@ -45,7 +45,8 @@ class RunPlan:
 
     @classmethod
     def resolve(cls, config: TrainConfig, train_samples: int) -> RunPlan:
-        config.validate()
+        """The plan of `config` (validated when it was built: its schedule, cluster, fault
+        plan and scenario are taken as it parsed them, not parsed again)."""
         total_samples = round(config.epochs * train_samples)
         schedule = config.parsed_schedule()
         cluster = config.cluster_model() if config.runtime == "sim" else None
@@ -61,7 +62,7 @@ class RunPlan:
                 speed_factors=compute.speed_factors,
             )
         return cls(
-            job=replace(config),
+            job=config,
             total_samples=total_samples,
             schedule=schedule,
             sync=SyncConfig(

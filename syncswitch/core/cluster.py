@@ -32,11 +32,12 @@ applies one gradient at a time, in arrival order. Weights go back the same way.
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from syncswitch.keys import did_you_mean, unknown_key_problem
 
 # The network when nothing else is said: a 10 GbE data-centre network (a common cloud VM
 # link) with a one-way latency of 50 us, and a server that spends 20 us per message plus
@@ -191,14 +192,9 @@ def parse_cluster(data: object, where: str = "cluster") -> ClusterModel:
 
 
 def _refuse_unknown(values: Mapping, allowed: tuple[str, ...], where: str) -> None:
-    for key in values:
-        if key not in allowed:
-            close = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ClusterError(
-                f"{where}: unknown key {str(key)[:60]!r}{hint}; allowed keys are "
-                f"{', '.join(allowed)}"
-            )
+    problem = unknown_key_problem(values, allowed)
+    if problem:
+        raise ClusterError(f"{where}: {problem}")
 
 
 def _checked_number(where: str, key: str, value: object) -> float:
@@ -279,8 +275,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 def preset(name: str) -> dict[str, Any]:
     """A preset's contents (to parse, or to write out as a starting file)."""
     if name not in PRESETS:
-        close = difflib.get_close_matches(name, list(PRESETS), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(name, PRESETS)
         raise ClusterError(
             f"cluster {name!r} is neither a preset{hint} nor a .yaml/.yml/.toml file; presets "
             f"are {', '.join(PRESETS)}"

@@ -15,12 +15,13 @@ directory's `actors.json` lists every process id.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
+
+from syncswitch.keys import unknown_key_problem
 
 
 class FaultError(ValueError):
@@ -74,13 +75,9 @@ def parse_faults(data: object, workers: int) -> FaultPlan:
         where = f"faults[{index}]"
         if not isinstance(item, Mapping):
             raise FaultError(f"{where}: expected a mapping with keys {', '.join(_KEYS)}")
-        for key in item:
-            if key not in _KEYS:
-                close = difflib.get_close_matches(str(key), _KEYS, n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise FaultError(
-                    f"{where}: unknown key {key!r}{hint}; allowed keys are {', '.join(_KEYS)}"
-                )
+        problem = unknown_key_problem(item, _KEYS)
+        if problem:
+            raise FaultError(f"{where}: {problem}")
         kind = item.get("kind")
         if kind not in set(FaultKind):
             allowed = ", ".join(k.value for k in FaultKind)

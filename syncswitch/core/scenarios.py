@@ -13,11 +13,12 @@ Nothing here knows about an engine: a worker asks `step_time_s` what its step co
 
 from __future__ import annotations
 
-import difflib
 import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+
+from syncswitch.keys import unknown_key_problem
 
 _PAIRS = (
     ("start", "start_s", "fraction of training samples", "seconds since the run began"),
@@ -216,13 +217,9 @@ def parse_scenario(data: object) -> StragglerScenario:
                 f"{where}: expected a mapping with keys {', '.join(KEYS)}, "
                 f"got {type(item).__name__} {item!r}"
             )
-        for key in item:
-            if key not in KEYS:
-                close = difflib.get_close_matches(str(key), KEYS, n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise ScenarioError(
-                    f"{where}: unknown key {key!r}{hint}; allowed keys are {', '.join(KEYS)}"
-                )
+        problem = unknown_key_problem(item, KEYS)
+        if problem:
+            raise ScenarioError(f"{where}: {problem}")
         if "workers" not in item:
             raise ScenarioError(f"{where}: 'workers' is required (a worker id or a list of ids)")
         values = {key: item.get(key) for key in KEYS}
@@ -407,11 +404,9 @@ def _generate(
     allowed = _GENERATOR_ARGS[kind]
     if not isinstance(args, Mapping):
         raise ScenarioError(f"{where}: expected a mapping of {', '.join(allowed)}, got {args!r}")
-    unknown = sorted(set(map(str, args)) - set(allowed))
-    if unknown:
-        raise ScenarioError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; allowed are {', '.join(allowed)}"
-        )
+    problem = unknown_key_problem(args, list(allowed))
+    if problem:
+        raise ScenarioError(f"{where}: {problem}")
     values = {**allowed, **args}
     missing = [name for name, value in values.items() if value is _REQUIRED]
     if missing:

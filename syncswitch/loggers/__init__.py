@@ -3,18 +3,18 @@
 `csv` is the run directory itself (always written). The others are optional extras
 (`pip install 'syncswitch[tensorboard]'`, `'syncswitch[mlflow]'`), imported only when asked
 for; `missing_packages` lets a config be refused before anything starts.
+
+Dependencies point one way: `syncswitch.config` imports this package (to check --logger), and
+nothing here imports the config; `make_loggers` takes the two values it needs.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from syncswitch.loggers.base import Point, RunLogger
-
-if TYPE_CHECKING:
-    from syncswitch.config import TrainConfig
 
 LOGGERS = ("csv", "tensorboard", "mlflow")
 
@@ -36,10 +36,12 @@ def installed(package: str) -> bool:
         return False
 
 
-def make_loggers(config: TrainConfig, run_dir: Path) -> list[RunLogger]:
-    """The backends `config.logger` asks for (csv needs none: the run directory is it)."""
+def make_loggers(
+    names: Iterable[str], tracking_uri: str | None, run_dir: Path
+) -> list[RunLogger]:
+    """The backends named (a config's `logger`; csv needs none: the run directory is it)."""
     loggers: list[RunLogger] = []
-    names = set(config.logger or ())
+    names = set(names)
     if "tensorboard" in names:
         from syncswitch.loggers.tensorboard import TensorBoardLogger
 
@@ -47,7 +49,7 @@ def make_loggers(config: TrainConfig, run_dir: Path) -> list[RunLogger]:
     if "mlflow" in names:
         from syncswitch.loggers.mlflow import MlflowLogger
 
-        loggers.append(MlflowLogger(run_dir, config.tracking_uri))
+        loggers.append(MlflowLogger(run_dir, tracking_uri))
     return loggers
 
 

@@ -1,11 +1,11 @@
 """The evaluator: test accuracy and loss of weight snapshots.
 
-A Ray actor off the workers' path on Ray; a plain object called in place on the simulator.
+A plain object, called in place by the simulator; the Ray runtime makes an actor of it
+(runtime/ray/evaluator.py), off the workers' path. No Ray here.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import numpy as np
@@ -26,13 +26,7 @@ class Evaluator:
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         threads: int = 1,
         device: str = "cpu",
-        nice: int = 0,
     ) -> None:
-        """`nice` > 0 lowers this process's CPU priority: where the evaluator shares cores
-        with workers and servers, an evaluation then takes only CPU they leave idle instead
-        of delaying their steps (the Ray runtime passes it; the simulator runs in place)."""
-        if nice:
-            os.nice(nice)
         torch.set_num_threads(threads)
         self.dataset = dataset
         self.device = torch.device(device)
@@ -41,13 +35,6 @@ class Evaluator:
         self._has_batchnorm = any(
             isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.model.modules()
         )
-
-    def ready(self) -> dict:
-        """Where this evaluator runs; asked of the Ray actor only (the simulator's evaluator
-        is called in place), so Ray is imported here, not with the module."""
-        from syncswitch.runtime.ray.placement import here
-
-        return here(self.device.type)
 
     def evaluate(self, weights: np.ndarray) -> tuple[float, float]:
         """(test accuracy in [0, 1], mean test loss) of the given flat weights."""

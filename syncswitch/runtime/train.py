@@ -65,7 +65,6 @@ def train(
     is written to summary.json as is, and defaults to `{"kind": "given"}`. With `resume`, the
     run continues in `config.out` from its last good checkpoint, appending to its files.
     """
-    config.validate()
     check_runnable(config)
     dataset = dataset or load_dataset(
         config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
@@ -87,7 +86,7 @@ def train(
         simulated=plan.simulated,
         faults=plan.faults.describe(),
         resume_at=resume_point(checkpoint),
-        loggers=make_loggers(config, run_dir),
+        loggers=make_loggers(config.logger or (), config.tracking_uri, run_dir),
     )
     if plan.simulated:
         return _simulate(plan, writer, dataset, model_factory, loss_fn, checkpoint, schedule_source)

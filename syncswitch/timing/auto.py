@@ -24,6 +24,14 @@ def resolve_auto_schedule(
     """Replace `schedule: auto` by the stored decision (or the default); say which it was."""
     if not config.schedule_is_auto:
         return config, {"kind": "given"}
+    schedule, source = auto_schedule(config, registry)
+    return replace(config, schedule=schedule), source
+
+
+def auto_schedule(
+    config: TrainConfig, registry: str | RegistryLocation | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The schedule `schedule: auto` stands for in `config`'s job, and where it came from."""
     location = (
         registry if isinstance(registry, RegistryLocation) else RegistryLocation.resolve(registry)
     )
@@ -59,7 +67,7 @@ def resolve_auto_schedule(
             "hint": f"no stored decision for job {job_fp[:12]}; run `syncswitch search` with "
             "the same options to find this job's switch point",
         }
-    return replace(config, schedule=schedule), source
+    return schedule, source
 
 
 def describe_source(source: dict[str, Any]) -> str:

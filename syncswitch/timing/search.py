@@ -2,7 +2,7 @@
 
 The pure search (`syncswitch.core.switch_search.next_step`) says which trials it needs; this
 module runs them through a `Trainer` that the caller passes in (the CLI passes the runtime's,
-`syncswitch.runtime.search_trainer`: one `train()` per trial; several at once in threads of
+`syncswitch.runtime.ray.search_trainer`: one `train()` per trial; several at once in threads of
 this driver when the trainer has room), stores each in the registry the moment it finishes,
 and stores the decision at the end. Before running anything it reads the job's finished trials
 from the registry, so a search that was stopped resumes where it was: no finished trial runs
@@ -90,7 +90,7 @@ class SearchOptions:
 
 
 class Trainer(Protocol):
-    """Runs trials. The CLI passes the runtime's (`syncswitch.runtime.search_trainer`), which
+    """Runs trials. The CLI passes the runtime's (`syncswitch.runtime.ray.search_trainer`), which
     trains each trial; tests may script accuracies instead."""
 
     def capacity(self, requested: int | str, config: TrainConfig) -> tuple[int, str]:

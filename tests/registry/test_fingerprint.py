@@ -129,7 +129,7 @@ def test_fields_are_classified_in_one_place() -> None:
 
 def test_a_field_added_later_counts_only_when_set() -> None:
     # A field nobody has classified yet is treated like the listed later additions.
-    @dataclass
+    @dataclass(frozen=True)
     class NewerConfig(TrainConfig):
         future_knob: float = 1.0
 

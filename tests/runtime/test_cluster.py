@@ -134,7 +134,7 @@ def syncswitch_train(*args: str, env: dict[str, str]) -> subprocess.CompletedPro
 def alive_nodes(address: str, env: dict[str, str]) -> int:
     """Joins the cluster from a fresh process as the project does, and counts its nodes."""
     code = (
-        "from syncswitch.runtime.ray_setup import cluster_address, cluster_view, join_cluster\n"
+        "from syncswitch.runtime.ray.connect import cluster_address, cluster_view, join_cluster\n"
         f"join_cluster(cluster_address({address!r}))\n"
         "print(cluster_view('it').nodes)\n"
     )

@@ -77,7 +77,7 @@ def test_an_environment_turning_authentication_off_is_refused_before_ray_starts(
     )
     err = assert_one_line_exit_2(proc)
     assert "RAY_AUTH_MODE='disabled'" in err and "token" in err
-    from syncswitch.runtime.ray_setup import require_auth_not_disabled
+    from syncswitch.runtime.ray.connect import require_auth_not_disabled
 
     with pytest.raises(ConfigError, match="without token"):
         require_auth_not_disabled({"RAY_AUTH_MODE": "off"})
@@ -86,7 +86,7 @@ def test_an_environment_turning_authentication_off_is_refused_before_ray_starts(
 
 
 def test_a_ray_version_without_token_authentication_is_refused():
-    from syncswitch.runtime.ray_setup import require_token_auth_support
+    from syncswitch.runtime.ray.connect import require_token_auth_support
 
     with pytest.raises(ConfigError, match=r"no token authentication.*ray>=2\.52"):
         require_token_auth_support("2.40.0")
@@ -125,7 +125,7 @@ def test_a_config_file_cannot_choose_the_cluster(tmp_path, capsys):
 
 
 def test_a_local_instance_is_sized_to_this_machine():
-    from syncswitch.runtime.ray_setup import check_local_capacity
+    from syncswitch.runtime.ray.connect import check_local_capacity
 
     with pytest.raises(ConfigError, match="this machine allows at most"):
         check_local_capacity(10**6)

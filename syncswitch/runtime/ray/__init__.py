@@ -1,2 +1,2 @@
 """The Ray runtime: parameter-server, worker and evaluator actors, and the supervisor that
-drives the run controller with them. Only this package imports Ray (with ray_setup)."""
+drives the run controller with them. Only this package imports Ray."""

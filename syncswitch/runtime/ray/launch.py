@@ -17,7 +17,7 @@ from syncswitch.workloads import ArrayDataset
 def check_before_start(config: TrainConfig) -> None:
     """Refuse, before anything starts, a job this machine's own Ray could not run (e.g.
     --device cuda without CUDA). A cluster's resources are known only once joined."""
-    from syncswitch.runtime.ray_setup import cluster_address, local_view
+    from syncswitch.runtime.ray.connect import cluster_address, local_view
 
     if cluster_address(config.ray_address) is None:
         plan_resources(config, local_view(_local_cpus(config)))
@@ -32,8 +32,8 @@ def run_on_ray(
 ) -> tuple[dict, np.ndarray]:
     import ray
 
+    from syncswitch.runtime.ray.connect import cluster_address, cluster_view, connect
     from syncswitch.runtime.ray.supervisor import RaySupervisor
-    from syncswitch.runtime.ray_setup import cluster_address, cluster_view, connect
 
     address = cluster_address(config.ray_address)
     started_ray = connect(config.ray_address, min_cpus=_local_cpus(config))

@@ -50,7 +50,7 @@ class RoleResources:
 class ResourcePlan:
     """One entry per role, and the placement strategy. The default asks one CPU per actor and
     one torch thread, on the CPU: workers mostly sleep (emulated device time) or wait on a
-    server, so on one machine they are scheduled on logical CPUs (ray_setup starts a local
+    server, so on one machine they are scheduled on logical CPUs (connect.py starts a local
     Ray with at least this many)."""
 
     server: RoleResources = RoleResources()

@@ -55,9 +55,9 @@ from syncswitch.core.records import EvalPoint
 from syncswitch.core.sharding import parameter_shards
 from syncswitch.errors import TrainingStalled
 from syncswitch.files import write_json_atomic
-from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
 from syncswitch.runtime.ray import placement
+from syncswitch.runtime.ray.evaluator import RayEvaluator
 from syncswitch.runtime.ray.resources import ResourcePlan
 from syncswitch.runtime.ray.server import ParameterServer
 from syncswitch.runtime.ray.worker import Worker, WorkerSpec, join_replies
@@ -354,7 +354,7 @@ class RaySupervisor:
         role = self.resources.evaluator
         bundle = self.resources.evaluator_bundle(self.plan.job.servers)
         return (
-            ray.remote(Evaluator)
+            ray.remote(RayEvaluator)
             .options(**role.actor_options(), **placement.in_bundle(self.group, bundle))
             .remote(
                 self.dataset_ref,

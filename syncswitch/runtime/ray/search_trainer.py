@@ -43,7 +43,7 @@ class RayTrainer:
             return 1, "simulated trials run one at a time in this process"
         import ray
 
-        from syncswitch.runtime.ray_setup import connect
+        from syncswitch.runtime.ray.connect import connect
 
         need = self.per_trial_cpus(config)
         wanted = requested if isinstance(requested, int) else 1

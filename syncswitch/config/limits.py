@@ -1,0 +1,39 @@
+"""What a job may ask for: the choices of its named options and the bounds of its sizes.
+
+The bounds are checked before anything is allocated or started. They are far above any job
+this project runs (the paper's largest has 16 workers); past them a value is a typo or a
+hostile file, and would exhaust memory, processes or time.
+"""
+
+from __future__ import annotations
+
+DATASETS = ("mnist1d", "cifar10", "cifar100")
+RUNTIMES = ("ray", "sim")
+MODELS = ("cnn1d", "resnet20", "resnet32")
+DEFAULT_MODEL = {"mnist1d": "cnn1d", "cifar10": "resnet20", "cifar100": "resnet32"}
+DEVICES = ("auto", "cpu", "cuda")
+PLACEMENTS = ("pack", "spread", "strict-spread")
+# `schedule: auto` names the job's stored timing decision; it is resolved from the registry
+# (syncswitch.timing.auto) before training, so a run never sees it.
+AUTO_SCHEDULE = "auto"
+
+MAX_WORKERS = 1024
+MAX_SERVERS = 64
+MAX_BATCH_SIZE = 65536
+MAX_EPOCHS = 100_000.0
+MAX_TOTAL_SAMPLES = 10**10  # epochs x training samples: ~12 days at 10k samples/s
+MAX_MNIST1D_SAMPLES = 1_000_000
+CIFAR_TRAIN_SAMPLES = 50_000
+MIN_EVERY_FRACTION = 1e-4  # eval_every, checkpoint_every: at most 10,000 of each per run
+MAX_STEP_TIME_MS = 60_000.0
+MAX_JITTER_SIGMA = 3.0
+MAX_SPEED_FACTOR = 1000.0
+MAX_SECONDS = 7 * 24 * 3600.0  # checkpoint_every_s, worker_timeout_s
+MAX_WORKER_RESTARTS = 10_000
+MAX_STRAGGLER_WINDOW = 10_000
+MAX_SEED = 2**31 - 1  # seed + repeats must still fit numpy's and torch's seed types
+MAX_LIST_ITEMS = 10_000  # lr_milestones, speed_factors, stragglers and faults entries
+MAX_TEXT_CHARS = 4096  # any text option: schedule, paths, addresses
+MAX_GPUS_PER_ACTOR = 64.0  # more GPUs than any one machine holds
+# Config and list files are a few hundred bytes; a cap keeps a hostile one from filling memory.
+MAX_CONFIG_FILE_BYTES = 1 << 20

@@ -1,0 +1,35 @@
+"""The evaluator as the Ray runtime runs it: an actor at a lower CPU priority that says where
+it runs. The evaluation itself is runtime/evaluator.py's, shared with the simulator."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import torch
+
+from syncswitch.runtime.evaluator import Evaluator
+from syncswitch.runtime.ray.placement import here
+from syncswitch.workloads import ArrayDataset
+
+
+class RayEvaluator(Evaluator):
+    def __init__(
+        self,
+        dataset: ArrayDataset,
+        model_factory: Callable[[], torch.nn.Module],
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        threads: int = 1,
+        device: str = "cpu",
+        nice: int = 0,
+    ) -> None:
+        """`nice` > 0 lowers this process's CPU priority: where the evaluator shares cores
+        with workers and servers, an evaluation then takes only CPU they leave idle instead
+        of delaying their steps."""
+        if nice:
+            os.nice(nice)
+        super().__init__(dataset, model_factory, loss_fn, threads, device)
+
+    def ready(self) -> dict:
+        """Where this evaluator runs (node, host, device), for actors.json."""
+        return here(self.device.type)

@@ -1,0 +1,50 @@
+"""`syncswitch calibrate` (syncswitch.calibration): a cluster model fitted to a run's records."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from syncswitch.calibration import calibrate, cluster_yaml
+from syncswitch.cli.main import main
+from syncswitch.config import TrainConfig
+from syncswitch.core.cluster import parse_cluster
+from syncswitch.errors import ConfigError
+from syncswitch.runtime.train import train
+
+JOB = dict(
+    runtime="sim", workers=2, epochs=20.0, mnist1d_samples=400, batch_size=16,
+    schedule="bsp:0.5,asp", eval_every=0.5, progress=False,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("calibration") / "run"
+    train(TrainConfig(**JOB, out=str(out)))
+    return out
+
+
+def test_a_simulated_run_is_refused_in_one_line(sim_run: Path, tmp_path: Path, capsys) -> None:
+    with pytest.raises(ConfigError, match="is a simulated run; calibrate from a run on Ray"):
+        calibrate(sim_run)
+    assert main(["calibrate", str(sim_run), "-o", str(tmp_path / "c.yaml")]) == 2
+    assert "is a simulated run" in capsys.readouterr().err
+
+
+def test_a_fitted_model_is_a_cluster_file_the_simulator_reads(sim_run: Path, tmp_path) -> None:
+    # The simulated run's records stand in for a Ray run's: relabelled, they fit the same way.
+    run = tmp_path / "as-if-ray"
+    run.mkdir()
+    for path in sim_run.iterdir():
+        if path.is_file():
+            (run / path.name).write_bytes(path.read_bytes())
+    for name in ("config.json", "summary.json"):
+        data = json.loads((run / name).read_text())
+        data["runtime"] = "ray"
+        (run / name).write_text(json.dumps(data))
+    model, report = calibrate(run, refine=True)
+    assert set(report["measured_s_per_step"]) == {"bsp", "asp"}
+    assert len(report["refine_rounds"]) > 0 and model.compute.step_time_ms > 0
+    assert parse_cluster(yaml.safe_load(cluster_yaml(model))) == model
