@@ -50,6 +50,7 @@ from syncswitch.control.decisions import (
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.resume_check import say_refused
+from syncswitch.control.run_state import RunCheckpoint
 from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.control.summary import build_summary
 from syncswitch.core.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
@@ -96,21 +97,21 @@ class PolicyView:
     pinned: ProtocolSpec | None = None
 
     def follow(self, state: ShardState) -> None:
-        self.spec = ProtocolSpec.parse(state.protocol)
-        self.scheduled_spec = ProtocolSpec.parse(state.scheduled_protocol)
+        self.spec = state.protocol or ASP
+        self.scheduled_spec = state.scheduled_protocol or ASP
         self.excluded = frozenset(state.excluded)
         self.done = state.done
-        self.pinned = ProtocolSpec.parse(state.pinned) if state.pinned else None
+        self.pinned = state.pinned
 
     def assume(self, decision: Decision) -> None:
         """A decision just made is in force for the next one (shards carry it out next)."""
-        action = Action(decision.action)
+        action = decision.action
         if action is Action.EXCLUDE:
             self.excluded |= {decision.worker}
         elif action is Action.READMIT:
             self.excluded -= {decision.worker}
         elif decision.protocol is not None:
-            self.spec = ProtocolSpec.parse(decision.protocol)
+            self.spec = decision.protocol
 
 
 @dataclass
@@ -150,7 +151,7 @@ class RunController:
         self.workers = WorkerBook()
         self.record = RunRecord()
         if resumed_from is not None:
-            self.record = RunRecord.from_state(resumed_from.state["controller"])
+            self.record = RunCheckpoint.from_plain(resumed_from.state).record
             self.record.metrics = [
                 m for m in self.record.metrics if m["samples"] <= resumed_from.info.samples
             ]
@@ -300,7 +301,8 @@ class RunController:
         }
         self.record.failures.append(entry)
         self.writer.event("server_failed", entry)
-        restore = RestoreServers(loaded.state["servers"], loaded.info.path.name, reason)
+        servers = RunCheckpoint.from_plain(loaded.state).servers
+        restore = RestoreServers(servers, loaded.info.path.name, reason)
         return Step(before, self.phase, [restore])
 
     def on_servers_restored(self) -> Step:
@@ -485,7 +487,8 @@ class RunController:
             loaded = self.store.load_latest(max_samples=healthy)
         except CheckpointError as error:
             reason = f"{verdict.reason}; no checkpoint to roll back to ({error})"
-            self._log_decision(replace(response.to_decision(), action="give_up", reason=reason))
+            give_up = replace(response.to_decision(), action=Action.GIVE_UP, reason=reason)
+            self._log_decision(give_up)
             self.guard = None
             return []
         decision = response.to_decision()
@@ -495,7 +498,7 @@ class RunController:
         self.phase = RunPhase.ROLLING_BACK
         return [
             RollBack(
-                shard_states=loaded.state["servers"],
+                shard_states=RunCheckpoint.from_plain(loaded.state).servers,
                 protocol=response.protocol,
                 lr_scale=response.lr_scale,
                 momentum=response.momentum,
@@ -617,15 +620,12 @@ class RunController:
 
     def _checkpoint(self, shard_snapshots: list[Snapshot]) -> None:
         first = shard_snapshots[0]
-        state = {
-            "servers": [s.state for s in shard_snapshots],
-            "controller": {
-                **self.record.to_state(),
-                "metrics": [m for m in self.record.metrics if m["samples"] <= first.samples],
-            },
-        }
+        record = replace(
+            self.record, metrics=[m for m in self.record.metrics if m["samples"] <= first.samples]
+        )
+        checkpoint = RunCheckpoint(tuple(s.state for s in shard_snapshots), record)
         info = self.store.save(
-            state,
+            checkpoint.to_plain(),
             samples=first.samples,
             label=first.label,
             meta={
@@ -646,8 +646,8 @@ def resume_point(checkpoint: LoadedCheckpoint | None) -> tuple[int, float] | Non
     """(samples, run seconds) a resumed run continues from, or None for a new run."""
     if checkpoint is None:
         return None
-    first = checkpoint.state["servers"][0]
-    return int(first["samples"]), float(first["time_s"])
+    state = RunCheckpoint.from_plain(checkpoint.state)
+    return state.samples, state.time_s
 
 
 def run_dir_in_use(run_dir: Path) -> list[str]:
