@@ -5,8 +5,10 @@ clock, counted from the last one written."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from syncswitch.control.record import RunRecord
+from syncswitch.control.run_state import RunCheckpoint
 from syncswitch.control.shard import ShardReport
 from syncswitch.core.checkpoint import CheckpointStore, LoadedCheckpoint
 from syncswitch.core.records import Snapshot
@@ -52,15 +54,10 @@ class CheckpointKeeper:
     def write(self, shard_snapshots: list[Snapshot]) -> None:
         first = shard_snapshots[0]
         record = self.record
-        state = {
-            "servers": [s.state for s in shard_snapshots],
-            "controller": {
-                **record.to_state(),
-                "metrics": [m for m in record.metrics if m["samples"] <= first.samples],
-            },
-        }
+        kept = replace(record, metrics=[m for m in record.metrics if m["samples"] <= first.samples])
+        checkpoint = RunCheckpoint(tuple(s.state for s in shard_snapshots), kept)
         info = self.store.save(
-            state,
+            checkpoint.to_plain(),
             samples=first.samples,
             label=first.label,
             meta={

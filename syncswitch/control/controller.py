@@ -54,6 +54,7 @@ from syncswitch.control.phases import PhaseEvent, PhaseMachine, RunPhase, Step
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.resume_check import say_refused
+from syncswitch.control.run_state import RunCheckpoint
 from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.control.stragglers import OnlinePolicy
 from syncswitch.control.summary import build_summary
@@ -88,7 +89,7 @@ class RunController:
         self.state = ShardState()  # the first shard's, as of the last drain
         self.record = RunRecord()
         if resumed_from is not None:
-            self.record = RunRecord.from_state(resumed_from.state["controller"])
+            self.record = RunCheckpoint.from_plain(resumed_from.state).record
             self.record.metrics = [
                 m for m in self.record.metrics if m["samples"] <= resumed_from.info.samples
             ]
@@ -215,7 +216,8 @@ class RunController:
         }
         self.record.failures.append(entry)
         self.writer.event("server_failed", entry)
-        restore = RestoreServers(loaded.state["servers"], loaded.info.path.name, reason)
+        servers = RunCheckpoint.from_plain(loaded.state).servers
+        restore = RestoreServers(servers, loaded.info.path.name, reason)
         return Step(before, self.phase, [restore])
 
     def on_servers_restored(self) -> Step:
@@ -346,8 +348,8 @@ def resume_point(checkpoint: LoadedCheckpoint | None) -> tuple[int, float] | Non
     """(samples, run seconds) a resumed run continues from, or None for a new run."""
     if checkpoint is None:
         return None
-    first = checkpoint.state["servers"][0]
-    return int(first["samples"]), float(first["time_s"])
+    state = RunCheckpoint.from_plain(checkpoint.state)
+    return state.samples, state.time_s
 
 
 def run_dir_in_use(run_dir: Path) -> list[str]:

@@ -10,6 +10,7 @@ from syncswitch.control.checkpoints import CheckpointKeeper
 from syncswitch.control.decisions import RollBack
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
+from syncswitch.control.run_state import RunCheckpoint
 from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.core.checkpoint import CheckpointError
 from syncswitch.core.divergence import (
@@ -19,6 +20,7 @@ from syncswitch.core.divergence import (
     GuardConfig,
     rollback_decision,
 )
+from syncswitch.core.policies import Action
 from syncswitch.core.records import Decision
 
 
@@ -76,7 +78,8 @@ class DivergenceWatch:
             loaded = self.checkpoints.load_latest(max_samples=int(self.healthy_samples(verdict)))
         except CheckpointError as error:
             reason = f"{verdict.reason}; no checkpoint to roll back to ({error})"
-            self.log_decision(replace(response.to_decision(), action="give_up", reason=reason))
+            give_up = replace(response.to_decision(), action=Action.GIVE_UP, reason=reason)
+            self.log_decision(give_up)
             self.guard = None
             return None
         decision = response.to_decision()
@@ -84,7 +87,7 @@ class DivergenceWatch:
             decision, reason=f"{decision.reason}; restored {loaded.info.path.name}"
         )
         return RollBack(
-            shard_states=loaded.state["servers"],
+            shard_states=RunCheckpoint.from_plain(loaded.state).servers,
             protocol=response.protocol,
             lr_scale=response.lr_scale,
             momentum=response.momentum,

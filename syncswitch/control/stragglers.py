@@ -28,21 +28,21 @@ class PolicyView:
     pinned: ProtocolSpec | None = None
 
     def follow(self, state: ShardState) -> None:
-        self.spec = ProtocolSpec.parse(state.protocol)
-        self.scheduled_spec = ProtocolSpec.parse(state.scheduled_protocol)
+        self.spec = state.protocol or ASP
+        self.scheduled_spec = state.scheduled_protocol or ASP
         self.excluded = frozenset(state.excluded)
         self.done = state.done
-        self.pinned = ProtocolSpec.parse(state.pinned) if state.pinned else None
+        self.pinned = state.pinned
 
     def assume(self, decision: Decision) -> None:
         """A decision just made is in force for the next one (shards carry it out next)."""
-        action = Action(decision.action)
+        action = decision.action
         if action is Action.EXCLUDE:
             self.excluded |= {decision.worker}
         elif action is Action.READMIT:
             self.excluded -= {decision.worker}
         elif decision.protocol is not None:
-            self.spec = ProtocolSpec.parse(decision.protocol)
+            self.spec = decision.protocol
 
 
 class OnlinePolicy:

@@ -53,7 +53,7 @@ def build_summary(
         "samples_by_protocol": state.samples_by_protocol,
         "switches": record.switches,
         "staleness": record.staleness_summary(),
-        "gradients": state.accounting,
+        "gradients": state.accounting.to_record() if state.accounting else {},
         "workers": plan.workers,
         "worker_step_time_mean_s": (
             float(np.mean([w["step_time_mean_s"] for w in worker_stats])) if worker_stats else None
@@ -65,7 +65,7 @@ def build_summary(
             "checkpoints": record.checkpoints,
             "failures": record.failures,
             "rollbacks": record.rollbacks,
-            "pinned_protocol": state.pinned,
+            "pinned_protocol": state.pinned.name if state.pinned else None,
             "lr_scale": state.lr_scale,
             "guard_initial_loss": record.guard_initial_level,
             # Quarantines, rollbacks: every decision but the online policy's.

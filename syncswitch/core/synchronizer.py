@@ -30,8 +30,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
@@ -50,14 +49,15 @@ from syncswitch.core.hyperparams import (
 from syncswitch.core.optimizer import FlatSGD
 from syncswitch.core.protocol import Protocol, ProtocolSpec, Schedule
 from syncswitch.core.records import (
+    Accounting,
     DropRecord,
     EvalPoint,
     Gradient,
     Outcome,
-    Snapshot,
     SwitchEvent,
     UpdateRecord,
 )
+from syncswitch.core.sync_state import take_snapshot
 
 
 @dataclass(frozen=True)
@@ -158,15 +158,15 @@ class Synchronizer:
         self._t0 = self._clock()
         self._phase_started_s = 0.0
 
-    def accounting(self) -> dict:
+    def accounting(self) -> Accounting:
         ledger = self.ledger
-        return {
-            "sent": ledger.sent,
-            "applied": ledger.applied,
-            "dropped": dict(sorted(ledger.dropped_by_reason.items())),
-            "waiting": ledger.in_flight,
-            "unaccounted": ledger.unaccounted(),
-        }
+        return Accounting(
+            sent=ledger.sent,
+            applied=ledger.applied,
+            dropped=dict(sorted(ledger.dropped_by_reason.items())),
+            waiting=ledger.in_flight,
+            unaccounted=ledger.unaccounted(),
+        )
 
     # -- the protocol -----------------------------------------------------------------------
 
@@ -309,100 +309,6 @@ class Synchronizer:
         """Take a snapshot at the next version boundary (e.g. a checkpoint due by time)."""
         self._snapshot_requested = label
 
-    def snapshot(self, label: str) -> Snapshot:
-        if self._pending:
-            raise RuntimeError("a snapshot is taken at a version boundary, with no one waiting")
-        now_s = self.now_s()
-        state = {
-            "optimizer": self.optimizer.state_dict(),
-            "version": self.version,
-            "samples": self.samples,
-            "phase_index": self.phase_index,
-            "protocol": self.spec.name,
-            "excluded": sorted(self.excluded),
-            "clocks": {str(w): c for w, c in sorted(self._clocks.items())},
-            "time_s": now_s,
-            "phase_started_s": self._phase_started_s,
-            "time_by_protocol": dict(self.time_by_protocol),
-            "samples_by_protocol": dict(self.samples_by_protocol),
-            "switches": [asdict(e) for e in self.switches],
-            "async_start": self._async_start,
-            "phase_bsp_samples": self._phase_bsp_samples,
-            "next_eval_index": self._next_eval_index,
-            "next_checkpoint_index": self._next_checkpoint_index,
-            "lr_scale": self.lr_scale,
-            "momentum_policy": self.momentum_policy.value,
-            "pinned": self.pinned.name if self.pinned else None,
-            "version_floor": self.version_floor,
-            "ledger": self.ledger.to_state(),
-        }
-        return Snapshot(label, self.samples, self.progress, self.version, now_s, state)
-
-    def restore(self, state: dict[str, Any]) -> None:
-        """Become the synchronizer a snapshot was taken of (a new server, or a resumed run).
-
-        The clock continues from the snapshot's time, so time lost to the failure is not
-        counted as training time. Every worker must `rejoin` before it trains again.
-        """
-        self._load_position(state)
-        self.version = int(state["version"])
-        self.version_floor = int(state["version_floor"])
-        self.ledger = GradientLedger.from_state(state["ledger"])
-        self.time_by_protocol = Counter(state["time_by_protocol"])
-        self.switches = [SwitchEvent(**e) for e in state["switches"]]
-        self._t0 = self._clock() - float(state["time_s"])
-        self._phase_started_s = float(state["phase_started_s"])
-        self.done = False
-
-    def roll_back(
-        self,
-        state: dict[str, Any],
-        *,
-        protocol: str,
-        lr_scale: float,
-        momentum_policy: MomentumPolicy,
-        reason: str,
-    ) -> Outcome:
-        """Go back to a snapshot's weights and position, in place, while workers run on, and
-        stay in `protocol` from then on (a divergence guard's response).
-
-        Versions keep increasing: the restored weights get a new version, and anything
-        computed before it (on the abandoned weights) is dropped as rolled_back when it
-        arrives. Accounting and time are not rolled back: what happened, happened.
-        """
-        outcome = Outcome()
-        for gradient in self._pending:
-            outcome.dropped.append(self._drop(gradient, DropReason.ROLLED_BACK))
-        self._pending = []
-        self._load_position(state)
-        self.version = max(self.version, int(state["version"])) + 1
-        self.version_floor = self.version
-        self.excluded.clear()
-        self.lr_scale = lr_scale
-        self.momentum_policy = momentum_policy
-        self.pinned = ProtocolSpec.parse(protocol)
-        if self.spec != self.pinned:
-            outcome.merge(self.switch_to(self.pinned, reason=reason))
-        outcome.released.extend(sorted(self._waiting))
-        self._waiting.clear()
-        return outcome
-
-    def _load_position(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.samples = int(state["samples"])
-        self.phase_index = int(state["phase_index"])
-        self.spec = ProtocolSpec.parse(state["protocol"])
-        self.excluded = set(state["excluded"])
-        self._clocks = {int(w): int(c) for w, c in state["clocks"].items()}
-        self.samples_by_protocol = Counter(state["samples_by_protocol"])
-        self._async_start = float(state["async_start"])
-        self._phase_bsp_samples = int(state["phase_bsp_samples"])
-        self._next_eval_index = int(state["next_eval_index"])
-        self._next_checkpoint_index = int(state["next_checkpoint_index"])
-        self.lr_scale = float(state["lr_scale"])
-        self.momentum_policy = MomentumPolicy(state["momentum_policy"])
-        self.pinned = ProtocolSpec.parse(state["pinned"]) if state["pinned"] else None
-
     # -- internals --------------------------------------------------------------------------
 
     def _complete_barrier(self) -> Outcome:
@@ -528,7 +434,7 @@ class Synchronizer:
             # At a version boundary with no gradient waiting, after any scheduled switch: a
             # consistent state to go back to.
             self._snapshot_requested = ""
-            outcome.snapshots.append(self.snapshot(label))
+            outcome.snapshots.append(take_snapshot(self, label))
         return outcome
 
     def _phase_finished(self, index: int) -> bool:

@@ -39,10 +39,12 @@ from syncswitch.control.decisions import (
 )
 from syncswitch.control.dispatch import DecisionDispatch, Handler
 from syncswitch.control.plan import RunPlan
+from syncswitch.control.run_state import RunCheckpoint
 from syncswitch.control.shard import ServerShard
 from syncswitch.core.checkpoint import CheckpointStore, LoadedCheckpoint
 from syncswitch.core.records import Gradient
 from syncswitch.core.sharding import parameter_shards
+from syncswitch.core.sync_state import SynchronizerState
 from syncswitch.results import RunWriter
 
 STEP_S = 0.02
@@ -115,7 +117,7 @@ class ScriptedRun:
             self.plan, self.writer, resumed_from=resumed, clock=lambda: self.now_s
         )
         self.slices = parameter_shards(PARAMETERS, self.config.servers)
-        restore = resumed.state["servers"] if resumed else None
+        restore = RunCheckpoint.from_plain(resumed.state).servers if resumed else None
         self.shards = self._new_shards(restore)
         self.workers = [FakeWorker(w) for w in range(self.config.workers)]
         self.summary: dict | None = None
@@ -177,7 +179,7 @@ class ScriptedRun:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _new_shards(self, restore: list[dict] | None) -> list[ServerShard]:
+    def _new_shards(self, restore: tuple[SynchronizerState, ...] | None) -> list[ServerShard]:
         initial = np.zeros(PARAMETERS, np.float32)
         return [
             ServerShard(

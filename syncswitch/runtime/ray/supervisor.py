@@ -49,10 +49,12 @@ from syncswitch.control.decisions import (
     Stop,
 )
 from syncswitch.control.plan import RunPlan
+from syncswitch.control.run_state import RunCheckpoint
 from syncswitch.core.checkpoint import LoadedCheckpoint
 from syncswitch.core.optimizer import flatten_parameters
 from syncswitch.core.records import EvalPoint
 from syncswitch.core.sharding import parameter_shards
+from syncswitch.core.sync_state import SynchronizerState
 from syncswitch.errors import TrainingStalled
 from syncswitch.files import write_json_atomic
 from syncswitch.runtime.evaluator import Evaluator
@@ -118,7 +120,8 @@ class RaySupervisor:
             self.group = placement.create_group(
                 self.resources, self.plan.workers, self.plan.job.servers, _STARTUP_TIMEOUT_S
             )
-            self.servers = self._start_servers(resumed.state["servers"] if resumed else None)
+            restore = RunCheckpoint.from_plain(resumed.state).servers if resumed else None
+            self.servers = self._start_servers(restore)
             self.evaluator = self._start_evaluator()
             self.workers = [self._start_worker(i) for i in range(self.plan.workers)]
             located = _wait_ready([w.ready.remote() for w in self.workers])
@@ -232,7 +235,7 @@ class RaySupervisor:
             case Stop(reason=reason, stalled=stalled):
                 raise TrainingStalled(reason) if stalled else RuntimeError(reason)
 
-    def _replace_servers(self, shard_states: list[dict]) -> None:
+    def _replace_servers(self, shard_states: tuple[SynchronizerState, ...]) -> None:
         for server in self.servers:
             ray.kill(server, no_restart=True)
         # Every worker run must end (they fail on their next call to the dead server) before
@@ -322,7 +325,7 @@ class RaySupervisor:
 
     # -- starting actors ------------------------------------------------------------------------
 
-    def _start_servers(self, restore: list[dict] | None) -> list:
+    def _start_servers(self, restore: tuple[SynchronizerState, ...] | None) -> list:
         role = self.resources.server
         server_cls = ray.remote(ParameterServer)
         servers = [
@@ -439,7 +442,7 @@ class RaySupervisor:
 
 
 def _resumed_time_s(checkpoint: LoadedCheckpoint) -> float:
-    return float(checkpoint.state["servers"][0]["time_s"])
+    return RunCheckpoint.from_plain(checkpoint.state).time_s
 
 
 def _wait_ready(refs: list) -> list:

@@ -44,12 +44,14 @@ from syncswitch.control.decisions import (
     StartWorker,
     Stop,
 )
+from syncswitch.control.run_state import RunCheckpoint
 from syncswitch.control.shard import ServerShard
 from syncswitch.core.cluster import BYTES_PER_PARAMETER, ClusterModel
 from syncswitch.core.faults import FaultKind, inject
 from syncswitch.core.optimizer import flatten_parameters
 from syncswitch.core.records import Gradient, Outcome
 from syncswitch.core.sharding import parameter_shards
+from syncswitch.core.sync_state import SynchronizerState
 from syncswitch.errors import TrainingStalled
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
@@ -143,7 +145,8 @@ class SimRuntime:
         self._apply_s = [self.cluster.server.apply_s(s.stop - s.start) for s in self.slices]
         resumed = self.controller.resumed_from
         try:
-            self._start_servers(resumed.state["servers"] if resumed else None)
+            restore = RunCheckpoint.from_plain(resumed.state).servers if resumed else None
+            self._start_servers(restore)
             self._first_steps_at = self.events.now_s + self.cluster.startup_s
             self._carry_out(
                 self.controller.start(len(initial), time.perf_counter() - setup_started)
@@ -245,7 +248,7 @@ class SimRuntime:
 
     # -- servers ------------------------------------------------------------------------------
 
-    def _start_servers(self, restore: list[dict] | None) -> None:
+    def _start_servers(self, restore: tuple[SynchronizerState, ...] | None) -> None:
         self._server_life += 1
         clock = self._now
         self.shards = [
