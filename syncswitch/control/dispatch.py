@@ -41,8 +41,10 @@ class DecisionDispatch:
             self._on_step(step)
         for decision in step.decisions:
             follow_up = self._handlers[type(decision)](decision)
-            if follow_up is not None:
+            if isinstance(follow_up, Step):
                 self(follow_up)
+            elif follow_up is not None:
+                raise TypeError(f"the handler of {decision!r} returned {follow_up!r}, not a Step")
 
 
 def raise_stop(stop: Stop) -> None:
