@@ -16,6 +16,7 @@ from syncswitch.control.phases import (
     Step,
 )
 from syncswitch.errors import TrainingStalled
+from tests.control.scripted import PARAMETERS, ScriptedRun
 
 
 @pytest.mark.parametrize(("before", "event"), sorted(TRANSITIONS))
@@ -94,3 +95,14 @@ def test_a_stop_raises_stalled_or_runtime_error():
         raise_stop(Stop("every worker quarantined", stalled=True))
     with pytest.raises(RuntimeError, match="no checkpoint"):
         raise_stop(Stop("no checkpoint"))
+
+
+def test_the_controller_raises_on_an_event_out_of_turn(tmp_path):
+    run = ScriptedRun(tmp_path)
+    for shard in run.shards:
+        shard.begin()
+    run.handle(run.controller.start(PARAMETERS, setup_s=0.0))
+    assert run.controller.phase is RunPhase.TRAINING
+    with pytest.raises(IllegalTransition, match="from training on servers_restored"):
+        run.controller.on_servers_restored()  # no server was lost
+    assert run.controller.phase is RunPhase.TRAINING
