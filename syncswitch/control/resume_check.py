@@ -51,9 +51,7 @@ class ResumeCheck:
             )
         _check_record(checkpoint.record)
         shards = parameter_shards(self.parameters, expected)
-        for index, (shard_state, shard) in enumerate(
-            zip(checkpoint.servers, shards, strict=True)
-        ):
+        for index, (shard_state, shard) in enumerate(zip(checkpoint.servers, shards, strict=True)):
             try:
                 self._check_shard(shard_state, shard.stop - shard.start)
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
