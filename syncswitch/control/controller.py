@@ -64,7 +64,7 @@ from syncswitch.core.divergence import (
 from syncswitch.core.online import OnlineMonitor
 from syncswitch.core.policies import Action
 from syncswitch.core.protocol import ASP, ProtocolSpec
-from syncswitch.core.records import Decision, EvalPoint, Snapshot
+from syncswitch.core.records import Decision, EvalPoint, Snapshot, WorkerStats
 from syncswitch.files import write_atomic
 from syncswitch.results import RunWriter
 
@@ -120,7 +120,7 @@ class WorkerBook:
 
     running: set[int] = field(default_factory=set)
     restarting: set[int] = field(default_factory=set)  # dead, until the runtime has it up again
-    finished: dict[int, dict] = field(default_factory=dict)  # step-time statistics
+    finished: dict[int, WorkerStats] = field(default_factory=dict)
     restarts: Counter[int] = field(default_factory=Counter)
     hung: set[int] = field(default_factory=set)  # killed as hung, until heard from again
 
@@ -229,7 +229,7 @@ class RunController:
         self._maybe_finishing()
         return Step(before, self.phase)
 
-    def on_worker_finished(self, worker: int, stats: dict) -> Step:
+    def on_worker_finished(self, worker: int, stats: WorkerStats) -> Step:
         before = self.phase
         self.workers.running.discard(worker)
         self.workers.finished[worker] = stats
@@ -357,14 +357,15 @@ class RunController:
     def finish(
         self,
         final_snapshots: list[Snapshot],
-        worker_stats: list[dict],
+        worker_stats: list[WorkerStats],
         final_weights: np.ndarray,
     ) -> dict[str, Any]:
         """The last checkpoint, worker statistics, final weights and summary."""
         assert self.phase is RunPhase.FINISHING and not self._pending_evals, self.phase
-        self.writer.worker_stats(worker_stats)
+        rows = [stats.to_row() for stats in worker_stats]
+        self.writer.worker_stats(rows)
         self._checkpoint(final_snapshots)
-        summary = self.summary(worker_stats, status="complete")
+        summary = self.summary(rows, status="complete")
         self.writer.summary(summary)
         buffer = io.BytesIO()  # written atomically: never through a planted symlink
         torch.save({"flat_weights": torch.tensor(final_weights)}, buffer)

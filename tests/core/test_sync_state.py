@@ -14,7 +14,7 @@ import torch
 from syncswitch.core.hyperparams import MomentumPolicy
 from syncswitch.core.optimizer import FlatSGD
 from syncswitch.core.protocol import ASP, Schedule
-from syncswitch.core.records import Gradient, Outcome, Snapshot
+from syncswitch.core.records import Gradient, Outcome, Snapshot, WorkerStats
 from syncswitch.core.sync_state import (
     StateFormatError,
     SynchronizerState,
@@ -191,3 +191,14 @@ def test_a_restored_state_keeps_its_protocols_as_values() -> None:
     state = SynchronizerState.from_plain(take_snapshot(sync, "test").state.to_plain())
     assert state.protocol == ASP and state.pinned is None
     assert state.momentum_policy is MomentumPolicy.RAMP
+
+
+def test_worker_stats_summarise_steps_and_leave_unmeasured_cells_empty() -> None:
+    stats = WorkerStats.of_steps(2, [0.1, 0.3, 0.2], [0.05, 0.15, 0.1], [0.0, 0.1, 0.2])
+    assert stats.steps == 3 and stats.step_time_p50_s == pytest.approx(0.2)
+    assert stats.step_time_max_s == pytest.approx(0.3) and stats.compute_cpu_mean_s is None
+    row = stats.to_row()
+    assert "compute_cpu_mean_s" not in row and row["worker"] == 2
+    assert row["wait_mean_s"] == pytest.approx(0.1)
+    idle = WorkerStats.of_steps(0, [], [], [], compute_cpu_times=[])
+    assert idle.steps == 0 and idle.step_time_mean_s == 0.0 and idle.compute_cpu_mean_s == 0.0

@@ -17,6 +17,7 @@ from ray.exceptions import GetTimeoutError
 from syncswitch.core.emulation import EmulationConfig, StepTimeModel
 from syncswitch.core.faults import Fault, FaultKind, inject
 from syncswitch.core.optimizer import FlatParameters
+from syncswitch.core.records import WorkerStats
 from syncswitch.core.sharding import BatchStream, worker_shard
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.gradient import backward_on_batch
@@ -214,19 +215,14 @@ class Worker:
             return False
         return True
 
-    def _stats(self) -> dict:
-        steps = np.array(self._step_times) if self._step_times else np.zeros(1)
-        return {
-            "worker": self.spec.worker,
-            "steps": len(self._step_times),
-            "step_time_mean_s": float(steps.mean()),
-            "step_time_p50_s": float(np.percentile(steps, 50)),
-            "step_time_p90_s": float(np.percentile(steps, 90)),
-            "step_time_max_s": float(steps.max()),
-            "compute_mean_s": float(np.mean(self._compute_times or [0.0])),
-            "compute_cpu_mean_s": float(np.mean(self._compute_cpu_times or [0.0])),
-            "wait_mean_s": float(np.mean(self._wait_times or [0.0])),
-        }
+    def _stats(self) -> WorkerStats:
+        return WorkerStats.of_steps(
+            self.spec.worker,
+            self._step_times,
+            self._compute_times,
+            self._wait_times,
+            compute_cpu_times=self._compute_cpu_times,
+        )
 
 
 def join_replies(replies: list) -> tuple[list[int], np.ndarray, bool, float]:
