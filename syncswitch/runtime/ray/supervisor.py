@@ -97,7 +97,7 @@ class RaySupervisor:
         # An evaluation's call -> its point and weights (kept to ask a new evaluator again).
         self._evaluations: dict[Any, tuple[EvalPoint, np.ndarray]] = {}
         self._pids: dict[str, Any] = {"driver": os.getpid()}
-        self._where: dict[str, dict[str, Any]] = {"driver": placement.here("cpu")}
+        self._where: dict[str, placement.ActorPlace] = {"driver": placement.here("cpu")}
         self._nodes_seen: set[str] = set()
         self.group: Any = None
         self._dataset_copies: list[str] = []
@@ -348,7 +348,7 @@ class RaySupervisor:
             for index, shard in enumerate(self.shards)
         ]
         located = _wait_ready([s.where.remote() for s in servers])
-        self._pids["servers"] = [where["pid"] for where in located]
+        self._pids["servers"] = [where.pid for where in located]
         for index, where in enumerate(located):
             self._locate(f"server {index}", where)
         return servers
@@ -407,13 +407,13 @@ class RaySupervisor:
         }
         return ray.remote(Worker).options(**options).remote(spec)
 
-    def _locate(self, name: str, where: dict[str, Any]) -> None:
+    def _locate(self, name: str, where: placement.ActorPlace) -> None:
         """Record where an actor (re)started: its process id, node, host and device."""
         self._where[name] = where
-        self._nodes_seen.add(where["node_id"])
+        self._nodes_seen.add(where.node_id)
         role, _, index = name.partition(" ")
         if role == "worker":
-            self._pids["workers"][int(index)] = where["pid"]
+            self._pids["workers"][int(index)] = where.pid
 
     def _write_pids(self) -> None:
         """actors.json: which process is which and where it runs, for operators (and the
@@ -436,7 +436,12 @@ class RaySupervisor:
             described["data_plane_rejected"] = self._rejected
         write_json_atomic(
             self.controller.writer.dir / "actors.json",
-            {**self._pids, **described, "actors": self._where, "by_node": nodes},
+            {
+                **self._pids,
+                **described,
+                "actors": {name: where.to_record() for name, where in self._where.items()},
+                "by_node": nodes,
+            },
         )
         self._carry_out(self.controller.on_placed(described))
 

@@ -21,7 +21,7 @@ from syncswitch.core.records import WorkerStats
 from syncswitch.core.sharding import BatchStream, worker_shard
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.gradient import backward_on_batch
-from syncswitch.runtime.ray.placement import here
+from syncswitch.runtime.ray.placement import ActorPlace, here
 from syncswitch.workloads import ArrayDataset
 
 _PROBE_TIMEOUT_S = 10.0
@@ -63,10 +63,12 @@ class Worker:
         self._compute_cpu_times: list[float] = []
         self._wait_times: list[float] = []
 
-    def ready(self) -> dict:
+    def ready(self) -> ActorPlace:
         return here(self.spec.device)
 
-    def run(self, started_at: float, servers: list, dataset: list, incarnation: int = 0) -> dict:
+    def run(
+        self, started_at: float, servers: list, dataset: list, incarnation: int = 0
+    ) -> WorkerStats:
         """Train until the server says the workload is done; return step-time statistics.
 
         `started_at` is the wall time at which the run began, for stragglers timed in seconds.
