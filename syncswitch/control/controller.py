@@ -401,9 +401,8 @@ class RunController:
         for update in outcome.applied:
             self.record.add_update(update.protocol, update.staleness, update.loss)
         for switch in outcome.switches:
-            entry = switch.to_summary()
-            self.record.switches.append(entry)
-            self.writer.event("switch", entry)
+            self.record.switches.append(switch)
+            self.writer.event("switch", switch.to_summary())
         for decision in outcome.decisions:  # the shard's own: quarantines
             self._log_decision(decision)
 
@@ -517,7 +516,7 @@ class RunController:
         quarantined = self.state.quarantined
         if len(quarantined) < self.plan.workers:
             return []
-        reasons = [d["reason"] for d in self.record.decisions if d["action"] == "quarantine"]
+        reasons = [d.reason for d in self.record.decisions if d.action is Action.QUARANTINE]
         example = reasons[0] if reasons else "bad gradients"
         return self._stop(
             f"every worker ({len(quarantined)}) is quarantined for bad gradients (e.g. "
@@ -597,9 +596,8 @@ class RunController:
         )
 
     def _log_decision(self, decision: Decision) -> None:
-        entry = decision.to_record()
-        self.record.decisions.append(entry)
-        self.writer.event("decision", entry)
+        self.record.decisions.append(decision)
+        self.writer.event("decision", decision.to_record())
 
     def _write_metric(
         self, point: EvalPoint, accuracy: float, loss: float, train_loss: float

@@ -80,7 +80,7 @@ def _check_vector(value: Any, name: str, length: int) -> None:
 
 
 def _check_record(record: RunRecord) -> None:
-    for name in ("switches", "decisions", "straggler_events", "failures"):
+    for name in ("straggler_events", "failures"):
         if not all(isinstance(entry, dict) for entry in getattr(record, name)):
             raise ValueError(f"controller record: {name} must be a list of mappings")
     for row in record.metrics:

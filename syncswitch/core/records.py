@@ -79,6 +79,20 @@ class SwitchEvent:
             "reason": self.reason,
         }
 
+    @classmethod
+    def from_summary(cls, record: dict) -> SwitchEvent:
+        """Back from `to_summary()` (a checkpointed run record); raises on a malformed one."""
+        return cls(
+            at_fraction=float(record["at_fraction"]),
+            at_samples=int(record["at_samples"]),
+            version=int(record["version"]),
+            from_protocol=str(record["from"]),
+            to_protocol=str(record["to"]),
+            time_s=float(record["time_s"]),
+            overhead_s=float(record["overhead_s"]),
+            reason=str(record["reason"]),
+        )
+
 
 @dataclass(frozen=True)
 class EvalPoint:
@@ -187,6 +201,20 @@ class Decision:
             "progress": round(self.progress, 6),
             "reason": self.reason,
         }
+
+    @classmethod
+    def from_record(cls, record: dict) -> Decision:
+        """Back from `to_record()` (a checkpointed run record); raises on a malformed one."""
+        worker, protocol = record["worker"], record["protocol"]
+        return cls(
+            action=Action(record["action"]),
+            policy=str(record["policy"]),
+            reason=str(record["reason"]),
+            time_s=float(record["time_s"]),
+            progress=float(record["progress"]),
+            worker=None if worker is None else int(worker),
+            protocol=None if protocol is None else ProtocolSpec.parse(protocol),
+        )
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,17 @@
 """A run checkpoint's format: version 2 written, the unversioned layout (1) still resumed from,
 anything newer refused in one line with the previous checkpoint used instead."""
 
+import io
 import shutil
 
 import torch
 
 from syncswitch.control.controller import CHECKPOINT_DIR
+from syncswitch.control.record import RunRecord
 from syncswitch.control.run_state import STATE_VERSION, RunCheckpoint
 from syncswitch.core.checkpoint import CheckpointStore, RefusalKind
+from syncswitch.core.protocol import BSP
+from syncswitch.core.records import Action, Decision, SwitchEvent
 from tests.control.scripted import ScriptedRun
 
 
@@ -65,3 +69,21 @@ def test_a_newer_format_is_refused_in_one_line_and_the_previous_checkpoint_used(
     assert refusal.kind is RefusalKind.WRONG_CONTENTS and "\n" not in refusal.reason
     assert "format_version 3; this code reads versions 1 to 2" in refusal.reason
     assert loaded.info.path == previous.path
+
+
+def test_the_run_record_keeps_switches_and_decisions_typed_across_a_checkpoint():
+    switch = SwitchEvent(0.25, 100, 7, "bsp", "asp", 1.5, 0.001, "schedule")
+    decision = Decision(Action.ROLLBACK, "divergence_guard", "loss rose", 2.0, 0.3, None, BSP)
+    quarantine = Decision(Action.QUARANTINE, "gradient_admission", "nan", 2.5, 0.31, worker=3)
+    record = RunRecord(switches=[switch], decisions=[decision, quarantine], rollbacks=1)
+    back = RunRecord.from_state(torch.load(_saved(record.to_state()), weights_only=True))
+    assert back.switches == [switch] and back.decisions == [decision, quarantine]
+    assert back.decisions[0].protocol == BSP and back.decisions[1].action is Action.QUARANTINE
+    assert back.to_state() == record.to_state()
+
+
+def _saved(plain):
+    buffer = io.BytesIO()
+    torch.save(plain, buffer)
+    buffer.seek(0)
+    return buffer
