@@ -58,6 +58,7 @@ from syncswitch.core.records import (
     UpdateRecord,
 )
 from syncswitch.core.sync_state import take_snapshot
+from syncswitch.core.waitroom import WaitRoom
 
 
 @dataclass(frozen=True)
@@ -117,9 +118,7 @@ class Synchronizer:
         self._phase_bsp_samples = 0  # samples applied under BSP in the current phase
         self._phase_started_s = 0.0
         self._async_start = 0.0
-        self._pending: list[Gradient] = []  # gradients at the BSP barrier
-        self._waiting: set[int] = set()  # workers told to wait (barrier or SSP bound)
-        self._clocks: dict[int, int] = {w: 0 for w in range(config.workers)}
+        self.room = WaitRoom(config.workers)  # the barrier, who waits, the SSP clocks
         self._next_eval_index = 1
         self._next_checkpoint_index = 1
         # Version from which a re-admitted worker's gradients count again under BSP: one it
@@ -148,7 +147,7 @@ class Synchronizer:
 
     @property
     def waiting(self) -> frozenset[int]:
-        return frozenset(self._waiting)
+        return frozenset(self.room.waiting)
 
     def now_s(self) -> float:
         return self._clock() - self._t0
@@ -179,15 +178,16 @@ class Synchronizer:
             outcome.released.append(gradient.worker)
             outcome.done = self.done
             return outcome
-        self._clocks[gradient.worker] = self._clocks.get(gradient.worker, 0) + 1
+        room = self.room
+        room.tick(gradient.worker)
         if self.spec.protocol is Protocol.BSP:
-            self._pending.append(gradient)
-            self._waiting.add(gradient.worker)
+            room.pending.append(gradient)
+            room.waiting.add(gradient.worker)
             outcome.merge(self._complete_barrier())
         else:
             outcome.applied.extend(self._apply([gradient]))
-            self._waiting.add(gradient.worker)
-            outcome.released.extend(self._release_within_bound())
+            room.waiting.add(gradient.worker)
+            outcome.released.extend(room.release_within_bound(self.spec, self.active))
             outcome.merge(self._after_update())
         return outcome
 
@@ -234,7 +234,7 @@ class Synchronizer:
             # Its gradient may already sit at the barrier: it stays, computed on this version.
             outcome.merge(self._complete_barrier())
         elif self.spec.protocol is Protocol.SSP:
-            outcome.released.extend(self._release_within_bound())
+            outcome.released.extend(self.room.release_within_bound(self.spec, self.active))
         return outcome
 
     def readmit(self, worker: int) -> Outcome:
@@ -243,7 +243,8 @@ class Synchronizer:
         if worker in self.excluded:
             # It rejoins the SSP bound level with the slowest of the others, so they are not
             # held back for the steps it missed while excluded.
-            self._clocks[worker] = max(self._clocks.get(worker, 0), self._slowest_clock())
+            clocks = self.room.clocks
+            clocks[worker] = max(clocks.get(worker, 0), self.room.slowest_clock(self.active))
             self.excluded.discard(worker)
             self._admitted_from[worker] = self.version
         return Outcome()
@@ -256,21 +257,18 @@ class Synchronizer:
         self.spec = spec
         if spec.protocol.is_async and not old.protocol.is_async:
             self._async_start = self.progress
+        room = self.room
         if spec.protocol is Protocol.SSP:
-            # Clocks count steps within the phase, so an SSP phase starts with no one ahead.
-            self._clocks = {w: 0 for w in range(self.config.workers)}
-        if spec.protocol.is_async and self._pending:
+            room.reset_clocks()
+        if spec.protocol.is_async and room.pending:
             # A barrier cut short by the switch: each caught gradient is applied under ASP/SSP.
-            caught, self._pending = self._pending, []
+            caught, room.pending = room.pending, []
             for gradient in caught:
                 outcome.applied.extend(self._apply([gradient]))
         if spec.protocol.is_async:
-            outcome.released.extend(self._release_within_bound())
+            outcome.released.extend(room.release_within_bound(spec, self.active))
         else:
-            # Workers held by an SSP bound join the coming barrier instead of waiting.
-            released = sorted(w for w in self._waiting if w not in self._pending_workers())
-            self._waiting -= set(released)
-            outcome.released.extend(released)
+            outcome.released.extend(room.release_not_at_barrier())
         now_s = self.now_s()
         self.time_by_protocol[old.name] += now_s - self._phase_started_s
         self._phase_started_s = now_s
@@ -313,25 +311,18 @@ class Synchronizer:
 
     def _complete_barrier(self) -> Outcome:
         """Apply the barrier's update if every active worker's gradient is in."""
-        outcome = Outcome()
-        if not self._pending or not self.active <= self._pending_workers():
+        outcome, room = Outcome(), self.room
+        if not room.pending or not self.active <= room.pending_workers():
             return outcome
-        outcome.applied.extend(self._apply(self._pending))
-        self._pending = []
-        outcome.released.extend(sorted(self._waiting))
-        self._waiting.clear()
+        outcome.applied.extend(self._apply(room.pending))
+        room.pending = []
+        outcome.released.extend(room.release_all())
         outcome.merge(self._after_update())
         return outcome
 
     def _check_worker(self, worker: int) -> None:
         if not 0 <= worker < self.config.workers:
             raise ValueError(f"worker {worker} out of range 0..{self.config.workers - 1}")
-
-    def _slowest_clock(self) -> int:
-        return min((self._clocks.get(w, 0) for w in self.active), default=0)
-
-    def _pending_workers(self) -> set[int]:
-        return {g.worker for g in self._pending}
 
     def _apply(self, gradients: list[Gradient]) -> list[UpdateRecord]:
         cfg = self.config
@@ -391,17 +382,6 @@ class Synchronizer:
             cfg.momentum_ramp_fraction,
         )
 
-    def _release_within_bound(self) -> list[int]:
-        """Waiting workers allowed to go on under the current asynchronous rule."""
-        if self.spec.protocol is Protocol.SSP:
-            bound = self.spec.staleness_bound or 0
-            slowest = self._slowest_clock()
-            released = sorted(w for w in self._waiting if self._clocks.get(w, 0) - slowest <= bound)
-        else:
-            released = sorted(self._waiting)
-        self._waiting -= set(released)
-        return released
-
     def _after_update(self) -> Outcome:
         outcome = Outcome()
         cfg = self.config
@@ -430,7 +410,7 @@ class Synchronizer:
         ):
             self._next_checkpoint_index += 1
             label = label or "periodic"
-        if label and not self._pending:
+        if label and not self.room.pending:
             # At a version boundary with no gradient waiting, after any scheduled switch: a
             # consistent state to go back to.
             self._snapshot_requested = ""
@@ -456,9 +436,9 @@ class Synchronizer:
         outcome = Outcome()
         if self.done:
             return outcome
-        for gradient in self._pending:
+        for gradient in self.room.pending:
             outcome.dropped.append(self._drop(gradient, DropReason.TRAINING_COMPLETE))
-        self._pending = []
+        self.room.pending = []
         cfg = self.config
         while self._next_eval_index * cfg.eval_every < 1.0 - 1e-9:
             outcome.evaluations.append(self._eval_point(self._next_eval_index * cfg.eval_every))
@@ -472,8 +452,7 @@ class Synchronizer:
         self.time_by_protocol[self.spec.name] += now_s - self._phase_started_s
         self._phase_started_s = now_s
         outcome.evaluations.append(self._eval_point(1.0))
-        outcome.released.extend(sorted(self._waiting))
-        self._waiting.clear()
+        outcome.released.extend(self.room.release_all())
         outcome.done = True
 
     def _eval_point(self, fraction: float) -> EvalPoint:

@@ -136,7 +136,7 @@ def _unversioned_snapshot_state(sync: Synchronizer) -> dict[str, Any]:
         "phase_index": sync.phase_index,
         "protocol": sync.spec.name,
         "excluded": sorted(sync.excluded),
-        "clocks": {str(w): c for w, c in sorted(sync._clocks.items())},
+        "clocks": {str(w): c for w, c in sorted(sync.room.clocks.items())},
         "time_s": sync.now_s(),
         "phase_started_s": sync._phase_started_s,
         "time_by_protocol": dict(sync.time_by_protocol),
