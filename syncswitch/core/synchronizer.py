@@ -23,6 +23,9 @@ BSP its gradients are dropped as `straggler_excluded` and it goes on at once wit
 weights. With `count_bsp_by_work`, a scheduled BSP phase ends when its planned samples have
 been applied under BSP, so a detour through ASP postpones the planned switch instead of
 eating into the BSP prefix.
+
+Beside it: core/waitroom.py holds who is held back (the barrier, the SSP clocks);
+core/sync_state.py takes, restores and rolls back its state (`SynchronizerState`).
 """
 
 from __future__ import annotations
@@ -196,7 +199,7 @@ class Synchronizer:
         worker = gradient.worker
         settled = self.ledger.record_arrival(worker, gradient.sequence)
         if settled is not None:  # a retry, or a late gradient of a replaced incarnation
-            outcome.dropped.append(self._drop_record(gradient, settled))
+            outcome.dropped.append(_drop_record(gradient, settled, self.now_s()))
             return settled
         reason: str | None = None
         if self.done:
@@ -227,7 +230,7 @@ class Synchronizer:
 
     def exclude(self, worker: int) -> Outcome:
         """Stop waiting for `worker` at the barrier (elastic BSP); it may complete a barrier."""
-        self._check_worker(worker)
+        _check_worker(worker, self.config.workers)
         self.excluded.add(worker)
         outcome = Outcome()
         if self.spec.protocol is Protocol.BSP:
@@ -239,7 +242,7 @@ class Synchronizer:
 
     def readmit(self, worker: int) -> Outcome:
         """Wait for `worker` again from its next gradient on."""
-        self._check_worker(worker)
+        _check_worker(worker, self.config.workers)
         if worker in self.excluded:
             # It rejoins the SSP bound level with the slowest of the others, so they are not
             # held back for the steps it missed while excluded.
@@ -320,10 +323,6 @@ class Synchronizer:
         outcome.merge(self._after_update())
         return outcome
 
-    def _check_worker(self, worker: int) -> None:
-        if not 0 <= worker < self.config.workers:
-            raise ValueError(f"worker {worker} out of range 0..{self.config.workers - 1}")
-
     def _apply(self, gradients: list[Gradient]) -> list[UpdateRecord]:
         cfg = self.config
         if len(gradients) == 1:
@@ -339,7 +338,9 @@ class Synchronizer:
         lr = self.lr_scale * update_learning_rate(
             cfg.lr, cfg.lr_schedule, self.progress, len(gradients), cfg.workers
         )
-        momentum = self._momentum()
+        momentum = update_momentum(
+            cfg, self.spec, self.momentum_policy, self.progress, self._async_start
+        )
         self.optimizer.step(mean, lr=lr, momentum=momentum)
         applied_to = self.version
         self.version += 1
@@ -369,19 +370,6 @@ class Synchronizer:
             for g in gradients
         ]
 
-    def _momentum(self) -> float:
-        cfg = self.config
-        if not self.spec.protocol.is_async:
-            return cfg.momentum
-        return async_momentum(
-            cfg.momentum,
-            self.momentum_policy,
-            cfg.workers,
-            self.progress,
-            self._async_start,
-            cfg.momentum_ramp_fraction,
-        )
-
     def _after_update(self) -> Outcome:
         outcome = Outcome()
         cfg = self.config
@@ -394,9 +382,7 @@ class Synchronizer:
         if self.samples >= cfg.total_samples:
             self._finish(outcome)
             return outcome
-        index = self.phase_index
-        while index < len(cfg.schedule.phases) - 1 and self._phase_finished(index):
-            index += 1
+        index = scheduled_phase(cfg, self.phase_index, self.progress, self._phase_bsp_samples)
         if index != self.phase_index:
             self.phase_index = index
             self._phase_bsp_samples = 0
@@ -416,17 +402,6 @@ class Synchronizer:
             self._snapshot_requested = ""
             outcome.snapshots.append(take_snapshot(self, label))
         return outcome
-
-    def _phase_finished(self, index: int) -> bool:
-        cfg = self.config
-        phase = cfg.schedule.phases[index]
-        if cfg.count_bsp_by_work and phase.spec.protocol is Protocol.BSP:
-            start = cfg.schedule.phases[index - 1].end if index else 0.0
-            planned = (phase.end - start) * cfg.total_samples
-            # A phase entered late (after an earlier detour) still gets its planned BSP work.
-            done = self._phase_bsp_samples if index == self.phase_index else 0
-            return done >= planned - 1e-9
-        return self.progress >= phase.end
 
     def finish_now(self) -> Outcome:
         """End the workload here: another shard has applied it all (shards that dropped a
@@ -466,13 +441,62 @@ class Synchronizer:
 
     def _drop(self, gradient: Gradient, reason: str) -> DropRecord:
         self.ledger.record_dropped(gradient.worker, gradient.sequence, reason)
-        return self._drop_record(gradient, reason)
+        return _drop_record(gradient, reason, self.now_s())
 
-    def _drop_record(self, gradient: Gradient, reason: str) -> DropRecord:
-        return DropRecord(
-            worker=gradient.worker,
-            sequence=gradient.sequence,
-            computed_version=gradient.computed_version,
-            reason=reason,
-            time_s=self.now_s(),
-        )
+
+def scheduled_phase(config: SyncConfig, index: int, progress: float, phase_bsp_samples: int) -> int:
+    """The schedule's phase after an update: `index` (the current one) or a later one, past
+    every phase that has ended. A BSP phase counted by work ends when its planned samples have
+    been applied under BSP (`phase_bsp_samples` so far in the current phase)."""
+    phases = config.schedule.phases
+    current = index
+    while index < len(phases) - 1:
+        phase = phases[index]
+        if config.count_bsp_by_work and phase.spec.protocol is Protocol.BSP:
+            start = phases[index - 1].end if index else 0.0
+            planned = (phase.end - start) * config.total_samples
+            # A phase entered late (after an earlier detour) still gets its planned BSP work.
+            done = phase_bsp_samples if index == current else 0
+            finished = done >= planned - 1e-9
+        else:
+            finished = progress >= phase.end
+        if not finished:
+            break
+        index += 1
+    return index
+
+
+def update_momentum(
+    config: SyncConfig,
+    spec: ProtocolSpec,
+    policy: MomentumPolicy,
+    progress: float,
+    async_start: float,
+) -> float:
+    """The momentum of an update under `spec`: the configured one under BSP, the momentum
+    policy's in an asynchronous phase that began at `async_start`."""
+    if not spec.protocol.is_async:
+        return config.momentum
+    return async_momentum(
+        config.momentum,
+        policy,
+        config.workers,
+        progress,
+        async_start,
+        config.momentum_ramp_fraction,
+    )
+
+
+def _check_worker(worker: int, workers: int) -> None:
+    if not 0 <= worker < workers:
+        raise ValueError(f"worker {worker} out of range 0..{workers - 1}")
+
+
+def _drop_record(gradient: Gradient, reason: str, time_s: float) -> DropRecord:
+    return DropRecord(
+        worker=gradient.worker,
+        sequence=gradient.sequence,
+        computed_version=gradient.computed_version,
+        reason=reason,
+        time_s=time_s,
+    )
