@@ -59,7 +59,7 @@ from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.control.stragglers import OnlinePolicy
 from syncswitch.control.summary import build_summary
 from syncswitch.core.checkpoint import CheckpointError, LoadedCheckpoint
-from syncswitch.core.records import Decision, EvalPoint, Snapshot
+from syncswitch.core.records import Decision, EvalPoint, Snapshot, WorkerStats
 from syncswitch.files import write_atomic
 from syncswitch.results import RunWriter
 
@@ -165,7 +165,7 @@ class RunController:
         self._maybe_finishing()
         return Step(before, self.phase)
 
-    def on_worker_finished(self, worker: int, stats: dict) -> Step:
+    def on_worker_finished(self, worker: int, stats: WorkerStats) -> Step:
         before = self.phase
         self.workers.running.discard(worker)
         self.workers.finished[worker] = stats
@@ -260,14 +260,15 @@ class RunController:
     def finish(
         self,
         final_snapshots: list[Snapshot],
-        worker_stats: list[dict],
+        worker_stats: list[WorkerStats],
         final_weights: np.ndarray,
     ) -> dict[str, Any]:
         """The last checkpoint, worker statistics, final weights and summary."""
         assert self.phase is RunPhase.FINISHING and not self.evaluations.outstanding, self.phase
-        self.writer.worker_stats(worker_stats)
+        rows = [stats.to_row() for stats in worker_stats]
+        self.writer.worker_stats(rows)
         self.checkpoints.write(final_snapshots)
-        summary = self.summary(worker_stats, status="complete")
+        summary = self.summary(rows, status="complete")
         self.writer.summary(summary)
         buffer = io.BytesIO()  # written atomically: never through a planted symlink
         torch.save({"flat_weights": torch.tensor(final_weights)}, buffer)
@@ -304,9 +305,8 @@ class RunController:
         for update in outcome.applied:
             self.record.add_update(update.protocol, update.staleness, update.loss)
         for switch in outcome.switches:
-            entry = switch.to_summary()
-            self.record.switches.append(entry)
-            self.writer.event("switch", entry)
+            self.record.switches.append(switch)
+            self.writer.event("switch", switch.to_summary())
         for decision in outcome.decisions:  # the shard's own: quarantines
             self._log_decision(decision)
 
@@ -339,9 +339,8 @@ class RunController:
         return Step(before, self.phase, [stop])
 
     def _log_decision(self, decision: Decision) -> None:
-        entry = decision.to_record()
-        self.record.decisions.append(entry)
-        self.writer.event("decision", entry)
+        self.record.decisions.append(decision)
+        self.writer.event("decision", decision.to_record())
 
 
 def resume_point(checkpoint: LoadedCheckpoint | None) -> tuple[int, float] | None:

@@ -10,6 +10,8 @@ from syncswitch.control.decisions import KillWorker, RestartWorker, Stop
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardState
+from syncswitch.core.policies import Action
+from syncswitch.core.records import WorkerStats
 from syncswitch.results import RunWriter
 
 
@@ -19,7 +21,7 @@ class WorkerBook:
 
     running: set[int] = field(default_factory=set)
     restarting: set[int] = field(default_factory=set)  # dead, until the runtime has it up again
-    finished: dict[int, dict] = field(default_factory=dict)  # step-time statistics
+    finished: dict[int, WorkerStats] = field(default_factory=dict)
     restarts: Counter[int] = field(default_factory=Counter)
     hung: set[int] = field(default_factory=set)  # killed as hung, until heard from again
 
@@ -76,7 +78,7 @@ class HealthChecks:
         quarantined = state.quarantined
         if len(quarantined) < self.plan.workers:
             return None
-        reasons = [d["reason"] for d in self.record.decisions if d["action"] == "quarantine"]
+        reasons = [d.reason for d in self.record.decisions if d.action is Action.QUARANTINE]
         example = reasons[0] if reasons else "bad gradients"
         return Stop(
             f"every worker ({len(quarantined)}) is quarantined for bad gradients (e.g. "

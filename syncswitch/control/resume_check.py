@@ -51,9 +51,7 @@ class ResumeCheck:
             )
         _check_record(checkpoint.record)
         shards = parameter_shards(self.parameters, expected)
-        for index, (shard_state, shard) in enumerate(
-            zip(checkpoint.servers, shards, strict=True)
-        ):
+        for index, (shard_state, shard) in enumerate(zip(checkpoint.servers, shards, strict=True)):
             try:
                 self._check_shard(shard_state, shard.stop - shard.start)
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
@@ -82,7 +80,7 @@ def _check_vector(value: Any, name: str, length: int) -> None:
 
 
 def _check_record(record: RunRecord) -> None:
-    for name in ("switches", "decisions", "straggler_events", "failures"):
+    for name in ("straggler_events", "failures"):
         if not all(isinstance(entry, dict) for entry in getattr(record, name)):
             raise ValueError(f"controller record: {name} must be a list of mappings")
     for row in record.metrics:

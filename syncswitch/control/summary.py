@@ -51,7 +51,7 @@ def build_summary(
         "schedule_source": schedule_source,
         "time_by_protocol": state.time_by_protocol,
         "samples_by_protocol": state.samples_by_protocol,
-        "switches": record.switches,
+        "switches": [switch.to_summary() for switch in record.switches],
         "staleness": record.staleness_summary(),
         "gradients": state.accounting.to_record() if state.accounting else {},
         "workers": plan.workers,
@@ -69,7 +69,7 @@ def build_summary(
             "lr_scale": state.lr_scale,
             "guard_initial_loss": record.guard_initial_level,
             # Quarantines, rollbacks: every decision but the online policy's.
-            "decisions": [d for d in record.decisions if d["policy"] != policy],
+            "decisions": [d.to_record() for d in record.decisions if d.policy != policy],
             "faults_injected": plan.faults.describe(),
         },
         # Where the actors ran (nodes, hosts, devices), as the runtime reported it.
@@ -95,6 +95,6 @@ def _online_summary(plan: RunPlan, record: RunRecord, state: ShardState) -> dict
         ),
         "detection_delay_s_median": float(np.median(delays)) if delays else None,
         "excluded_at_end": list(state.excluded),
-        "decisions": [d for d in record.decisions if d["policy"] == plan.policy_name],
+        "decisions": [d.to_record() for d in record.decisions if d.policy == plan.policy_name],
         "straggler_events": events,
     }

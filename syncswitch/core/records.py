@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from syncswitch.core.protocol import ProtocolSpec
@@ -77,6 +78,20 @@ class SwitchEvent:
             "overhead_s": self.overhead_s,
             "reason": self.reason,
         }
+
+    @classmethod
+    def from_summary(cls, record: dict) -> SwitchEvent:
+        """Back from `to_summary()` (a checkpointed run record); raises on a malformed one."""
+        return cls(
+            at_fraction=float(record["at_fraction"]),
+            at_samples=int(record["at_samples"]),
+            version=int(record["version"]),
+            from_protocol=str(record["from"]),
+            to_protocol=str(record["to"]),
+            time_s=float(record["time_s"]),
+            overhead_s=float(record["overhead_s"]),
+            reason=str(record["reason"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -187,6 +202,20 @@ class Decision:
             "reason": self.reason,
         }
 
+    @classmethod
+    def from_record(cls, record: dict) -> Decision:
+        """Back from `to_record()` (a checkpointed run record); raises on a malformed one."""
+        worker, protocol = record["worker"], record["protocol"]
+        return cls(
+            action=Action(record["action"]),
+            policy=str(record["policy"]),
+            reason=str(record["reason"]),
+            time_s=float(record["time_s"]),
+            progress=float(record["progress"]),
+            worker=None if worker is None else int(worker),
+            protocol=None if protocol is None else ProtocolSpec.parse(protocol),
+        )
+
 
 @dataclass(frozen=True)
 class Accounting:
@@ -222,5 +251,34 @@ class WorkerStats:
     step_time_p90_s: float
     step_time_max_s: float
     compute_mean_s: float
-    compute_cpu_mean_s: float
+    compute_cpu_mean_s: float | None  # CPU time of the same steps; None where not measured
     wait_mean_s: float
+
+    @classmethod
+    def of_steps(
+        cls,
+        worker: int,
+        step_times: list[float],
+        compute_times: list[float],
+        wait_times: list[float],
+        compute_cpu_times: list[float] | None = None,
+    ) -> WorkerStats:
+        """Summarise one worker's measured steps (a worker with none reports zeros)."""
+        steps = np.array(step_times) if step_times else np.zeros(1)
+        return cls(
+            worker=worker,
+            steps=len(step_times),
+            step_time_mean_s=float(steps.mean()),
+            step_time_p50_s=float(np.percentile(steps, 50)),
+            step_time_p90_s=float(np.percentile(steps, 90)),
+            step_time_max_s=float(steps.max()),
+            compute_mean_s=float(np.mean(compute_times or [0.0])),
+            compute_cpu_mean_s=(
+                None if compute_cpu_times is None else float(np.mean(compute_cpu_times or [0.0]))
+            ),
+            wait_mean_s=float(np.mean(wait_times or [0.0])),
+        )
+
+    def to_row(self) -> dict[str, int | float]:
+        """A row of worker_steps.csv (a value not measured is left out, so its cell is empty)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}

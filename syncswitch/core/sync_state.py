@@ -230,7 +230,7 @@ class _Reader:
 
 def take_snapshot(sync: Synchronizer, label: str) -> Snapshot:
     """The synchronizer's state now, at a version boundary (no gradient waiting)."""
-    if sync._pending:
+    if sync.room.pending:
         raise RuntimeError("a snapshot is taken at a version boundary, with no one waiting")
     now_s = sync.now_s()
     optimizer = sync.optimizer.state_dict()
@@ -241,7 +241,7 @@ def take_snapshot(sync: Synchronizer, label: str) -> Snapshot:
         phase_index=sync.phase_index,
         protocol=sync.spec,
         excluded=tuple(sorted(sync.excluded)),
-        clocks=dict(sorted(sync._clocks.items())),
+        clocks=dict(sorted(sync.room.clocks.items())),
         time_s=now_s,
         phase_started_s=sync._phase_started_s,
         time_by_protocol=dict(sync.time_by_protocol),
@@ -294,9 +294,9 @@ def roll_back(
     and time are not rolled back: what happened, happened.
     """
     outcome = Outcome()
-    for gradient in sync._pending:
+    for gradient in sync.room.pending:
         outcome.dropped.append(sync._drop(gradient, DropReason.ROLLED_BACK))
-    sync._pending = []
+    sync.room.pending = []
     _load_position(sync, state)
     sync.version = max(sync.version, state.version) + 1
     sync.version_floor = sync.version
@@ -306,8 +306,7 @@ def roll_back(
     sync.pinned = protocol
     if sync.spec != protocol:
         outcome.merge(sync.switch_to(protocol, reason=reason))
-    outcome.released.extend(sorted(sync._waiting))
-    sync._waiting.clear()
+    outcome.released.extend(sync.room.release_all())
     return outcome
 
 
@@ -319,7 +318,7 @@ def _load_position(sync: Synchronizer, state: SynchronizerState) -> None:
     sync.phase_index = state.phase_index
     sync.spec = state.protocol
     sync.excluded = set(state.excluded)
-    sync._clocks = dict(state.clocks)
+    sync.room.clocks = dict(state.clocks)
     sync.samples_by_protocol = Counter(state.samples_by_protocol)
     sync._async_start = state.async_start
     sync._phase_bsp_samples = state.phase_bsp_samples

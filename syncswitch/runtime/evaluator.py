@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from syncswitch.core.optimizer import load_flat_parameters
 from syncswitch.workloads import ArrayDataset, prepare_batch
+
+if TYPE_CHECKING:  # Ray is imported only when a Ray actor asks where it runs
+    from syncswitch.runtime.ray.placement import ActorPlace
 
 _BATCH = 1000
 _BN_CALIBRATION_BATCHES = 8
@@ -42,7 +46,7 @@ class Evaluator:
             isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.model.modules()
         )
 
-    def ready(self) -> dict:
+    def ready(self) -> ActorPlace:
         """Where this evaluator runs; asked of the Ray actor only (the simulator's evaluator
         is called in place), so Ray is imported here, not with the module."""
         from syncswitch.runtime.ray.placement import here

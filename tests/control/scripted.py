@@ -42,7 +42,7 @@ from syncswitch.control.plan import RunPlan
 from syncswitch.control.run_state import RunCheckpoint
 from syncswitch.control.shard import ServerShard
 from syncswitch.core.checkpoint import CheckpointStore, LoadedCheckpoint
-from syncswitch.core.records import Gradient
+from syncswitch.core.records import Gradient, WorkerStats
 from syncswitch.core.sharding import parameter_shards
 from syncswitch.core.sync_state import SynchronizerState
 from syncswitch.results import RunWriter
@@ -148,10 +148,7 @@ class ScriptedRun:
             raise AssertionError(f"no end after {max_rounds} rounds: {self.controller.phase}")
         self.summary = self.controller.finish(
             [s.final_snapshot() for s in self.shards],
-            [
-                {"worker": w.index, "steps": w.steps, "step_time_mean_s": STEP_S}
-                for w in self.workers
-            ],
+            [WorkerStats.of_steps(w.index, [STEP_S] * w.steps, [], []) for w in self.workers],
             np.concatenate([s.sync.weights.numpy() for s in self.shards]),
         )
         self.writer.close()
@@ -253,7 +250,9 @@ class ScriptedRun:
             elif worker.running and not worker.waiting and any(s.sync.done for s in self.shards):
                 worker.running = False
                 self.handle(
-                    self.controller.on_worker_finished(worker.index, {"worker": worker.index})
+                    self.controller.on_worker_finished(
+                        worker.index, WorkerStats.of_steps(worker.index, [], [], [])
+                    )
                 )
 
     def _silent_s(self) -> dict[int, float]:

@@ -20,6 +20,7 @@ from syncswitch.control.decisions import (
     RollBack,
     StartWorker,
 )
+from syncswitch.core.protocol import BSP
 from tests.control.scripted import ScriptedRun, Stopped
 
 
@@ -130,7 +131,7 @@ def test_a_diverging_loss_is_rolled_back_and_pinned_to_bsp(tmp_path):
 
     run = ScriptedRun(tmp_path, schedule="bsp:0.5,asp", epochs=8.0, script={0.6: blow_up}).run()
     [rollback] = decisions_of(run, RollBack)
-    assert rollback.protocol.name == "bsp" and rollback.lr_scale == 0.5
+    assert rollback.protocol == BSP and rollback.lr_scale == 0.5
     step = next(s for s in run.steps if rollback in s.decisions)
     assert (step.before, step.after) == (RunPhase.TRAINING, RunPhase.ROLLING_BACK)
     reliability = run.summary["reliability"]

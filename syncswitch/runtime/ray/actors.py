@@ -24,18 +24,18 @@ class ActorDirectory:
         self.path = path
         self.resources = resources
         self.pids: dict[str, Any] = {"driver": os.getpid()}
-        self.where: dict[str, dict[str, Any]] = {"driver": placement.here("cpu")}
+        self.where: dict[str, placement.ActorPlace] = {"driver": placement.here("cpu")}
         self.nodes_seen: set[str] = set()
         self.dataset_copies: list[str] = []
         self.rejected: dict[str, int] = {}  # data-plane connections the servers closed
 
-    def locate(self, name: str, where: dict[str, Any]) -> None:
+    def locate(self, name: str, where: placement.ActorPlace) -> None:
         """Record where an actor (re)started: its process id, node, host and device."""
         self.where[name] = where
-        self.nodes_seen.add(where["node_id"])
+        self.nodes_seen.add(where.node_id)
         role, _, index = name.partition(" ")
         if role == "worker":
-            self.pids["workers"][int(index)] = where["pid"]
+            self.pids["workers"][int(index)] = where.pid
 
     def write(self) -> dict[str, Any]:
         """Write actors.json; the placement as the controller keeps it."""
@@ -56,7 +56,13 @@ class ActorDirectory:
             # other than this run's workers; nothing of it applied), or a reply not taken.
             described["data_plane_rejected"] = self.rejected
         write_json_atomic(
-            self.path, {**self.pids, **described, "actors": self.where, "by_node": nodes}
+            self.path,
+            {
+                **self.pids,
+                **described,
+                "actors": {name: where.to_record() for name, where in self.where.items()},
+                "by_node": nodes,
+            },
         )
         return described
 

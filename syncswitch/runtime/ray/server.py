@@ -26,7 +26,7 @@ from syncswitch.core.records import Decision, Gradient, Outcome, Snapshot
 from syncswitch.core.sync_state import SynchronizerState
 from syncswitch.core.synchronizer import SyncConfig
 from syncswitch.runtime.dataplane import Request, ServerEndpoint, encode_reply
-from syncswitch.runtime.ray.placement import here
+from syncswitch.runtime.ray.placement import ActorPlace, here
 
 # Above this size one shared object-store copy per version beats inlining weights into every
 # Ray reply (small models are faster inline: no second fetch). Data-plane replies are raw.
@@ -93,7 +93,7 @@ class ParameterServer:
             clock=time.time,
         )
 
-    def where(self) -> dict:
+    def where(self) -> ActorPlace:
         return here(self.device)
 
     def endpoint(self) -> tuple[str, bytes]:

@@ -348,7 +348,7 @@ class RaySupervisor:
             for index, shard in enumerate(self.shards)
         ]
         located = wait_ready([s.where.remote() for s in servers])
-        self.actors.pids["servers"] = [where["pid"] for where in located]
+        self.actors.pids["servers"] = [where.pid for where in located]
         for index, where in enumerate(located):
             self.actors.locate(f"server {index}", where)
         return servers

@@ -49,7 +49,7 @@ from syncswitch.control.shard import ServerShard
 from syncswitch.core.cluster import BYTES_PER_PARAMETER, ClusterModel
 from syncswitch.core.faults import FaultKind, inject
 from syncswitch.core.optimizer import flatten_parameters
-from syncswitch.core.records import Gradient, Outcome
+from syncswitch.core.records import Gradient, Outcome, WorkerStats
 from syncswitch.core.sharding import parameter_shards
 from syncswitch.core.sync_state import SynchronizerState
 from syncswitch.runtime.evaluator import Evaluator
@@ -77,18 +77,9 @@ class SimWorker:
     step_times: list[float] = field(default_factory=list)
     wait_times: list[float] = field(default_factory=list)
 
-    def stats(self) -> dict[str, Any]:
-        steps = np.array(self.step_times) if self.step_times else np.zeros(1)
-        return {
-            "worker": self.index,
-            "steps": len(self.step_times),
-            "step_time_mean_s": float(steps.mean()),
-            "step_time_p50_s": float(np.percentile(steps, 50)),
-            "step_time_p90_s": float(np.percentile(steps, 90)),
-            "step_time_max_s": float(steps.max()),
-            "compute_mean_s": float(steps.mean()),  # simulated: the step is all compute
-            "wait_mean_s": float(np.mean(self.wait_times or [0.0])),
-        }
+    def stats(self) -> WorkerStats:
+        # Simulated: the step is all compute, and there is no CPU time to measure.
+        return WorkerStats.of_steps(self.index, self.step_times, self.step_times, self.wait_times)
 
 
 class SimRuntime:
