@@ -50,7 +50,7 @@ from syncswitch.control.decisions import (
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.resume_check import say_refused
-from syncswitch.control.run_state import RunCheckpoint
+from syncswitch.control.run_state import RunCheckpoint, run_checkpoint
 from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.control.summary import build_summary
 from syncswitch.core.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
@@ -151,7 +151,7 @@ class RunController:
         self.workers = WorkerBook()
         self.record = RunRecord()
         if resumed_from is not None:
-            self.record = RunCheckpoint.from_plain(resumed_from.state).record
+            self.record = run_checkpoint(resumed_from).record
             self.record.metrics = [
                 m for m in self.record.metrics if m["samples"] <= resumed_from.info.samples
             ]
@@ -281,7 +281,7 @@ class RunController:
         """Replace every shard by one restored from the last good checkpoint."""
         before = self.phase
         try:
-            loaded = self.store.load_latest()
+            loaded = self.store.load_latest(validate=RunCheckpoint.from_plain)
         except CheckpointError as error:
             return self._stop(f"{reason}, and there is no checkpoint to recover from: {error}")
         if loaded.refused:
@@ -301,7 +301,7 @@ class RunController:
         }
         self.record.failures.append(entry)
         self.writer.event("server_failed", entry)
-        servers = RunCheckpoint.from_plain(loaded.state).servers
+        servers = run_checkpoint(loaded).servers
         restore = RestoreServers(servers, loaded.info.path.name, reason)
         return Step(before, self.phase, [restore])
 
@@ -484,7 +484,7 @@ class RunController:
             return []
         healthy = int((verdict.healthy_progress or 0.0) * self.plan.total_samples)
         try:
-            loaded = self.store.load_latest(max_samples=healthy)
+            loaded = self.store.load_latest(max_samples=healthy, validate=RunCheckpoint.from_plain)
         except CheckpointError as error:
             reason = f"{verdict.reason}; no checkpoint to roll back to ({error})"
             give_up = replace(response.to_decision(), action=Action.GIVE_UP, reason=reason)
@@ -498,7 +498,7 @@ class RunController:
         self.phase = RunPhase.ROLLING_BACK
         return [
             RollBack(
-                shard_states=RunCheckpoint.from_plain(loaded.state).servers,
+                shard_states=run_checkpoint(loaded).servers,
                 protocol=response.protocol,
                 lr_scale=response.lr_scale,
                 momentum=response.momentum,
@@ -645,7 +645,7 @@ def resume_point(checkpoint: LoadedCheckpoint | None) -> tuple[int, float] | Non
     """(samples, run seconds) a resumed run continues from, or None for a new run."""
     if checkpoint is None:
         return None
-    state = RunCheckpoint.from_plain(checkpoint.state)
+    state = run_checkpoint(checkpoint)
     return state.samples, state.time_s
 
 
