@@ -79,7 +79,9 @@ class CheckpointKeeper:
         return True
 
     def load_latest(self, max_samples: int | None = None) -> LoadedCheckpoint:
-        return self.store.load_latest(max_samples=max_samples)
+        """The newest checkpoint whose run state parses (one that does not is passed over
+        like a damaged one), at or before `max_samples` if given."""
+        return self.store.load_latest(max_samples=max_samples, validate=RunCheckpoint.from_plain)
 
     def forget_snapshots(self) -> None:
         """Snapshots that only some shards had sent belong to a timeline the servers lost."""

@@ -54,7 +54,7 @@ from syncswitch.control.phases import PhaseEvent, PhaseMachine, RunPhase, Step
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.resume_check import say_refused
-from syncswitch.control.run_state import RunCheckpoint
+from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.control.stragglers import OnlinePolicy
 from syncswitch.control.summary import build_summary
@@ -89,7 +89,7 @@ class RunController:
         self.state = ShardState()  # the first shard's, as of the last drain
         self.record = RunRecord()
         if resumed_from is not None:
-            self.record = RunCheckpoint.from_plain(resumed_from.state).record
+            self.record = run_checkpoint(resumed_from).record
             self.record.metrics = [
                 m for m in self.record.metrics if m["samples"] <= resumed_from.info.samples
             ]
@@ -216,7 +216,7 @@ class RunController:
         }
         self.record.failures.append(entry)
         self.writer.event("server_failed", entry)
-        servers = RunCheckpoint.from_plain(loaded.state).servers
+        servers = run_checkpoint(loaded).servers
         restore = RestoreServers(servers, loaded.info.path.name, reason)
         return Step(before, self.phase, [restore])
 
@@ -347,7 +347,7 @@ def resume_point(checkpoint: LoadedCheckpoint | None) -> tuple[int, float] | Non
     """(samples, run seconds) a resumed run continues from, or None for a new run."""
     if checkpoint is None:
         return None
-    state = RunCheckpoint.from_plain(checkpoint.state)
+    state = run_checkpoint(checkpoint)
     return state.samples, state.time_s
 
 

@@ -10,7 +10,7 @@ from syncswitch.control.checkpoints import CheckpointKeeper
 from syncswitch.control.decisions import RollBack
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
-from syncswitch.control.run_state import RunCheckpoint
+from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.core.checkpoint import CheckpointError
 from syncswitch.core.divergence import (
@@ -87,7 +87,7 @@ class DivergenceWatch:
             decision, reason=f"{decision.reason}; restored {loaded.info.path.name}"
         )
         return RollBack(
-            shard_states=RunCheckpoint.from_plain(loaded.state).servers,
+            shard_states=run_checkpoint(loaded).servers,
             protocol=response.protocol,
             lr_scale=response.lr_scale,
             momentum=response.momentum,

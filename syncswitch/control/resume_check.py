@@ -41,7 +41,8 @@ class ResumeCheck:
     def max_bytes(self) -> int:
         return 2 * 4 * self.parameters + _RECORD_ALLOWANCE_BYTES
 
-    def __call__(self, state: dict[str, Any]) -> None:
+    def __call__(self, state: dict[str, Any]) -> RunCheckpoint:
+        """The checkpoint's typed state, if this run can continue from it."""
         checkpoint = RunCheckpoint.from_plain(state)  # one line naming what does not fit
         expected = self.plan.job.servers
         if len(checkpoint.servers) != expected:
@@ -57,6 +58,7 @@ class ResumeCheck:
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
                 detail = f"missing {error}" if isinstance(error, KeyError) else str(error)
                 raise ValueError(f"server {index}: {detail}") from None
+        return checkpoint
 
     def _check_shard(self, shard_state: SynchronizerState, length: int) -> None:
         optimizer = shard_state.optimizer

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from syncswitch.control.record import RunRecord
+from syncswitch.core.checkpoint import LoadedCheckpoint
 from syncswitch.core.sync_state import StateFormatError, SynchronizerState
 
 STATE_VERSION = 2
@@ -75,3 +76,11 @@ class RunCheckpoint:
             detail = f"missing {error}" if isinstance(error, KeyError) else str(error)
             raise StateFormatError(f"controller record: {detail}") from None
         return cls(tuple(states), run_record)
+
+
+def run_checkpoint(loaded: LoadedCheckpoint) -> RunCheckpoint:
+    """The typed run state of a loaded checkpoint: as its validation built it (load_latest
+    with validate=RunCheckpoint.from_plain or a ResumeCheck), else built from it now."""
+    if isinstance(loaded.contents, RunCheckpoint):
+        return loaded.contents
+    return RunCheckpoint.from_plain(loaded.state)

@@ -39,7 +39,7 @@ from syncswitch.control.decisions import (
 )
 from syncswitch.control.dispatch import DecisionDispatch, Handler
 from syncswitch.control.plan import RunPlan
-from syncswitch.control.run_state import RunCheckpoint
+from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ServerShard
 from syncswitch.core.checkpoint import CheckpointStore, LoadedCheckpoint
 from syncswitch.core.records import Gradient, WorkerStats
@@ -117,7 +117,7 @@ class ScriptedRun:
             self.plan, self.writer, resumed_from=resumed, clock=lambda: self.now_s
         )
         self.slices = parameter_shards(PARAMETERS, self.config.servers)
-        restore = RunCheckpoint.from_plain(resumed.state).servers if resumed else None
+        restore = run_checkpoint(resumed).servers if resumed else None
         self.shards = self._new_shards(restore)
         self.workers = [FakeWorker(w) for w in range(self.config.workers)]
         self.summary: dict | None = None

@@ -8,7 +8,7 @@ import torch
 
 from syncswitch.control.controller import CHECKPOINT_DIR
 from syncswitch.control.record import RunRecord
-from syncswitch.control.run_state import STATE_VERSION, RunCheckpoint
+from syncswitch.control.run_state import STATE_VERSION, RunCheckpoint, run_checkpoint
 from syncswitch.core.checkpoint import CheckpointStore, RefusalKind
 from syncswitch.core.protocol import BSP
 from syncswitch.core.records import Action, Decision, SwitchEvent
@@ -87,3 +87,15 @@ def _saved(plain):
     torch.save(plain, buffer)
     buffer.seek(0)
     return buffer
+
+
+def test_a_validated_load_parses_the_state_once_and_keeps_it(tmp_path):
+    ScriptedRun(tmp_path, schedule="asp").run(stop_at=0.5)
+    loaded = CheckpointStore(tmp_path / CHECKPOINT_DIR).load_latest(
+        validate=RunCheckpoint.from_plain
+    )
+    assert isinstance(loaded.contents, RunCheckpoint)
+    assert run_checkpoint(loaded) is loaded.contents
+    unvalidated = CheckpointStore(tmp_path / CHECKPOINT_DIR).load_latest()
+    assert unvalidated.contents is None
+    assert run_checkpoint(unvalidated).samples == loaded.contents.samples

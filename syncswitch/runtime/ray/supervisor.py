@@ -48,7 +48,7 @@ from syncswitch.control.decisions import (
 )
 from syncswitch.control.dispatch import DecisionDispatch, Handler, raise_stop
 from syncswitch.control.plan import RunPlan
-from syncswitch.control.run_state import RunCheckpoint
+from syncswitch.control.run_state import run_checkpoint
 from syncswitch.core.checkpoint import LoadedCheckpoint
 from syncswitch.core.optimizer import flatten_parameters
 from syncswitch.core.records import EvalPoint
@@ -114,7 +114,7 @@ class RaySupervisor:
             self.group = placement.create_group(
                 self.resources, self.plan.workers, self.plan.job.servers, STARTUP_TIMEOUT_S
             )
-            restore = RunCheckpoint.from_plain(resumed.state).servers if resumed else None
+            restore = run_checkpoint(resumed).servers if resumed else None
             self.servers = self._start_servers(restore)
             self.evaluator = self._start_evaluator()
             self.workers = [self._start_worker(i) for i in range(self.plan.workers)]
@@ -412,4 +412,4 @@ class RaySupervisor:
 
 
 def _resumed_time_s(checkpoint: LoadedCheckpoint) -> float:
-    return RunCheckpoint.from_plain(checkpoint.state).time_s
+    return run_checkpoint(checkpoint).time_s

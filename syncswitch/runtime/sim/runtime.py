@@ -44,7 +44,7 @@ from syncswitch.control.decisions import (
     Stop,
 )
 from syncswitch.control.dispatch import DecisionDispatch, Handler, raise_stop
-from syncswitch.control.run_state import RunCheckpoint
+from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ServerShard
 from syncswitch.core.cluster import BYTES_PER_PARAMETER, ClusterModel
 from syncswitch.core.faults import FaultKind, inject
@@ -136,7 +136,7 @@ class SimRuntime:
         self._apply_s = [self.cluster.server.apply_s(s.stop - s.start) for s in self.slices]
         resumed = self.controller.resumed_from
         try:
-            restore = RunCheckpoint.from_plain(resumed.state).servers if resumed else None
+            restore = run_checkpoint(resumed).servers if resumed else None
             self._start_servers(restore)
             self._first_steps_at = self.events.now_s + self.cluster.startup_s
             self._carry_out(
