@@ -8,120 +8,62 @@
       nothing can go on --+--> FAILED (every worker quarantined, a worker failing too often,
                                        a dead server with no checkpoint; or `fail` on error)
 
-Protocol switches are not states: the synchronizer in every server shard puts a scheduled
-switch in force in place, at a version boundary, and reports it; an online policy's switch is
-decided here and carried out the same way. Nothing stops for either.
+The phases and every allowed move between them are a table (control/phases.py); a move not in
+it raises. Protocol switches are not phases: the synchronizer in every server shard puts a
+scheduled switch in force in place, at a version boundary, and reports it; an online policy's
+switch is decided here and carried out the same way. Nothing stops for either.
 
 A runtime (Ray actors, or a simulator) drives it. It starts the actors, then calls the `on_*`
 method for everything that happens: shards drained (`on_drained`), an evaluation back, a
 worker's run ended, died or is up again, a server died, a recovery done, a clock tick. Each
 call returns a `Step`: the phase before and after, and the decisions (syncswitch.control.
-decisions) the runtime must carry out, in order. The controller itself writes the run
-directory and the checkpoints; it never touches a process. Time comes from the injected clock.
+decisions) the runtime must carry out, in order (control/dispatch.py runs them). The
+controller writes the run directory and, through its collaborators, the checkpoints; it never
+touches a process. Time comes from the injected clock.
+
+Beside it, each in its own module: `EvaluationAssembly` (weight slices -> evaluations ->
+metrics in training order), `CheckpointKeeper` (snapshots -> checkpoints, timed ones),
+`HealthChecks` (dead, hung and quarantined workers), `DivergenceWatch` (losses -> rollback)
+and `OnlinePolicy` (step times -> exclude, readmit, switch).
 """
 
 from __future__ import annotations
 
 import io
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from syncswitch.control.checkpoints import CHECKPOINT_DIR, CheckpointKeeper
 from syncswitch.control.decisions import (
-    ApplyPolicyDecision,
-    Evaluate,
     FinishShards,
-    KillWorker,
     RequestSnapshot,
-    RestartWorker,
     RestoreServers,
-    RollBack,
     RunDecision,
     StartWorker,
     Stop,
 )
+from syncswitch.control.divergence import DivergenceWatch
+from syncswitch.control.evaluations import EvaluationAssembly
+from syncswitch.control.health import HealthChecks, WorkerBook
+from syncswitch.control.phases import PhaseEvent, PhaseMachine, RunPhase, Step
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.resume_check import say_refused
+from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ShardReport, ShardState
+from syncswitch.control.stragglers import OnlinePolicy
 from syncswitch.control.summary import build_summary
-from syncswitch.core.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
-from syncswitch.core.divergence import (
-    Divergence,
-    DivergenceGuard,
-    GiveUp,
-    GuardConfig,
-    rollback_decision,
-)
-from syncswitch.core.online import OnlineMonitor
-from syncswitch.core.policies import Action
-from syncswitch.core.protocol import ASP, ProtocolSpec
-from syncswitch.core.records import Decision, EvalPoint, Snapshot
+from syncswitch.core.checkpoint import CheckpointError, LoadedCheckpoint
+from syncswitch.core.records import Decision, EvalPoint, Snapshot, WorkerStats
 from syncswitch.files import write_atomic
 from syncswitch.rundir import RunWriter, Summary, names
 
-
-class RunPhase(StrEnum):
-    STARTING = "starting"  # actors starting; nothing trains yet
-    TRAINING = "training"
-    RECOVERING = "recovering"  # server shards being replaced from a checkpoint
-    ROLLING_BACK = "rolling_back"  # shards going back to a checkpoint in place (divergence)
-    FINISHING = "finishing"  # workload done, every worker back; evaluations outstanding
-    FINISHED = "finished"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True)
-class Step:
-    before: RunPhase
-    after: RunPhase
-    decisions: list[RunDecision] = field(default_factory=list)
-
-
-@dataclass
-class PolicyView:
-    """The run as an online policy may read it (core.policies.RunView), as last seen here."""
-
-    spec: ProtocolSpec = ASP
-    scheduled_spec: ProtocolSpec = ASP
-    excluded: frozenset[int] = frozenset()
-    done: bool = False
-    pinned: ProtocolSpec | None = None
-
-    def follow(self, state: ShardState) -> None:
-        self.spec = ProtocolSpec.parse(state.protocol)
-        self.scheduled_spec = ProtocolSpec.parse(state.scheduled_protocol)
-        self.excluded = frozenset(state.excluded)
-        self.done = state.done
-        self.pinned = ProtocolSpec.parse(state.pinned) if state.pinned else None
-
-    def assume(self, decision: Decision) -> None:
-        """A decision just made is in force for the next one (shards carry it out next)."""
-        action = Action(decision.action)
-        if action is Action.EXCLUDE:
-            self.excluded |= {decision.worker}
-        elif action is Action.READMIT:
-            self.excluded -= {decision.worker}
-        elif decision.protocol is not None:
-            self.spec = ProtocolSpec.parse(decision.protocol)
-
-
-@dataclass
-class WorkerBook:
-    """Where each worker's training loop stands."""
-
-    running: set[int] = field(default_factory=set)
-    restarting: set[int] = field(default_factory=set)  # dead, until the runtime has it up again
-    finished: dict[int, dict] = field(default_factory=dict)  # step-time statistics
-    restarts: Counter[int] = field(default_factory=Counter)
-    hung: set[int] = field(default_factory=set)  # killed as hung, until heard from again
+__all__ = ["CHECKPOINT_DIR", "RunController", "RunPhase", "Step", "resume_point", "run_dir_in_use"]
 
 
 class RunController:
@@ -139,45 +81,36 @@ class RunController:
         for the host seconds the run took."""
         self.plan = plan
         self.writer = writer
-        self.store = CheckpointStore(writer.dir / CHECKPOINT_DIR)
         self.resumed_from = resumed_from
         self.schedule_source = schedule_source or {"kind": "given"}
-        self.clock = clock
         self.host_clock = host_clock
         self._host_started = host_clock()
-        self.phase = RunPhase.STARTING
+        self._phases = PhaseMachine()
         self.state = ShardState()  # the first shard's, as of the last drain
-        self.workers = WorkerBook()
         self.record = RunRecord()
         if resumed_from is not None:
-            self.record = RunRecord.from_state(resumed_from.state["controller"])
+            self.record = run_checkpoint(resumed_from).record
             self.record.metrics = [
                 m for m in self.record.metrics if m["samples"] <= resumed_from.info.samples
             ]
-        self.guard = (
-            DivergenceGuard(GuardConfig(), initial_level=self.record.guard_initial_level)
-            if plan.reliability.divergence_guard
-            else None
+        self.evaluations = EvaluationAssembly()
+        self.checkpoints = CheckpointKeeper(
+            writer, self.record, every_s=plan.reliability.checkpoint_every_s, clock=clock
         )
-        self.monitor = (
-            OnlineMonitor(
-                plan.workers,
-                plan.online,
-                plan.emulation.stragglers if plan.emulation.enabled else None,
-            )
-            if plan.online is not None
-            else None
-        )
-        self.policy_view = PolicyView()
+        self.health = HealthChecks(plan, writer, self.record)
+        self.divergence = DivergenceWatch(plan, self.record, self.checkpoints, self._log_decision)
+        self.online = OnlinePolicy(plan, self.record, writer, self._log_decision)
         self.setup_s = 0.0
-        self._eval_slices: list[list[tuple[EvalPoint, np.ndarray]]] = []  # per shard
-        self._pending_evals: list[tuple[EvalPoint, float]] = []  # (point, mean train loss)
-        self._eval_results: dict[EvalPoint, tuple[float, float]] = {}
-        self._snapshot_queues: dict[str, list[list[Snapshot]]] = {}  # label -> per shard
-        self._pending_rollback: Decision | None = None
         self._workload_done = False  # some shard has applied the whole workload
-        self._last_checkpoint_at = clock()
         self.placement: dict[str, Any] | None = None  # the runtime's word on where actors run
+
+    @property
+    def phase(self) -> RunPhase:
+        return self._phases.phase
+
+    @property
+    def workers(self) -> WorkerBook:
+        return self.health.workers
 
     # -- the run's story, in the order it happens ----------------------------------------------
 
@@ -185,8 +118,8 @@ class RunController:
         """The actors are up: log the start (or the resume) and start every worker."""
         before = self.phase
         self.setup_s = setup_s
-        self._announce(parameters)
-        self.phase = RunPhase.TRAINING
+        announce(self.writer, self.plan, self.record, self.resumed_from, parameters)
+        self._phases.fire(PhaseEvent.START)
         self.workers.running = set(range(self.plan.workers))
         starts = [
             StartWorker(w, incarnation=0, reason="run started") for w in range(self.plan.workers)
@@ -200,20 +133,23 @@ class RunController:
         self.state = first.state
         decisions += self._end_workload_everywhere(reports)
         self._record(first)
-        decisions += self._queue_evaluations(reports)
-        decisions += self._react_to_stragglers(first)
+        decisions += self.evaluations.add(reports, self.record.take_train_loss)
+        decisions += self.online.react(first)
         # The guard reads the losses before this drain's snapshots are written: a snapshot
         # taken after the loss went bad must not push the last good checkpoint out of the
         # store (it keeps two) before the rollback can load it.
-        verdict = self._watch_divergence(first)
-        healthy = (
-            None if verdict is None else (verdict.healthy_progress or 0.0) * self.plan.total_samples
-        )
-        self._take_snapshots(reports, max_samples=healthy)
+        verdict = self.divergence.watch(first) if self.phase is RunPhase.TRAINING else None
+        healthy = None if verdict is None else self.divergence.healthy_samples(verdict)
+        self.checkpoints.collect(reports, max_samples=healthy)
         if verdict is not None:
-            decisions += self._respond_to_divergence(verdict)
-        decisions += self._check_quarantine()
-        decisions += self._check_hung()
+            rollback = self.divergence.respond(verdict, self.state)
+            if rollback is not None:
+                self._phases.fire(PhaseEvent.DIVERGED)
+                decisions.append(rollback)
+        stalled = self.health.stalled(self.state)
+        if stalled is not None:
+            decisions += self._stop(stalled).decisions
+        decisions += self.health.hung(self.state)
         self._maybe_finishing()
         return Step(before, self.phase, decisions)
 
@@ -221,14 +157,15 @@ class RunController:
         """An evaluation is back; metrics are written in training order, whatever the order
         in which evaluations come back."""
         before = self.phase
-        self._eval_results[point] = (accuracy, loss)
-        while self._pending_evals and self._pending_evals[0][0] in self._eval_results:
-            done, train_loss = self._pending_evals.pop(0)
-            self._write_metric(done, *self._eval_results.pop(done), train_loss)
+        for evaluated in self.evaluations.result(point, accuracy, loss):
+            row = evaluated.metric_row()
+            self.record.metrics.append(row)
+            self.writer.metric(row)
+            self.writer.summary(self.summary([], status="running"))
         self._maybe_finishing()
         return Step(before, self.phase)
 
-    def on_worker_finished(self, worker: int, stats: dict) -> Step:
+    def on_worker_finished(self, worker: int, stats: WorkerStats) -> Step:
         before = self.phase
         self.workers.running.discard(worker)
         self.workers.finished[worker] = stats
@@ -237,34 +174,11 @@ class RunController:
 
     def on_worker_died(self, worker: int, cause: str) -> Step:
         """A worker's process is gone: restart it, unless it has failed too often."""
-        before, book = self.phase, self.workers
-        book.running.discard(worker)
-        book.restarts[worker] += 1
-        restart = book.restarts[worker]
-        reason = (
-            "hung: silent longer than worker_timeout_s, killed"
-            if worker in book.hung
-            else f"died ({cause})"
-        )
-        limit = self.plan.reliability.max_worker_restarts
-        if restart > limit:
-            return self._stop(
-                f"worker {worker} failed {restart} times (max_worker_restarts = {limit}); "
-                f"last: {reason}"
-            )
-        entry = {
-            "kind": "worker",
-            "worker": worker,
-            "reason": reason,
-            "restart": restart,
-            "at_fraction": round(self.state.progress, 6),
-            "time_s": round(self.state.time_s, 3),
-            "recovery": "restarted through the runtime; rejoins at the current version",
-        }
-        self.record.failures.append(entry)
-        self.writer.event("worker_failed", entry)
-        book.restarting.add(worker)
-        return Step(before, self.phase, [RestartWorker(worker, restart, reason)])
+        before = self.phase
+        decision = self.health.worker_died(worker, cause, self.state)
+        if isinstance(decision, Stop):
+            return self._stop(decision)
+        return Step(before, self.phase, [decision])
 
     def on_worker_ready(self, worker: int) -> Step:
         """A restarted worker is up again: it trains on from the current version."""
@@ -280,15 +194,17 @@ class RunController:
         """Replace every shard by one restored from the last good checkpoint."""
         before = self.phase
         try:
-            loaded = self.store.load_latest()
+            loaded = self.checkpoints.load_latest()
         except CheckpointError as error:
-            return self._stop(f"{reason}, and there is no checkpoint to recover from: {error}")
+            return self._stop(
+                Stop(f"{reason}, and there is no checkpoint to recover from: {error}")
+            )
         if loaded.refused:
             say_refused(loaded, "restoring the parameter servers")
-        self.phase = RunPhase.RECOVERING
+        self._phases.fire(PhaseEvent.SERVERS_LOST)
         # Slices and snapshots that only some shards had sent belong to the lost timeline.
-        self._eval_slices.clear()
-        self._snapshot_queues.clear()
+        self.evaluations.forget_slices()
+        self.checkpoints.forget_snapshots()
         entry = {
             "kind": "server",
             "reason": reason,
@@ -300,19 +216,16 @@ class RunController:
         }
         self.record.failures.append(entry)
         self.writer.event("server_failed", entry)
-        restore = RestoreServers(loaded.state["servers"], loaded.info.path.name, reason)
+        servers = run_checkpoint(loaded).servers
+        restore = RestoreServers(servers, loaded.info.path.name, reason)
         return Step(before, self.phase, [restore])
 
     def on_servers_restored(self) -> Step:
         """New shards are up: every worker that had not finished trains on against them."""
         before = self.phase
-        self.phase = RunPhase.TRAINING
+        self._phases.fire(PhaseEvent.SERVERS_RESTORED)
         book = self.workers
-        rerun = [
-            w
-            for w in range(self.plan.workers)
-            if w not in book.finished and w not in book.restarting
-        ]
+        rerun = book.unfinished(self.plan.workers)
         book.running = set(rerun)
         starts = [StartWorker(w, book.restarts[w], "servers restored") for w in rerun]
         return Step(before, self.phase, list(starts))
@@ -320,13 +233,8 @@ class RunController:
     def on_rolled_back(self) -> Step:
         """Every shard is back at the checkpoint: log the rollback and watch afresh."""
         before = self.phase
-        assert self._pending_rollback is not None
-        self.record.rollbacks += 1
-        self._log_decision(self._pending_rollback)
-        self._pending_rollback = None
-        if self.guard is not None:
-            self.guard.reset()
-        self.phase = RunPhase.TRAINING
+        self.divergence.rolled_back()
+        self._phases.fire(PhaseEvent.ROLLED_BACK)
         return Step(before, self.phase)
 
     def on_placed(self, placement: dict[str, Any]) -> Step:
@@ -339,43 +247,41 @@ class RunController:
 
     def on_tick(self) -> Step:
         """Time passed: a checkpoint may be due by time."""
-        every_s = self.plan.reliability.checkpoint_every_s
-        now = self.clock()
-        due = every_s and now - self._last_checkpoint_at >= every_s
-        if not due or self.phase is not RunPhase.TRAINING:
+        if self.phase is not RunPhase.TRAINING or not self.checkpoints.timed_due():
             return Step(self.phase, self.phase)
-        self._last_checkpoint_at = now
+        every_s = self.checkpoints.every_s
         request = RequestSnapshot("timed", f"{every_s:g} s since the last checkpoint")
         return Step(self.phase, self.phase, [request])
 
     @property
     def evaluations_outstanding(self) -> int:
-        return len(self._pending_evals)
+        return self.evaluations.outstanding
 
     def finish(
         self,
         final_snapshots: list[Snapshot],
-        worker_stats: list[dict],
+        worker_stats: list[WorkerStats],
         final_weights: np.ndarray,
     ) -> Summary:
         """The last checkpoint, worker statistics, final weights and summary."""
-        assert self.phase is RunPhase.FINISHING and not self._pending_evals, self.phase
-        self.writer.worker_stats(worker_stats)
-        self._checkpoint(final_snapshots)
+        assert self.phase is RunPhase.FINISHING and not self.evaluations.outstanding, self.phase
+        rows = [stats.to_row() for stats in worker_stats]
+        self.writer.worker_stats(rows)
+        self.checkpoints.write(final_snapshots)
         summary = self.summary(worker_stats, status="complete")
         self.writer.summary(summary)
         buffer = io.BytesIO()  # written atomically: never through a planted symlink
         torch.save({"flat_weights": torch.tensor(final_weights)}, buffer)
         write_atomic(self.writer.dir / names.FINAL_WEIGHTS, buffer.getvalue())
-        self.phase = RunPhase.FINISHED
+        self._phases.fire(PhaseEvent.FINISH)
         return summary
 
     def fail(self, error: BaseException) -> None:
         """Whatever was produced stays on disk; the summary says how the run ended."""
-        self.phase = RunPhase.FAILED
+        self._phases.fire(PhaseEvent.FAIL)
         self.writer.summary(self.summary([], status=f"failed: {error!r}"))
 
-    def summary(self, worker_stats: list[dict], status: str) -> Summary:
+    def summary(self, worker_stats: list[WorkerStats], status: str) -> Summary:
         return build_summary(
             self.plan,
             self.record,
@@ -389,139 +295,20 @@ class RunController:
             placement=self.placement,
         )
 
-    # -- what a drain tells -----------------------------------------------------------------
+    # -- bookkeeping ----------------------------------------------------------------------------
 
     def _record(self, report: ShardReport) -> None:
+        """Write what the first shard applied, dropped, switched and quarantined."""
         outcome = report.outcome
         self.writer.updates(outcome.applied)
         self.writer.drops(outcome.dropped)
         for update in outcome.applied:
             self.record.add_update(update.protocol, update.staleness, update.loss)
         for switch in outcome.switches:
-            entry = switch.to_summary()
-            self.record.switches.append(entry)
-            self.writer.event("switch", entry)
+            self.record.switches.append(switch)
+            self.writer.event("switch", switch.to_summary())
         for decision in outcome.decisions:  # the shard's own: quarantines
             self._log_decision(decision)
-
-    def _queue_evaluations(self, reports: list[ShardReport]) -> list[RunDecision]:
-        """Evaluate a point once every shard has sent its slice of the weights.
-
-        Shards reach the same sample counts but are drained at slightly different moments,
-        so one may already hold a point that another has not reached yet.
-        """
-        while len(self._eval_slices) < len(reports):
-            self._eval_slices.append([])
-        for queue, report in zip(self._eval_slices, reports, strict=False):
-            queue.extend(zip(report.outcome.evaluations, report.eval_weights, strict=True))
-        decisions: list[RunDecision] = []
-        while all(self._eval_slices):
-            slices = [queue.pop(0) for queue in self._eval_slices]
-            point = slices[0][0]
-            weights = np.concatenate([w for _, w in slices])
-            self._pending_evals.append((point, self.record.take_train_loss()))
-            decisions.append(Evaluate(point, weights, f"progress reached {point.fraction:g}"))
-        return decisions
-
-    def _take_snapshots(self, reports: list[ShardReport], max_samples: float | None) -> None:
-        """Shards snapshot at the same points; a checkpoint is written once all have.
-        Snapshots past `max_samples` (where the loss was last healthy) are not kept."""
-        for index, report in enumerate(reports):
-            for snapshot in report.outcome.snapshots:
-                if max_samples is not None and snapshot.samples > max_samples:
-                    continue
-                queues = self._snapshot_queues.setdefault(snapshot.label, [])
-                while len(queues) < len(reports):
-                    queues.append([])
-                queues[index].append(snapshot)
-        for queues in self._snapshot_queues.values():
-            while queues and all(queues):
-                self._checkpoint([queue.pop(0) for queue in queues])
-
-    def _react_to_stragglers(self, first: ShardReport) -> list[RunDecision]:
-        """The online policy decides on the steps the first shard saw arrive; every shard
-        then carries out the same decisions."""
-        if self.monitor is None:
-            return []
-        view = self.policy_view
-        view.follow(first.state)
-        decisions: list[RunDecision] = []
-        for step in first.observations:
-            reaction = self.monitor.observe(step, view, view.assume)
-            for event in reaction.straggler_events:
-                self.record.straggler_events.append(event)
-                self.writer.event(event["event"], {k: v for k, v in event.items() if k != "event"})
-            for decision in reaction.decisions:
-                self._log_decision(decision)
-                decisions.append(ApplyPolicyDecision(decision))
-        return decisions
-
-    def _watch_divergence(self, first: ShardReport) -> Divergence | None:
-        if self.guard is None or self.phase is not RunPhase.TRAINING:
-            return None
-        for update in first.outcome.applied:
-            verdict = self.guard.observe(
-                update.loss, progress=update.progress, time_s=update.time_s
-            )
-            self.record.guard_initial_level = self.guard.initial_level
-            if verdict is not None:
-                return verdict
-        return None
-
-    def _respond_to_divergence(self, verdict: Divergence) -> list[RunDecision]:
-        response = rollback_decision(
-            verdict,
-            self.state.lr_scale,
-            self.state.momentum_policy,
-            self.plan.reliability.rollback,
-            rollbacks_done=self.record.rollbacks,
-        )
-        if isinstance(response, GiveUp):
-            self._log_decision(response.to_decision())
-            self.guard = None  # nothing more to do about it; the summary says so
-            return []
-        healthy = int((verdict.healthy_progress or 0.0) * self.plan.total_samples)
-        try:
-            loaded = self.store.load_latest(max_samples=healthy)
-        except CheckpointError as error:
-            reason = f"{verdict.reason}; no checkpoint to roll back to ({error})"
-            self._log_decision(replace(response.to_decision(), action="give_up", reason=reason))
-            self.guard = None
-            return []
-        decision = response.to_decision()
-        self._pending_rollback = replace(
-            decision, reason=f"{decision.reason}; restored {loaded.info.path.name}"
-        )
-        self.phase = RunPhase.ROLLING_BACK
-        return [
-            RollBack(
-                shard_states=loaded.state["servers"],
-                protocol=response.protocol,
-                lr_scale=response.lr_scale,
-                momentum=response.momentum,
-                label=f"divergence rollback {response.number}",
-                reason=self._pending_rollback.reason,
-            )
-        ]
-
-    def _check_quarantine(self) -> list[RunDecision]:
-        """Stop when no worker is left to train: every one is quarantined for bad gradients.
-
-        Otherwise the run would go on forever, each gradient dropped and counted, none
-        applied (seen with ASP diverging without the guard: every gradient non-finite).
-        """
-        quarantined = self.state.quarantined
-        if len(quarantined) < self.plan.workers:
-            return []
-        reasons = [d["reason"] for d in self.record.decisions if d["action"] == "quarantine"]
-        example = reasons[0] if reasons else "bad gradients"
-        return self._stop(
-            f"every worker ({len(quarantined)}) is quarantined for bad gradients (e.g. "
-            f"{example}); nothing can be applied, so the run stops at "
-            f"{self.state.progress:.1%} of its samples. A diverging run: try the divergence "
-            "guard or a lower learning rate",
-            stalled=True,
-        ).decisions
 
     def _end_workload_everywhere(self, reports: list[ShardReport]) -> list[RunDecision]:
         """The workload is done once any shard has applied it: workers stop on the first
@@ -534,24 +321,6 @@ class RunController:
             return []
         return [FinishShards(f"shard {done.index(True)} has applied the whole workload")]
 
-    def _check_hung(self) -> list[RunDecision]:
-        timeout_s = self.plan.reliability.worker_timeout_s
-        book, decisions = self.workers, []
-        for worker, silent_s in self.state.silent_s.items():
-            if silent_s < timeout_s:
-                book.hung.discard(worker)
-                continue
-            if worker in book.hung or worker in book.finished:
-                continue
-            book.hung.add(worker)
-            self.writer.event(
-                "worker_hung", {"worker": worker, "silent_s": silent_s, "timeout_s": timeout_s}
-            )
-            decisions.append(KillWorker(worker, f"silent {silent_s:.1f} s >= {timeout_s:g} s"))
-        return decisions
-
-    # -- bookkeeping ----------------------------------------------------------------------------
-
     def _maybe_finishing(self) -> None:
         book = self.workers
         if (
@@ -560,96 +329,60 @@ class RunController:
             and not book.running
             and not book.restarting
             # Every shard's last evaluation slice is in (one ended later than another).
-            and not any(self._eval_slices)
+            and not self.evaluations.slices_waiting
         ):
-            self.phase = RunPhase.FINISHING
+            self._phases.fire(PhaseEvent.WORKLOAD_DONE)
 
-    def _stop(self, reason: str, stalled: bool = False) -> Step:
-        before, self.phase = self.phase, RunPhase.FAILED
-        return Step(before, self.phase, [Stop(reason, stalled=stalled)])
-
-    def _announce(self, parameters: int) -> None:
-        if self.resumed_from is not None:
-            info = self.resumed_from.info
-            refused = [f"{r.path.name}: {r.reason}" for r in self.resumed_from.refused]
-            payload = {"checkpoint": info.to_record(), "refused_checkpoints": refused}
-            self.record.failures.append({"kind": "resumed", **payload})
-            self.writer.event("run_resumed", payload)
-            return
-        job, plan = self.plan.job, self.plan
-        self.writer.event(
-            "run_started",
-            {
-                "workers": job.workers,
-                "servers": job.servers,
-                "schedule": job.schedule,
-                "total_samples": plan.total_samples,
-                "parameters": parameters,
-                "runtime": plan.runtime,
-                "emulation": plan.timing_label(),
-                "online": plan.online.describe() if plan.online else None,
-                "faults": plan.faults.describe() or None,
-            },
-        )
+    def _stop(self, stop: Stop) -> Step:
+        before = self.phase
+        self._phases.fire(PhaseEvent.STOP)
+        return Step(before, self.phase, [stop])
 
     def _log_decision(self, decision: Decision) -> None:
-        entry = decision.to_record()
-        self.record.decisions.append(entry)
-        self.writer.event("decision", entry)
-
-    def _write_metric(
-        self, point: EvalPoint, accuracy: float, loss: float, train_loss: float
-    ) -> None:
-        row = {
-            "time_s": round(point.time_s, 4),
-            "samples": point.samples,
-            "fraction": round(point.fraction, 6),
-            "version": point.version,
-            "protocol": point.protocol,
-            "test_accuracy": accuracy,
-            "test_loss": loss,
-            "train_loss": train_loss,
-            "samples_per_s": round(point.samples / point.time_s, 2) if point.time_s else "",
-        }
-        self.record.metrics.append(row)
-        self.writer.metric(row)
-        self.writer.summary(self.summary([], status="running"))
-
-    def _checkpoint(self, shard_snapshots: list[Snapshot]) -> None:
-        first = shard_snapshots[0]
-        state = {
-            "servers": [s.state for s in shard_snapshots],
-            "controller": {
-                **self.record.to_state(),
-                "metrics": [m for m in self.record.metrics if m["samples"] <= first.samples],
-            },
-        }
-        info = self.store.save(
-            state,
-            samples=first.samples,
-            label=first.label,
-            meta={
-                "progress": round(first.progress, 6),
-                "version": first.version,
-                "time_s": round(first.time_s, 3),
-            },
-        )
-        self.record.checkpoints += 1
-        self._last_checkpoint_at = self.clock()
-        self.writer.event("checkpoint", info.to_record())
-
-
-CHECKPOINT_DIR = names.CHECKPOINTS
+        self.record.decisions.append(decision)
+        self.writer.event("decision", decision.to_record())
 
 
 def resume_point(checkpoint: LoadedCheckpoint | None) -> tuple[int, float] | None:
     """(samples, run seconds) a resumed run continues from, or None for a new run."""
     if checkpoint is None:
         return None
-    first = checkpoint.state["servers"][0]
-    return int(first["samples"]), float(first["time_s"])
+    state = run_checkpoint(checkpoint)
+    return state.samples, state.time_s
 
 
 def run_dir_in_use(run_dir: Path) -> list[str]:
     """What of an earlier run a directory holds (a new run must not write into it)."""
     return [n for n in names.RUN_MARKERS if (run_dir / n).exists()]
+
+
+def announce(
+    writer: RunWriter,
+    plan: RunPlan,
+    record: RunRecord,
+    resumed_from: LoadedCheckpoint | None,
+    parameters: int,
+) -> None:
+    """Log the run's start, or its resume from a checkpoint."""
+    if resumed_from is not None:
+        info = resumed_from.info
+        refused = [f"{r.path.name}: {r.reason}" for r in resumed_from.refused]
+        payload = {"checkpoint": info.to_record(), "refused_checkpoints": refused}
+        record.failures.append({"kind": "resumed", **payload})
+        writer.event("run_resumed", payload)
+        return
+    job = plan.job
+    writer.event(
+        "run_started",
+        {
+            "workers": job.workers,
+            "servers": job.servers,
+            "schedule": job.schedule,
+            "total_samples": plan.total_samples,
+            "parameters": parameters,
+            "runtime": plan.runtime,
+            "emulation": plan.timing_label(),
+            "online": plan.online.describe() if plan.online else None,
+            "faults": plan.faults.describe() or None,
+        },
+    )

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from syncswitch.core.hyperparams import MomentumPolicy
+from syncswitch.core.protocol import ProtocolSpec
 from syncswitch.core.records import Decision, EvalPoint
+from syncswitch.core.sync_state import SynchronizerState
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class KillWorker:
 class RestoreServers:
     """Replace every shard by one restored from these snapshot states (a checkpoint)."""
 
-    shard_states: list[dict]
+    shard_states: tuple[SynchronizerState, ...]
     checkpoint: str
     reason: str
 
@@ -71,8 +73,8 @@ class RestoreServers:
 class RollBack:
     """Divergence: every shard goes back to these states in place and stays in `protocol`."""
 
-    shard_states: list[dict]
-    protocol: str
+    shard_states: tuple[SynchronizerState, ...]
+    protocol: ProtocolSpec
     lr_scale: float
     momentum: MomentumPolicy
     label: str  # "divergence rollback N", the reason a switch it causes carries

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from syncswitch.core.records import Decision, SwitchEvent
+
 
 @dataclass
 class StalenessStats:
@@ -32,8 +34,8 @@ class StalenessStats:
 @dataclass
 class RunRecord:
     metrics: list[dict[str, Any]] = field(default_factory=list)  # one row per evaluation
-    switches: list[dict[str, Any]] = field(default_factory=list)
-    decisions: list[dict[str, Any]] = field(default_factory=list)  # policies, guard, admission
+    switches: list[SwitchEvent] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)  # policies, guard, admission
     straggler_events: list[dict[str, Any]] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)  # and how each was recovered
     checkpoints: int = 0
@@ -59,8 +61,8 @@ class RunRecord:
     def to_state(self) -> dict[str, Any]:
         return {
             "metrics": self.metrics,
-            "switches": self.switches,
-            "decisions": self.decisions,
+            "switches": [switch.to_summary() for switch in self.switches],
+            "decisions": [decision.to_record() for decision in self.decisions],
             "straggler_events": self.straggler_events,
             "failures": self.failures,
             "checkpoints": self.checkpoints,
@@ -75,8 +77,8 @@ class RunRecord:
     def from_state(cls, state: dict[str, Any]) -> RunRecord:
         return cls(
             metrics=list(state["metrics"]),
-            switches=list(state["switches"]),
-            decisions=list(state["decisions"]),
+            switches=[SwitchEvent.from_summary(entry) for entry in state["switches"]],
+            decisions=[Decision.from_record(entry) for entry in state["decisions"]],
             straggler_events=list(state["straggler_events"]),
             failures=list(state["failures"]),
             checkpoints=int(state["checkpoints"]),

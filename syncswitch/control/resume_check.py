@@ -10,7 +10,6 @@ falls back to the previous checkpoint.
 
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -19,9 +18,11 @@ import torch
 
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
+from syncswitch.control.run_state import RunCheckpoint
 from syncswitch.core.checkpoint import LoadedCheckpoint
 from syncswitch.core.optimizer import FlatSGD
 from syncswitch.core.sharding import parameter_shards
+from syncswitch.core.sync_state import SynchronizerState, restore
 from syncswitch.core.synchronizer import Synchronizer
 
 # Beyond the tensors (weights and momentum, 4 bytes per parameter each), a state holds the
@@ -40,38 +41,33 @@ class ResumeCheck:
     def max_bytes(self) -> int:
         return 2 * 4 * self.parameters + _RECORD_ALLOWANCE_BYTES
 
-    def __call__(self, state: dict[str, Any]) -> None:
+    def __call__(self, state: dict[str, Any]) -> RunCheckpoint:
+        """The checkpoint's typed state, if this run can continue from it."""
+        checkpoint = RunCheckpoint.from_plain(state)  # one line naming what does not fit
         expected = self.plan.job.servers
-        servers = state.get("servers")
-        if not isinstance(servers, list) or len(servers) != expected:
-            count = len(servers) if isinstance(servers, list) else type(servers).__name__
-            raise ValueError(f"it holds {count} server states, this run has servers = {expected}")
-        record = state.get("controller")
-        if not isinstance(record, dict):
-            raise ValueError("it has no controller record")
-        _check_record(record)
+        if len(checkpoint.servers) != expected:
+            raise ValueError(
+                f"it holds {len(checkpoint.servers)} server states, this run has "
+                f"servers = {expected}"
+            )
+        _check_record(checkpoint.record)
         shards = parameter_shards(self.parameters, expected)
-        for index, (shard_state, shard) in enumerate(zip(servers, shards, strict=True)):
+        for index, (shard_state, shard) in enumerate(zip(checkpoint.servers, shards, strict=True)):
             try:
                 self._check_shard(shard_state, shard.stop - shard.start)
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
                 detail = f"missing {error}" if isinstance(error, KeyError) else str(error)
                 raise ValueError(f"server {index}: {detail}") from None
+        return checkpoint
 
-    def _check_shard(self, shard_state: Any, length: int) -> None:
-        if not isinstance(shard_state, dict):
-            raise ValueError(f"a {type(shard_state).__name__}, not a server state")
-        optimizer = shard_state["optimizer"]
-        _check_vector(optimizer["weights"], "weights", length)
-        if optimizer["momentum_buffer"] is not None:
-            _check_vector(optimizer["momentum_buffer"], "momentum_buffer", length)
+    def _check_shard(self, shard_state: SynchronizerState, length: int) -> None:
+        optimizer = shard_state.optimizer
+        _check_vector(optimizer.weights, "weights", length)
+        if optimizer.momentum_buffer is not None:
+            _check_vector(optimizer.momentum_buffer, "momentum_buffer", length)
         # The synchronizer a server shard restores the state into, with this run's settings.
-        Synchronizer(self.plan.sync, FlatSGD(torch.zeros(length))).restore(shard_state)
-        for name in ("samples", "time_s"):
-            value = float(shard_state[name])
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} = {value!r}")
-        named = {int(w) for w in shard_state["clocks"]} | {int(w) for w in shard_state["excluded"]}
+        restore(Synchronizer(self.plan.sync, FlatSGD(torch.zeros(length))), shard_state)
+        named = set(shard_state.clocks) | set(shard_state.excluded)
         workers = self.plan.sync.workers
         if not named <= set(range(workers)):
             raise ValueError(f"it names workers beyond this run's {workers}")
@@ -85,13 +81,8 @@ def _check_vector(value: Any, name: str, length: int) -> None:
         raise ValueError(f"{name} has dtype {value.dtype}, not a floating point type")
 
 
-def _check_record(state: dict[str, Any]) -> None:
-    try:
-        record = RunRecord.from_state(state)
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
-        detail = f"missing {error}" if isinstance(error, KeyError) else str(error)
-        raise ValueError(f"controller record: {detail}") from None
-    for name in ("switches", "decisions", "straggler_events", "failures"):
+def _check_record(record: RunRecord) -> None:
+    for name in ("straggler_events", "failures"):
         if not all(isinstance(entry, dict) for entry in getattr(record, name)):
             raise ValueError(f"controller record: {name} must be a list of mappings")
     for row in record.metrics:

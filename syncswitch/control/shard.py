@@ -20,7 +20,17 @@ import torch
 from syncswitch.core.hyperparams import MomentumPolicy
 from syncswitch.core.online import carry_out
 from syncswitch.core.optimizer import FlatSGD
-from syncswitch.core.records import Decision, Gradient, Outcome, Snapshot, StepObservation
+from syncswitch.core.protocol import ProtocolSpec
+from syncswitch.core.records import (
+    Accounting,
+    Decision,
+    Gradient,
+    Outcome,
+    Snapshot,
+    StepObservation,
+)
+from syncswitch.core.sync_state import SynchronizerState, roll_back, take_snapshot
+from syncswitch.core.sync_state import restore as restore_state
 from syncswitch.core.synchronizer import SyncConfig, Synchronizer
 
 
@@ -31,16 +41,16 @@ class ShardState:
     version: int = 0
     samples: int = 0
     progress: float = 0.0
-    protocol: str = ""
-    scheduled_protocol: str = ""
+    protocol: ProtocolSpec | None = None  # None until the first drain
+    scheduled_protocol: ProtocolSpec | None = None
     done: bool = False
     time_s: float = 0.0  # run seconds
     time_by_protocol: dict[str, float] = field(default_factory=dict)
     samples_by_protocol: dict[str, int] = field(default_factory=dict)
     excluded: tuple[int, ...] = ()
     quarantined: tuple[int, ...] = ()
-    accounting: dict = field(default_factory=dict)  # sent / applied / dropped / unaccounted
-    pinned: str | None = None  # the protocol a divergence rollback pinned the run to
+    accounting: Accounting | None = None  # None until the first drain
+    pinned: ProtocolSpec | None = None  # the protocol a divergence rollback pinned the run to
     lr_scale: float = 1.0
     momentum_policy: MomentumPolicy = MomentumPolicy.SCALE
     # Seconds since each worker last called, for those not held by the shard (a worker held
@@ -65,7 +75,7 @@ class ServerShard:
         initial: np.ndarray,
         weight_decay: float,
         *,
-        restore: dict | None = None,
+        restore: SynchronizerState | None = None,
         observe_steps: bool = False,
         clock: Callable[[], float] = time.perf_counter,
         device: str = "cpu",
@@ -80,7 +90,7 @@ class ServerShard:
         self.sync = Synchronizer(config, optimizer, clock=clock)
         self.restored = restore is not None
         if restore is not None:
-            self.sync.restore(restore)
+            restore_state(self.sync, restore)
         self._observe_steps = observe_steps
         self._since_drain = Outcome()
         self._eval_weights: list[np.ndarray] = []
@@ -119,14 +129,24 @@ class ServerShard:
         self.sync.request_snapshot(label)
 
     def final_snapshot(self) -> Snapshot:
-        return self.sync.snapshot("final")
+        return take_snapshot(self.sync, "final")
 
     def roll_back(
-        self, state: dict, protocol: str, lr_scale: float, momentum: MomentumPolicy, reason: str
+        self,
+        state: SynchronizerState,
+        protocol: ProtocolSpec,
+        lr_scale: float,
+        momentum: MomentumPolicy,
+        reason: str,
     ) -> Outcome:
         return self._record(
-            self.sync.roll_back(
-                state, protocol=protocol, lr_scale=lr_scale, momentum_policy=momentum, reason=reason
+            roll_back(
+                self.sync,
+                state,
+                protocol=protocol,
+                lr_scale=lr_scale,
+                momentum_policy=momentum,
+                reason=reason,
             )
         )
 
@@ -146,8 +166,8 @@ class ServerShard:
             version=sync.version,
             samples=sync.samples,
             progress=sync.progress,
-            protocol=sync.spec.name,
-            scheduled_protocol=sync.scheduled_spec.name,
+            protocol=sync.spec,
+            scheduled_protocol=sync.scheduled_spec,
             done=sync.done,
             time_s=sync.now_s(),
             time_by_protocol=dict(sync.time_by_protocol),
@@ -155,7 +175,7 @@ class ServerShard:
             excluded=tuple(sorted(sync.excluded)),
             quarantined=tuple(sorted(sync.quarantine.quarantined)),
             accounting=sync.accounting(),
-            pinned=sync.pinned.name if sync.pinned else None,
+            pinned=sync.pinned,
             lr_scale=sync.lr_scale,
             momentum_policy=sync.momentum_policy,
             silent_s=silent_s,

@@ -10,6 +10,7 @@ import numpy as np
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardState
+from syncswitch.core.records import WorkerStats
 from syncswitch.rundir import GradientCounts, Reliability, Summary, Switch
 
 
@@ -22,7 +23,7 @@ def build_summary(
     run_dir: Path,
     setup_s: float,
     host_s: float,
-    worker_stats: list[dict],
+    worker_stats: list[WorkerStats],
     status: str,
     placement: dict[str, Any] | None = None,
 ) -> Summary:
@@ -50,12 +51,12 @@ def build_summary(
         schedule_source=schedule_source,
         time_by_protocol=state.time_by_protocol,
         samples_by_protocol=state.samples_by_protocol,
-        switches=tuple(Switch.from_json(s, "a switch") for s in record.switches),
+        switches=tuple(Switch.from_json(s.to_summary(), "a switch") for s in record.switches),
         staleness=record.staleness_summary(),
-        gradients=GradientCounts(**state.accounting),
+        gradients=GradientCounts(**state.accounting.to_record()),
         workers=plan.workers,
         worker_step_time_mean_s=(
-            float(np.mean([w["step_time_mean_s"] for w in worker_stats])) if worker_stats else None
+            float(np.mean([w.step_time_mean_s for w in worker_stats])) if worker_stats else None
         ),
         emulation=plan.timing_label(),
         cluster=plan.cluster.describe() if plan.cluster is not None else None,
@@ -64,11 +65,11 @@ def build_summary(
             checkpoints=record.checkpoints,
             failures=record.failures,
             rollbacks=record.rollbacks,
-            pinned_protocol=state.pinned,
+            pinned_protocol=state.pinned.name if state.pinned else None,
             lr_scale=state.lr_scale,
             guard_initial_loss=record.guard_initial_level,
             # Quarantines, rollbacks: every decision but the online policy's.
-            decisions=[d for d in record.decisions if d["policy"] != policy],
+            decisions=[d.to_record() for d in record.decisions if d.policy != policy],
             faults_injected=plan.faults.describe(),
         ),
         placement=placement,  # where the actors ran (nodes, hosts, devices), as reported
@@ -93,6 +94,6 @@ def _online_summary(plan: RunPlan, record: RunRecord, state: ShardState) -> dict
         ),
         "detection_delay_s_median": float(np.median(delays)) if delays else None,
         "excluded_at_end": list(state.excluded),
-        "decisions": [d for d in record.decisions if d["policy"] == plan.policy_name],
+        "decisions": [d.to_record() for d in record.decisions if d.policy == plan.policy_name],
         "straggler_events": events,
     }

@@ -150,6 +150,8 @@ class LoadedCheckpoint:
     state: dict[str, Any]
     info: CheckpointInfo
     refused: list[Refusal]  # newer checkpoints passed over on the way, newest first
+    # What `validate` built of the state (e.g. a typed record), so it is parsed only once.
+    contents: Any = None
 
 
 # -- plain data ------------------------------------------------------------------------------
@@ -358,7 +360,7 @@ class CheckpointStore:
         *,
         max_samples: int | None = None,
         max_bytes: int | None = None,
-        validate: Callable[[dict[str, Any]], None] | None = None,
+        validate: Callable[[dict[str, Any]], Any] | None = None,
     ) -> LoadedCheckpoint:
         """The newest checkpoint that verifies and loads cleanly; older ones as fallback.
 
@@ -366,7 +368,8 @@ class CheckpointStore:
         rollback wants one from before the loss began to rise); newer ones are skipped, not
         refused, and not loaded. A data file larger than `max_bytes` is refused before it is
         read; `validate(state)` may raise (ValueError, KeyError, TypeError, ...) to refuse a
-        state whose structure does not fit the caller. Raises NoCheckpointError when there is
+        state whose structure does not fit the caller, and what it returns is kept as the
+        loaded checkpoint's `contents`. Raises NoCheckpointError when there is
         no candidate at all, and CheckpointError (one line naming each refused file and why)
         when every candidate was refused.
         """
@@ -377,11 +380,11 @@ class CheckpointStore:
                 if max_samples is not None and self._manifest_samples(sequence) > max_samples:
                     continue
                 state, info = self._load(sequence, max_bytes)
-                _validated(state, info.path, validate)
+                contents = _validated(state, info.path, validate)
             except _Refused as exc:
                 refused.append(exc.refusal)
                 continue
-            return LoadedCheckpoint(state=state, info=info, refused=refused)
+            return LoadedCheckpoint(state=state, info=info, refused=refused, contents=contents)
         if not refused:
             within = f" taken at or before {max_samples} samples" if max_samples is not None else ""
             raise NoCheckpointError(f"no checkpoint{within} in {self.directory}")
@@ -594,12 +597,12 @@ class CheckpointStore:
 
 
 def _validated(
-    state: dict[str, Any], path: Path, validate: Callable[[dict[str, Any]], None] | None
-) -> None:
+    state: dict[str, Any], path: Path, validate: Callable[[dict[str, Any]], Any] | None
+) -> Any:
     if validate is None:
-        return
+        return None
     try:
-        validate(state)
+        return validate(state)
     except Exception as exc:  # the state is untrusted data; any failure to fit refuses it
         detail = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise _Refused(path, RefusalKind.WRONG_CONTENTS, f"wrong contents: {detail}") from exc

@@ -50,8 +50,8 @@ from enum import StrEnum
 from typing import Any
 
 from syncswitch.core.hyperparams import MomentumPolicy
-from syncswitch.core.protocol import Protocol
-from syncswitch.core.records import Decision
+from syncswitch.core.protocol import BSP, ProtocolSpec
+from syncswitch.core.records import Action, Decision
 
 
 class DivergenceKind(StrEnum):
@@ -341,11 +341,11 @@ class Rollback:
     number: int  # 1 for the first rollback of the run
     lr_scale: float  # multiply the scheduled learning rate by this from now on
     momentum: MomentumPolicy  # asynchronous momentum policy from now on
-    protocol: str = Protocol.BSP.value
+    protocol: ProtocolSpec = BSP
 
     def to_decision(self) -> Decision:
         return Decision(
-            action="rollback",
+            action=Action.ROLLBACK,
             policy="divergence_guard",
             reason=self.reason,
             time_s=self.verdict.time_s,
@@ -364,7 +364,7 @@ class GiveUp:
 
     def to_decision(self) -> Decision:
         return Decision(
-            action="give_up",
+            action=Action.GIVE_UP,
             policy="divergence_guard",
             reason=self.reason,
             time_s=self.verdict.time_s,

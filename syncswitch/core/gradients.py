@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from syncswitch.core.records import Decision
+from syncswitch.core.records import Action, Decision
 
 
 class DropReason(StrEnum):
@@ -350,7 +350,7 @@ class Quarantine:
 
     def to_decision(self, time_s: float, progress: float) -> Decision:
         return Decision(
-            action="quarantine",
+            action=Action.QUARANTINE,
             policy="gradient_admission",
             reason=self.reason,
             time_s=time_s,

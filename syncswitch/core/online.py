@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from syncswitch.core.policies import Action, OnlinePolicy, OnlinePolicyKind, RunView
-from syncswitch.core.protocol import ProtocolSpec
 from syncswitch.core.records import Decision, Gradient, Outcome, StepObservation
 from syncswitch.core.scenarios import StragglerEpisode, StragglerScenario
 from syncswitch.core.stragglers import DetectorConfig, EventKind, StragglerDetector, StragglerEvent
@@ -185,12 +184,12 @@ def carry_out(sync: Synchronizer, decision: Decision) -> Outcome:
     switch whose protocol is already in force, or one that a divergence rollback has since
     pinned out, or anything after the workload is done, is skipped.
     """
-    action = Action(decision.action)
+    action = decision.action
     if sync.done:
         return Outcome()
     if action in (Action.SWITCH, Action.RETURN):
         assert decision.protocol is not None
-        target = ProtocolSpec.parse(decision.protocol)
+        target = decision.protocol
         if target == sync.spec or sync.pinned is not None:
             return Outcome()
         reason = f"{decision.policy} {action.value}: {decision.reason}"

@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import Protocol as TypingProtocol
 
 from syncswitch.core.protocol import ASP, Protocol, ProtocolSpec
-from syncswitch.core.records import Decision
+from syncswitch.core.records import Action, Decision
 from syncswitch.core.stragglers import EventKind, StragglerEvent
 
 
@@ -29,13 +29,6 @@ class OnlinePolicyKind(StrEnum):
     NONE = "none"
     GREEDY = "greedy"
     ELASTIC = "elastic"
-
-
-class Action(StrEnum):
-    SWITCH = "switch"  # greedy: leave BSP for ASP now
-    RETURN = "return"  # greedy with return: back to the scheduled protocol
-    EXCLUDE = "exclude"  # elastic: the barrier stops waiting for a worker
-    READMIT = "readmit"  # elastic: the barrier waits for it again
 
 
 class RunView(TypingProtocol):
@@ -88,7 +81,7 @@ class OnlinePolicy:
 
     def _decision(self, action: Action, event: StragglerEvent, reason: str, **extra) -> Decision:
         return Decision(
-            action=action.value,
+            action=action,
             policy=self.name,
             reason=reason,
             time_s=event.time_s,
@@ -107,7 +100,7 @@ class OnlinePolicy:
                         Action.SWITCH,
                         event,
                         f"straggler during BSP: {event.reason}",
-                        protocol=ASP.name,
+                        protocol=ASP,
                     )
                 ]
             return []
@@ -118,7 +111,7 @@ class OnlinePolicy:
                     Action.RETURN,
                     event,
                     f"all stragglers recovered ({event.reason}); resuming the planned BSP work",
-                    protocol=run.scheduled_spec.name,
+                    protocol=run.scheduled_spec,
                 )
             ]
         return []

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
+
+from syncswitch.core.protocol import ProtocolSpec
+
+if TYPE_CHECKING:
+    from syncswitch.core.sync_state import SynchronizerState
 
 
 @dataclass
@@ -71,6 +79,20 @@ class SwitchEvent:
             "reason": self.reason,
         }
 
+    @classmethod
+    def from_summary(cls, record: dict) -> SwitchEvent:
+        """Back from `to_summary()` (a checkpointed run record); raises on a malformed one."""
+        return cls(
+            at_fraction=float(record["at_fraction"]),
+            at_samples=int(record["at_samples"]),
+            version=int(record["version"]),
+            from_protocol=str(record["from"]),
+            to_protocol=str(record["to"]),
+            time_s=float(record["time_s"]),
+            overhead_s=float(record["overhead_s"]),
+            reason=str(record["reason"]),
+        )
+
 
 @dataclass(frozen=True)
 class EvalPoint:
@@ -87,8 +109,8 @@ class EvalPoint:
 class Snapshot:
     """The synchronizer's whole state at a version boundary: what a checkpoint holds of it.
 
-    `state` is plain data (tensors, numbers, strings, lists, str-keyed dicts), so it can be
-    written with torch.save and read back with weights_only=True.
+    `state` is typed; its plain-data form (what torch.save writes and weights_only reads) is
+    made and read in core/sync_state.py.
     """
 
     label: str  # why it was taken: "periodic", "requested", "final", ...
@@ -96,7 +118,7 @@ class Snapshot:
     progress: float
     version: int
     time_s: float
-    state: dict
+    state: SynchronizerState
 
 
 @dataclass
@@ -144,30 +166,119 @@ class StepObservation:
     progress: float  # fraction of the training samples applied at arrival
 
 
+class Action(StrEnum):
+    """What a `Decision` does. The online policies' four are carried out by the synchronizer
+    (core/online.py carry_out); the others are logged by whoever made them."""
+
+    SWITCH = "switch"  # greedy: leave BSP for ASP now
+    RETURN = "return"  # greedy with return: back to the scheduled protocol
+    EXCLUDE = "exclude"  # elastic: the barrier stops waiting for a worker
+    READMIT = "readmit"  # elastic: the barrier waits for it again
+    QUARANTINE = "quarantine"  # gradient admission: a worker sent too many bad gradients
+    ROLLBACK = "rollback"  # divergence guard: back to the last good checkpoint
+    GIVE_UP = "give_up"  # divergence guard: no rollback left; the run goes on as it is
+
+
 @dataclass(frozen=True)
 class Decision:
-    """What an online policy decided, and why; the synchronizer carries it out in place.
+    """What a policy decided, and why; the synchronizer carries it out in place."""
 
-    Actions: `switch` (greedy: leave BSP for the asynchronous protocol now), `return` (greedy
-    with return: back to the scheduled protocol), `exclude` and `readmit` (elastic: a worker
-    leaves or rejoins the BSP barrier).
-    """
-
-    action: str
+    action: Action
     policy: str
     reason: str
     time_s: float
     progress: float
     worker: int | None = None
-    protocol: str | None = None  # the protocol a switch or return puts in force
+    protocol: ProtocolSpec | None = None  # the protocol a switch, return or rollback puts in force
 
     def to_record(self) -> dict:
         return {
-            "action": self.action,
+            "action": self.action.value,
             "policy": self.policy,
             "worker": self.worker,
-            "protocol": self.protocol,
+            "protocol": self.protocol.name if self.protocol else None,
             "time_s": round(self.time_s, 6),
             "progress": round(self.progress, 6),
             "reason": self.reason,
         }
+
+    @classmethod
+    def from_record(cls, record: dict) -> Decision:
+        """Back from `to_record()` (a checkpointed run record); raises on a malformed one."""
+        worker, protocol = record["worker"], record["protocol"]
+        return cls(
+            action=Action(record["action"]),
+            policy=str(record["policy"]),
+            reason=str(record["reason"]),
+            time_s=float(record["time_s"]),
+            progress=float(record["progress"]),
+            worker=None if worker is None else int(worker),
+            protocol=None if protocol is None else ProtocolSpec.parse(protocol),
+        )
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """Exactly-once accounting of one shard: sent = applied + dropped + waiting (+ unaccounted,
+    which is 0 unless there is a bug)."""
+
+    sent: int = 0
+    applied: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)  # by reason, sorted
+    waiting: int = 0  # at a BSP barrier
+    unaccounted: int = 0
+
+    def to_record(self) -> dict:
+        """For summary.json's "gradients"."""
+        return {
+            "sent": self.sent,
+            "applied": self.applied,
+            "dropped": dict(self.dropped),
+            "waiting": self.waiting,
+            "unaccounted": self.unaccounted,
+        }
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """One worker's step-time statistics, returned by its training loop (a row of
+    worker_steps.csv)."""
+
+    worker: int
+    steps: int
+    step_time_mean_s: float
+    step_time_p50_s: float
+    step_time_p90_s: float
+    step_time_max_s: float
+    compute_mean_s: float
+    compute_cpu_mean_s: float | None  # CPU time of the same steps; None where not measured
+    wait_mean_s: float
+
+    @classmethod
+    def of_steps(
+        cls,
+        worker: int,
+        step_times: list[float],
+        compute_times: list[float],
+        wait_times: list[float],
+        compute_cpu_times: list[float] | None = None,
+    ) -> WorkerStats:
+        """Summarise one worker's measured steps (a worker with none reports zeros)."""
+        steps = np.array(step_times) if step_times else np.zeros(1)
+        return cls(
+            worker=worker,
+            steps=len(step_times),
+            step_time_mean_s=float(steps.mean()),
+            step_time_p50_s=float(np.percentile(steps, 50)),
+            step_time_p90_s=float(np.percentile(steps, 90)),
+            step_time_max_s=float(steps.max()),
+            compute_mean_s=float(np.mean(compute_times or [0.0])),
+            compute_cpu_mean_s=(
+                None if compute_cpu_times is None else float(np.mean(compute_cpu_times or [0.0]))
+            ),
+            wait_mean_s=float(np.mean(wait_times or [0.0])),
+        )
+
+    def to_row(self) -> dict[str, int | float]:
+        """A row of worker_steps.csv (a value not measured is left out, so its cell is empty)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}

@@ -23,6 +23,9 @@ BSP its gradients are dropped as `straggler_excluded` and it goes on at once wit
 weights. With `count_bsp_by_work`, a scheduled BSP phase ends when its planned samples have
 been applied under BSP, so a detour through ASP postpones the planned switch instead of
 eating into the BSP prefix.
+
+Beside it: core/waitroom.py holds who is held back (the barrier, the SSP clocks);
+core/sync_state.py takes, restores and rolls back its state (`SynchronizerState`).
 """
 
 from __future__ import annotations
@@ -30,8 +33,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
@@ -50,14 +52,16 @@ from syncswitch.core.hyperparams import (
 from syncswitch.core.optimizer import FlatSGD
 from syncswitch.core.protocol import Protocol, ProtocolSpec, Schedule
 from syncswitch.core.records import (
+    Accounting,
     DropRecord,
     EvalPoint,
     Gradient,
     Outcome,
-    Snapshot,
     SwitchEvent,
     UpdateRecord,
 )
+from syncswitch.core.sync_state import take_snapshot
+from syncswitch.core.waitroom import WaitRoom
 
 
 @dataclass(frozen=True)
@@ -117,9 +121,7 @@ class Synchronizer:
         self._phase_bsp_samples = 0  # samples applied under BSP in the current phase
         self._phase_started_s = 0.0
         self._async_start = 0.0
-        self._pending: list[Gradient] = []  # gradients at the BSP barrier
-        self._waiting: set[int] = set()  # workers told to wait (barrier or SSP bound)
-        self._clocks: dict[int, int] = {w: 0 for w in range(config.workers)}
+        self.room = WaitRoom(config.workers)  # the barrier, who waits, the SSP clocks
         self._next_eval_index = 1
         self._next_checkpoint_index = 1
         # Version from which a re-admitted worker's gradients count again under BSP: one it
@@ -148,7 +150,7 @@ class Synchronizer:
 
     @property
     def waiting(self) -> frozenset[int]:
-        return frozenset(self._waiting)
+        return frozenset(self.room.waiting)
 
     def now_s(self) -> float:
         return self._clock() - self._t0
@@ -158,15 +160,15 @@ class Synchronizer:
         self._t0 = self._clock()
         self._phase_started_s = 0.0
 
-    def accounting(self) -> dict:
+    def accounting(self) -> Accounting:
         ledger = self.ledger
-        return {
-            "sent": ledger.sent,
-            "applied": ledger.applied,
-            "dropped": dict(sorted(ledger.dropped_by_reason.items())),
-            "waiting": ledger.in_flight,
-            "unaccounted": ledger.unaccounted(),
-        }
+        return Accounting(
+            sent=ledger.sent,
+            applied=ledger.applied,
+            dropped=dict(sorted(ledger.dropped_by_reason.items())),
+            waiting=ledger.in_flight,
+            unaccounted=ledger.unaccounted(),
+        )
 
     # -- the protocol -----------------------------------------------------------------------
 
@@ -179,15 +181,16 @@ class Synchronizer:
             outcome.released.append(gradient.worker)
             outcome.done = self.done
             return outcome
-        self._clocks[gradient.worker] = self._clocks.get(gradient.worker, 0) + 1
+        room = self.room
+        room.tick(gradient.worker)
         if self.spec.protocol is Protocol.BSP:
-            self._pending.append(gradient)
-            self._waiting.add(gradient.worker)
+            room.pending.append(gradient)
+            room.waiting.add(gradient.worker)
             outcome.merge(self._complete_barrier())
         else:
             outcome.applied.extend(self._apply([gradient]))
-            self._waiting.add(gradient.worker)
-            outcome.released.extend(self._release_within_bound())
+            room.waiting.add(gradient.worker)
+            outcome.released.extend(room.release_within_bound(self.spec, self.active))
             outcome.merge(self._after_update())
         return outcome
 
@@ -196,7 +199,7 @@ class Synchronizer:
         worker = gradient.worker
         settled = self.ledger.record_arrival(worker, gradient.sequence)
         if settled is not None:  # a retry, or a late gradient of a replaced incarnation
-            outcome.dropped.append(self._drop_record(gradient, settled))
+            outcome.dropped.append(_drop_record(gradient, settled, self.now_s()))
             return settled
         reason: str | None = None
         if self.done:
@@ -227,23 +230,24 @@ class Synchronizer:
 
     def exclude(self, worker: int) -> Outcome:
         """Stop waiting for `worker` at the barrier (elastic BSP); it may complete a barrier."""
-        self._check_worker(worker)
+        _check_worker(worker, self.config.workers)
         self.excluded.add(worker)
         outcome = Outcome()
         if self.spec.protocol is Protocol.BSP:
             # Its gradient may already sit at the barrier: it stays, computed on this version.
             outcome.merge(self._complete_barrier())
         elif self.spec.protocol is Protocol.SSP:
-            outcome.released.extend(self._release_within_bound())
+            outcome.released.extend(self.room.release_within_bound(self.spec, self.active))
         return outcome
 
     def readmit(self, worker: int) -> Outcome:
         """Wait for `worker` again from its next gradient on."""
-        self._check_worker(worker)
+        _check_worker(worker, self.config.workers)
         if worker in self.excluded:
             # It rejoins the SSP bound level with the slowest of the others, so they are not
             # held back for the steps it missed while excluded.
-            self._clocks[worker] = max(self._clocks.get(worker, 0), self._slowest_clock())
+            clocks = self.room.clocks
+            clocks[worker] = max(clocks.get(worker, 0), self.room.slowest_clock(self.active))
             self.excluded.discard(worker)
             self._admitted_from[worker] = self.version
         return Outcome()
@@ -256,21 +260,18 @@ class Synchronizer:
         self.spec = spec
         if spec.protocol.is_async and not old.protocol.is_async:
             self._async_start = self.progress
+        room = self.room
         if spec.protocol is Protocol.SSP:
-            # Clocks count steps within the phase, so an SSP phase starts with no one ahead.
-            self._clocks = {w: 0 for w in range(self.config.workers)}
-        if spec.protocol.is_async and self._pending:
+            room.reset_clocks()
+        if spec.protocol.is_async and room.pending:
             # A barrier cut short by the switch: each caught gradient is applied under ASP/SSP.
-            caught, self._pending = self._pending, []
+            caught, room.pending = room.pending, []
             for gradient in caught:
                 outcome.applied.extend(self._apply([gradient]))
         if spec.protocol.is_async:
-            outcome.released.extend(self._release_within_bound())
+            outcome.released.extend(room.release_within_bound(spec, self.active))
         else:
-            # Workers held by an SSP bound join the coming barrier instead of waiting.
-            released = sorted(w for w in self._waiting if w not in self._pending_workers())
-            self._waiting -= set(released)
-            outcome.released.extend(released)
+            outcome.released.extend(room.release_not_at_barrier())
         now_s = self.now_s()
         self.time_by_protocol[old.name] += now_s - self._phase_started_s
         self._phase_started_s = now_s
@@ -309,123 +310,18 @@ class Synchronizer:
         """Take a snapshot at the next version boundary (e.g. a checkpoint due by time)."""
         self._snapshot_requested = label
 
-    def snapshot(self, label: str) -> Snapshot:
-        if self._pending:
-            raise RuntimeError("a snapshot is taken at a version boundary, with no one waiting")
-        now_s = self.now_s()
-        state = {
-            "optimizer": self.optimizer.state_dict(),
-            "version": self.version,
-            "samples": self.samples,
-            "phase_index": self.phase_index,
-            "protocol": self.spec.name,
-            "excluded": sorted(self.excluded),
-            "clocks": {str(w): c for w, c in sorted(self._clocks.items())},
-            "time_s": now_s,
-            "phase_started_s": self._phase_started_s,
-            "time_by_protocol": dict(self.time_by_protocol),
-            "samples_by_protocol": dict(self.samples_by_protocol),
-            "switches": [asdict(e) for e in self.switches],
-            "async_start": self._async_start,
-            "phase_bsp_samples": self._phase_bsp_samples,
-            "next_eval_index": self._next_eval_index,
-            "next_checkpoint_index": self._next_checkpoint_index,
-            "lr_scale": self.lr_scale,
-            "momentum_policy": self.momentum_policy.value,
-            "pinned": self.pinned.name if self.pinned else None,
-            "version_floor": self.version_floor,
-            "ledger": self.ledger.to_state(),
-        }
-        return Snapshot(label, self.samples, self.progress, self.version, now_s, state)
-
-    def restore(self, state: dict[str, Any]) -> None:
-        """Become the synchronizer a snapshot was taken of (a new server, or a resumed run).
-
-        The clock continues from the snapshot's time, so time lost to the failure is not
-        counted as training time. Every worker must `rejoin` before it trains again.
-        """
-        self._load_position(state)
-        self.version = int(state["version"])
-        self.version_floor = int(state["version_floor"])
-        self.ledger = GradientLedger.from_state(state["ledger"])
-        self.time_by_protocol = Counter(state["time_by_protocol"])
-        self.switches = [SwitchEvent(**e) for e in state["switches"]]
-        self._t0 = self._clock() - float(state["time_s"])
-        self._phase_started_s = float(state["phase_started_s"])
-        self.done = False
-
-    def roll_back(
-        self,
-        state: dict[str, Any],
-        *,
-        protocol: str,
-        lr_scale: float,
-        momentum_policy: MomentumPolicy,
-        reason: str,
-    ) -> Outcome:
-        """Go back to a snapshot's weights and position, in place, while workers run on, and
-        stay in `protocol` from then on (a divergence guard's response).
-
-        Versions keep increasing: the restored weights get a new version, and anything
-        computed before it (on the abandoned weights) is dropped as rolled_back when it
-        arrives. Accounting and time are not rolled back: what happened, happened.
-        """
-        outcome = Outcome()
-        for gradient in self._pending:
-            outcome.dropped.append(self._drop(gradient, DropReason.ROLLED_BACK))
-        self._pending = []
-        self._load_position(state)
-        self.version = max(self.version, int(state["version"])) + 1
-        self.version_floor = self.version
-        self.excluded.clear()
-        self.lr_scale = lr_scale
-        self.momentum_policy = momentum_policy
-        self.pinned = ProtocolSpec.parse(protocol)
-        if self.spec != self.pinned:
-            outcome.merge(self.switch_to(self.pinned, reason=reason))
-        outcome.released.extend(sorted(self._waiting))
-        self._waiting.clear()
-        return outcome
-
-    def _load_position(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.samples = int(state["samples"])
-        self.phase_index = int(state["phase_index"])
-        self.spec = ProtocolSpec.parse(state["protocol"])
-        self.excluded = set(state["excluded"])
-        self._clocks = {int(w): int(c) for w, c in state["clocks"].items()}
-        self.samples_by_protocol = Counter(state["samples_by_protocol"])
-        self._async_start = float(state["async_start"])
-        self._phase_bsp_samples = int(state["phase_bsp_samples"])
-        self._next_eval_index = int(state["next_eval_index"])
-        self._next_checkpoint_index = int(state["next_checkpoint_index"])
-        self.lr_scale = float(state["lr_scale"])
-        self.momentum_policy = MomentumPolicy(state["momentum_policy"])
-        self.pinned = ProtocolSpec.parse(state["pinned"]) if state["pinned"] else None
-
     # -- internals --------------------------------------------------------------------------
 
     def _complete_barrier(self) -> Outcome:
         """Apply the barrier's update if every active worker's gradient is in."""
-        outcome = Outcome()
-        if not self._pending or not self.active <= self._pending_workers():
+        outcome, room = Outcome(), self.room
+        if not room.pending or not self.active <= room.pending_workers():
             return outcome
-        outcome.applied.extend(self._apply(self._pending))
-        self._pending = []
-        outcome.released.extend(sorted(self._waiting))
-        self._waiting.clear()
+        outcome.applied.extend(self._apply(room.pending))
+        room.pending = []
+        outcome.released.extend(room.release_all())
         outcome.merge(self._after_update())
         return outcome
-
-    def _check_worker(self, worker: int) -> None:
-        if not 0 <= worker < self.config.workers:
-            raise ValueError(f"worker {worker} out of range 0..{self.config.workers - 1}")
-
-    def _slowest_clock(self) -> int:
-        return min((self._clocks.get(w, 0) for w in self.active), default=0)
-
-    def _pending_workers(self) -> set[int]:
-        return {g.worker for g in self._pending}
 
     def _apply(self, gradients: list[Gradient]) -> list[UpdateRecord]:
         cfg = self.config
@@ -442,7 +338,9 @@ class Synchronizer:
         lr = self.lr_scale * update_learning_rate(
             cfg.lr, cfg.lr_schedule, self.progress, len(gradients), cfg.workers
         )
-        momentum = self._momentum()
+        momentum = update_momentum(
+            cfg, self.spec, self.momentum_policy, self.progress, self._async_start
+        )
         self.optimizer.step(mean, lr=lr, momentum=momentum)
         applied_to = self.version
         self.version += 1
@@ -472,30 +370,6 @@ class Synchronizer:
             for g in gradients
         ]
 
-    def _momentum(self) -> float:
-        cfg = self.config
-        if not self.spec.protocol.is_async:
-            return cfg.momentum
-        return async_momentum(
-            cfg.momentum,
-            self.momentum_policy,
-            cfg.workers,
-            self.progress,
-            self._async_start,
-            cfg.momentum_ramp_fraction,
-        )
-
-    def _release_within_bound(self) -> list[int]:
-        """Waiting workers allowed to go on under the current asynchronous rule."""
-        if self.spec.protocol is Protocol.SSP:
-            bound = self.spec.staleness_bound or 0
-            slowest = self._slowest_clock()
-            released = sorted(w for w in self._waiting if self._clocks.get(w, 0) - slowest <= bound)
-        else:
-            released = sorted(self._waiting)
-        self._waiting -= set(released)
-        return released
-
     def _after_update(self) -> Outcome:
         outcome = Outcome()
         cfg = self.config
@@ -508,9 +382,7 @@ class Synchronizer:
         if self.samples >= cfg.total_samples:
             self._finish(outcome)
             return outcome
-        index = self.phase_index
-        while index < len(cfg.schedule.phases) - 1 and self._phase_finished(index):
-            index += 1
+        index = scheduled_phase(cfg, self.phase_index, self.progress, self._phase_bsp_samples)
         if index != self.phase_index:
             self.phase_index = index
             self._phase_bsp_samples = 0
@@ -524,23 +396,12 @@ class Synchronizer:
         ):
             self._next_checkpoint_index += 1
             label = label or "periodic"
-        if label and not self._pending:
+        if label and not self.room.pending:
             # At a version boundary with no gradient waiting, after any scheduled switch: a
             # consistent state to go back to.
             self._snapshot_requested = ""
-            outcome.snapshots.append(self.snapshot(label))
+            outcome.snapshots.append(take_snapshot(self, label))
         return outcome
-
-    def _phase_finished(self, index: int) -> bool:
-        cfg = self.config
-        phase = cfg.schedule.phases[index]
-        if cfg.count_bsp_by_work and phase.spec.protocol is Protocol.BSP:
-            start = cfg.schedule.phases[index - 1].end if index else 0.0
-            planned = (phase.end - start) * cfg.total_samples
-            # A phase entered late (after an earlier detour) still gets its planned BSP work.
-            done = self._phase_bsp_samples if index == self.phase_index else 0
-            return done >= planned - 1e-9
-        return self.progress >= phase.end
 
     def finish_now(self) -> Outcome:
         """End the workload here: another shard has applied it all (shards that dropped a
@@ -550,9 +411,9 @@ class Synchronizer:
         outcome = Outcome()
         if self.done:
             return outcome
-        for gradient in self._pending:
+        for gradient in self.room.pending:
             outcome.dropped.append(self._drop(gradient, DropReason.TRAINING_COMPLETE))
-        self._pending = []
+        self.room.pending = []
         cfg = self.config
         while self._next_eval_index * cfg.eval_every < 1.0 - 1e-9:
             outcome.evaluations.append(self._eval_point(self._next_eval_index * cfg.eval_every))
@@ -566,8 +427,7 @@ class Synchronizer:
         self.time_by_protocol[self.spec.name] += now_s - self._phase_started_s
         self._phase_started_s = now_s
         outcome.evaluations.append(self._eval_point(1.0))
-        outcome.released.extend(sorted(self._waiting))
-        self._waiting.clear()
+        outcome.released.extend(self.room.release_all())
         outcome.done = True
 
     def _eval_point(self, fraction: float) -> EvalPoint:
@@ -581,13 +441,62 @@ class Synchronizer:
 
     def _drop(self, gradient: Gradient, reason: str) -> DropRecord:
         self.ledger.record_dropped(gradient.worker, gradient.sequence, reason)
-        return self._drop_record(gradient, reason)
+        return _drop_record(gradient, reason, self.now_s())
 
-    def _drop_record(self, gradient: Gradient, reason: str) -> DropRecord:
-        return DropRecord(
-            worker=gradient.worker,
-            sequence=gradient.sequence,
-            computed_version=gradient.computed_version,
-            reason=reason,
-            time_s=self.now_s(),
-        )
+
+def scheduled_phase(config: SyncConfig, index: int, progress: float, phase_bsp_samples: int) -> int:
+    """The schedule's phase after an update: `index` (the current one) or a later one, past
+    every phase that has ended. A BSP phase counted by work ends when its planned samples have
+    been applied under BSP (`phase_bsp_samples` so far in the current phase)."""
+    phases = config.schedule.phases
+    current = index
+    while index < len(phases) - 1:
+        phase = phases[index]
+        if config.count_bsp_by_work and phase.spec.protocol is Protocol.BSP:
+            start = phases[index - 1].end if index else 0.0
+            planned = (phase.end - start) * config.total_samples
+            # A phase entered late (after an earlier detour) still gets its planned BSP work.
+            done = phase_bsp_samples if index == current else 0
+            finished = done >= planned - 1e-9
+        else:
+            finished = progress >= phase.end
+        if not finished:
+            break
+        index += 1
+    return index
+
+
+def update_momentum(
+    config: SyncConfig,
+    spec: ProtocolSpec,
+    policy: MomentumPolicy,
+    progress: float,
+    async_start: float,
+) -> float:
+    """The momentum of an update under `spec`: the configured one under BSP, the momentum
+    policy's in an asynchronous phase that began at `async_start`."""
+    if not spec.protocol.is_async:
+        return config.momentum
+    return async_momentum(
+        config.momentum,
+        policy,
+        config.workers,
+        progress,
+        async_start,
+        config.momentum_ramp_fraction,
+    )
+
+
+def _check_worker(worker: int, workers: int) -> None:
+    if not 0 <= worker < workers:
+        raise ValueError(f"worker {worker} out of range 0..{workers - 1}")
+
+
+def _drop_record(gradient: Gradient, reason: str, time_s: float) -> DropRecord:
+    return DropRecord(
+        worker=gradient.worker,
+        sequence=gradient.sequence,
+        computed_version=gradient.computed_version,
+        reason=reason,
+        time_s=time_s,
+    )

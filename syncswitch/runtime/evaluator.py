@@ -7,12 +7,16 @@ A plain object, called in place by the simulator; the Ray runtime makes an actor
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from syncswitch.core.optimizer import load_flat_parameters
 from syncswitch.workloads import ArrayDataset, prepare_batch
+
+if TYPE_CHECKING:  # Ray is imported only when a Ray actor asks where it runs
+    pass
 
 _BATCH = 1000
 _BN_CALIBRATION_BATCHES = 8

@@ -46,7 +46,7 @@ class ProgressDisplay:
         self._progress.update(
             self._task,
             completed=min(state.samples, self._total),
-            protocol=state.protocol,
+            protocol=state.protocol.name if state.protocol else "",
             accuracy=accuracy,
             rate=rate,
             # Elastic BSP: whom the barrier is not waiting for right now.

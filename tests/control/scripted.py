@@ -34,15 +34,17 @@ from syncswitch.control.decisions import (
     RestartWorker,
     RestoreServers,
     RollBack,
-    RunDecision,
     StartWorker,
     Stop,
 )
+from syncswitch.control.dispatch import DecisionDispatch, Handler
 from syncswitch.control.plan import RunPlan
+from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ServerShard
 from syncswitch.core.checkpoint import CheckpointStore, LoadedCheckpoint
-from syncswitch.core.records import Gradient
+from syncswitch.core.records import Gradient, WorkerStats
 from syncswitch.core.sharding import parameter_shards
+from syncswitch.core.sync_state import SynchronizerState
 from syncswitch.rundir import RunWriter
 
 STEP_S = 0.02
@@ -115,10 +117,11 @@ class ScriptedRun:
             self.plan, self.writer, resumed_from=resumed, clock=lambda: self.now_s
         )
         self.slices = parameter_shards(PARAMETERS, self.config.servers)
-        restore = resumed.state["servers"] if resumed else None
+        restore = run_checkpoint(resumed).servers if resumed else None
         self.shards = self._new_shards(restore)
         self.workers = [FakeWorker(w) for w in range(self.config.workers)]
         self.summary: dict | None = None
+        self.dispatch = DecisionDispatch(self._handlers(), on_step=self.steps.append)
 
     # -- driving --------------------------------------------------------------------------------
 
@@ -145,19 +148,15 @@ class ScriptedRun:
             raise AssertionError(f"no end after {max_rounds} rounds: {self.controller.phase}")
         self.summary = self.controller.finish(
             [s.final_snapshot() for s in self.shards],
-            [
-                {"worker": w.index, "steps": w.steps, "step_time_mean_s": STEP_S}
-                for w in self.workers
-            ],
+            [WorkerStats.of_steps(w.index, [STEP_S] * w.steps, [], []) for w in self.workers],
             np.concatenate([s.sync.weights.numpy() for s in self.shards]),
         )
         self.writer.close()
         return self
 
     def handle(self, step: Step) -> None:
-        self.steps.append(step)
-        for decision in step.decisions:
-            self._do(decision)
+        """Carry out a step's decisions (and any step a handler gets back), recording each."""
+        self.dispatch(step)
 
     @property
     def progress(self) -> float:
@@ -177,7 +176,7 @@ class ScriptedRun:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _new_shards(self, restore: list[dict] | None) -> list[ServerShard]:
+    def _new_shards(self, restore: tuple[SynchronizerState, ...] | None) -> list[ServerShard]:
         initial = np.zeros(PARAMETERS, np.float32)
         return [
             ServerShard(
@@ -251,7 +250,9 @@ class ScriptedRun:
             elif worker.running and not worker.waiting and any(s.sync.done for s in self.shards):
                 worker.running = False
                 self.handle(
-                    self.controller.on_worker_finished(worker.index, {"worker": worker.index})
+                    self.controller.on_worker_finished(
+                        worker.index, WorkerStats.of_steps(worker.index, [], [], [])
+                    )
                 )
 
     def _silent_s(self) -> dict[int, float]:
@@ -261,50 +262,60 @@ class ScriptedRun:
             if w.alive and w.running and not w.waiting
         }
 
-    def _do(self, decision: RunDecision) -> None:
-        match decision:
-            case StartWorker(worker=index, incarnation=incarnation):
-                worker = self.workers[index]
-                worker.alive = worker.running = True
-                worker.hung = worker.waiting = False
-                worker.incarnation = incarnation
-                worker.sequence = max(s.rejoin(index) for s in self.shards)
-                worker.last_heard_s = self.now_s
-                self._pull(worker)
-            case Evaluate(point=point, weights=weights):
-                distance = float(np.linalg.norm(weights - TARGET))
-                self.handle(self.controller.on_evaluated(point, 1 / (1 + distance), distance))
-            case ApplyPolicyDecision(decision=policy_decision):
-                for shard in self.shards:
-                    shard.carry_out(policy_decision)
-            case FinishShards():
-                for shard in self.shards:
-                    shard.finish()
-            case RequestSnapshot(label=label):
-                for shard in self.shards:
-                    shard.request_snapshot(label)
-            case RestartWorker(worker=index):
-                for shard in self.shards:
-                    shard.worker_lost(index)
-                self.workers[index].alive = True  # the runtime brings it back up ...
-                self.handle(self.controller.on_worker_ready(index))  # ... and says so
-            case KillWorker(worker=index):
-                self.kill_worker(index)
-            case RestoreServers(shard_states=states):
-                for worker in self.workers:
-                    if worker.running:
-                        worker.running = worker.waiting = False
-                self.shards = self._new_shards(states)
-                for shard in self.shards:
-                    shard.begin()
-                self.handle(self.controller.on_servers_restored())
-            case RollBack() as order:
-                for shard, state in zip(self.shards, order.shard_states, strict=True):
-                    shard.roll_back(
-                        state, order.protocol, order.lr_scale, order.momentum, order.label
-                    )
-                self.loss_offset = 0.0  # the restored weights train normally again
-                self.handle(self.controller.on_rolled_back())
-            case Stop(reason=reason):
-                self.writer.close()
-                raise Stopped(reason)
+    # -- carrying out decisions -------------------------------------------------------------
+
+    def _handlers(self) -> dict[type, Handler]:
+        return {
+            StartWorker: self._start_worker,
+            Evaluate: self._evaluate,
+            ApplyPolicyDecision: lambda d: self._on_shards(lambda s: s.carry_out(d.decision)),
+            FinishShards: lambda _: self._on_shards(ServerShard.finish),
+            RequestSnapshot: lambda d: self._on_shards(lambda s: s.request_snapshot(d.label)),
+            RestartWorker: self._restart_worker,
+            KillWorker: lambda d: self.kill_worker(d.worker),
+            RestoreServers: self._restore_servers,
+            RollBack: self._roll_back,
+            Stop: self._stop,
+        }
+
+    def _on_shards(self, action: Callable[[ServerShard], object]) -> None:
+        for shard in self.shards:
+            action(shard)
+
+    def _start_worker(self, decision: StartWorker) -> None:
+        worker = self.workers[decision.worker]
+        worker.alive = worker.running = True
+        worker.hung = worker.waiting = False
+        worker.incarnation = decision.incarnation
+        worker.sequence = max(s.rejoin(decision.worker) for s in self.shards)
+        worker.last_heard_s = self.now_s
+        self._pull(worker)
+
+    def _evaluate(self, decision: Evaluate) -> Step:
+        distance = float(np.linalg.norm(decision.weights - TARGET))
+        return self.controller.on_evaluated(decision.point, 1 / (1 + distance), distance)
+
+    def _restart_worker(self, decision: RestartWorker) -> Step:
+        for shard in self.shards:
+            shard.worker_lost(decision.worker)
+        self.workers[decision.worker].alive = True  # the runtime brings it back up ...
+        return self.controller.on_worker_ready(decision.worker)  # ... and says so
+
+    def _restore_servers(self, decision: RestoreServers) -> Step:
+        for worker in self.workers:
+            if worker.running:
+                worker.running = worker.waiting = False
+        self.shards = self._new_shards(decision.shard_states)
+        for shard in self.shards:
+            shard.begin()
+        return self.controller.on_servers_restored()
+
+    def _roll_back(self, order: RollBack) -> Step:
+        for shard, state in zip(self.shards, order.shard_states, strict=True):
+            shard.roll_back(state, order.protocol, order.lr_scale, order.momentum, order.label)
+        self.loss_offset = 0.0  # the restored weights train normally again
+        return self.controller.on_rolled_back()
+
+    def _stop(self, stop: Stop) -> None:
+        self.writer.close()
+        raise Stopped(stop.reason)

@@ -20,6 +20,7 @@ from syncswitch.control.decisions import (
     RollBack,
     StartWorker,
 )
+from syncswitch.core.protocol import BSP
 from tests.control.scripted import ScriptedRun, Stopped
 
 
@@ -130,7 +131,7 @@ def test_a_diverging_loss_is_rolled_back_and_pinned_to_bsp(tmp_path):
 
     run = ScriptedRun(tmp_path, schedule="bsp:0.5,asp", epochs=8.0, script={0.6: blow_up}).run()
     [rollback] = decisions_of(run, RollBack)
-    assert rollback.protocol == "bsp" and rollback.lr_scale == 0.5
+    assert rollback.protocol == BSP and rollback.lr_scale == 0.5
     step = next(s for s in run.steps if rollback in s.decisions)
     assert (step.before, step.after) == (RunPhase.TRAINING, RunPhase.ROLLING_BACK)
     reliability = run.summary["reliability"]
@@ -163,7 +164,7 @@ def test_elastic_excludes_a_straggler_on_every_shard_and_readmits_it(tmp_path):
     ]
     assert online["detections"] == 1 and online["excluded_at_end"] == []
     # Every shard followed the one decision: the same gradients were left out everywhere.
-    dropped = [s.sync.accounting()["dropped"].get("straggler_excluded", 0) for s in run.shards]
+    dropped = [s.sync.accounting().dropped.get("straggler_excluded", 0) for s in run.shards]
     assert dropped[0] > 0 and len(set(dropped)) == 1
     versions = {s.sync.version for s in run.shards}
     assert len(versions) == 1

@@ -16,6 +16,7 @@ from syncswitch.core.divergence import (
     rollback_decision,
 )
 from syncswitch.core.hyperparams import MomentumPolicy
+from syncswitch.core.protocol import BSP
 
 
 def _noisy(level: float, rng: random.Random, sigma: float = 0.3) -> float:
@@ -183,7 +184,7 @@ def _verdict() -> Divergence:
 def test_first_rollback_continues_under_bsp_with_half_the_learning_rate() -> None:
     decision = rollback_decision(_verdict(), 1.0, MomentumPolicy.SCALE)
     assert isinstance(decision, Rollback)
-    assert decision.protocol == "bsp"
+    assert decision.protocol == BSP
     assert decision.lr_scale == 0.5 and decision.momentum is MomentumPolicy.SCALE
     assert decision.number == 1
     assert decision.reason.startswith("training loss diverged")

@@ -18,9 +18,10 @@ from syncswitch.core.hyperparams import MomentumPolicy
 from syncswitch.core.online import OnlineConfig, OnlineMonitor
 from syncswitch.core.optimizer import FlatSGD
 from syncswitch.core.policies import OnlinePolicyKind
-from syncswitch.core.protocol import Schedule
+from syncswitch.core.protocol import ASP, BSP, Schedule
 from syncswitch.core.records import Gradient, Outcome
 from syncswitch.core.scenarios import StragglerEpisode, StragglerScenario
+from syncswitch.core.sync_state import roll_back, take_snapshot
 from syncswitch.core.synchronizer import SyncConfig, Synchronizer
 
 BATCH = 4
@@ -119,7 +120,7 @@ def test_elastic_excludes_a_5x_straggler_within_a_few_of_its_steps_and_readmits_
     assert excluded_updates and all(r.lr == pytest.approx(0.1 * 7 / 8) for r in excluded_updates)
     assert all(r.staleness == 0 for r in run.outcome.applied if r.protocol == "bsp")
     acct = run.sync.accounting()
-    assert acct["sent"] == acct["applied"] + sum(acct["dropped"].values()) + acct["waiting"]
+    assert acct.sent == acct.applied + sum(acct.dropped.values()) + acct.waiting
 
 
 def test_elastic_bsp_phase_is_faster_than_waiting_for_the_straggler():
@@ -133,7 +134,7 @@ def test_elastic_bsp_phase_is_faster_than_waiting_for_the_straggler():
 def test_greedy_switches_to_asp_and_never_returns_without_return():
     run = VirtualRun("bsp:0.5,asp", OnlinePolicyKind.GREEDY, slowed(3, 0.1, 0.2)).run()
     [switch] = run.decisions("switch")
-    assert switch.protocol == "asp" and 0.1 < switch.progress < 0.15
+    assert switch.protocol == ASP and 0.1 < switch.progress < 0.15
     assert run.decisions("return") == []
     assert [s.to_protocol for s in run.sync.switches] == ["asp"]
     assert run.sync.samples_by_protocol["bsp"] < 0.15 * run.sync.config.total_samples
@@ -180,10 +181,11 @@ def test_a_detection_outside_every_episode_counts_as_false():
 
 def test_greedy_does_not_leave_bsp_pinned_by_a_divergence_rollback():
     run = VirtualRun("bsp:0.5,asp", OnlinePolicyKind.GREEDY, slowed(3, 0.1, 0.2))
-    snapshot = run.sync.snapshot("test")
-    run.sync.roll_back(
+    snapshot = take_snapshot(run.sync, "test")
+    roll_back(
+        run.sync,
         snapshot.state,
-        protocol="bsp",
+        protocol=BSP,
         lr_scale=0.5,
         momentum_policy=MomentumPolicy.SCALE,
         reason="divergence",

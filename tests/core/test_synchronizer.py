@@ -7,8 +7,9 @@ import torch
 
 from syncswitch.core.hyperparams import MomentumPolicy
 from syncswitch.core.optimizer import FlatSGD, flat_gradient, flatten_parameters
-from syncswitch.core.protocol import Schedule
+from syncswitch.core.protocol import ASP, BSP, Schedule
 from syncswitch.core.records import Gradient
+from syncswitch.core.sync_state import restore, roll_back
 from syncswitch.core.synchronizer import SyncConfig, Synchronizer
 
 BATCH = 4
@@ -123,7 +124,7 @@ def test_switch_mid_barrier_applies_caught_gradients_under_the_new_rule() -> Non
     outcome = sync.switch_to(Schedule.parse("asp").phases[0].spec, reason="test")
     assert sorted(outcome.released) == [0, 1]
     assert [r.protocol for r in outcome.applied] == ["asp", "asp"]
-    assert sync.accounting()["applied"] == 2
+    assert sync.accounting().applied == 2
 
 
 def test_accounting_and_late_gradients_after_completion() -> None:
@@ -134,7 +135,7 @@ def test_accounting_and_late_gradients_after_completion() -> None:
     late = sync.submit(grad(sync, 2))
     assert late.dropped[0].reason == "training_complete" and late.released == [2]
     acct = sync.accounting()
-    assert acct["sent"] == acct["applied"] + sum(acct["dropped"].values()) == 3
+    assert acct.sent == acct.applied + sum(acct.dropped.values()) == 3
 
 
 def test_evaluation_points_follow_progress() -> None:
@@ -221,7 +222,7 @@ def test_bad_gradients_never_reach_the_weights_and_a_repeat_offender_is_quaranti
     assert sync.rejoin(0) > 0 and 0 not in sync.excluded  # restarted: admitted again
     assert sync.submit(grad(sync, 0, seq=sync.ledger.next_sequence(0))).applied
     acct = sync.accounting()
-    assert acct["unaccounted"] == 0 and acct["dropped"] == {
+    assert acct.unaccounted == 0 and acct.dropped == {
         "non_finite": 2,
         "shape_mismatch": 1,
         "quarantined": 1,
@@ -234,7 +235,7 @@ def test_a_retried_gradient_is_applied_once() -> None:
     assert sync.submit(first).applied
     outcome = sync.submit(grad(sync, 0, seq=7))
     assert outcome.dropped[0].reason == "duplicate" and outcome.released == [0]
-    assert sync.version == 1 and sync.accounting()["sent"] == 2
+    assert sync.version == 1 and sync.accounting().sent == 2
 
 
 def test_a_snapshot_restores_into_a_new_synchronizer_exactly() -> None:
@@ -245,12 +246,12 @@ def test_a_snapshot_restores_into_a_new_synchronizer_exactly() -> None:
             snapshots += sync.submit(grad(sync, worker, seq=step)).snapshots
     assert [s.label for s in snapshots] == ["periodic", "periodic"]
     taken = snapshots[-1]
-    assert taken.progress == pytest.approx(0.5) and taken.state["protocol"] == "asp"
+    assert taken.progress == pytest.approx(0.5) and taken.state.protocol == ASP
     fresh = make_sync("bsp:0.5,asp", total=16 * BATCH, checkpoint_every=0.25)
-    fresh.restore(taken.state)
+    restore(fresh, taken.state)
     assert fresh.version == 2 and fresh.spec.name == "asp" and fresh.samples == 8 * BATCH
-    assert torch.equal(fresh.weights, taken.state["optimizer"]["weights"])
-    assert fresh.switches == sync.switches[:1] and fresh.accounting()["unaccounted"] == 0
+    assert torch.equal(fresh.weights, taken.state.optimizer.weights)
+    assert fresh.switches == sync.switches[:1] and fresh.accounting().unaccounted == 0
     assert fresh.rejoin(0) == 2  # worker 0 had sent sequences 0 and 1 before the snapshot
     assert fresh.submit(grad(fresh, 0, seq=2)).applied[0].protocol == "asp"
 
@@ -263,15 +264,16 @@ def test_roll_back_restores_weights_and_drops_what_was_computed_on_the_abandoned
     assert snapshot is not None and snapshot.version == 2
     before = sync.version
     stale = grad(sync, 1, version=before)  # computed on weights the rollback abandons
-    outcome = sync.roll_back(
+    outcome = roll_back(
+        sync,
         snapshot.state,
-        protocol="bsp",
+        protocol=BSP,
         lr_scale=0.5,
         momentum_policy=MomentumPolicy.ZERO,
         reason="divergence",
     )
     assert [(s.to_protocol, s.reason) for s in outcome.switches] == [("bsp", "divergence")]
-    assert torch.equal(sync.weights, snapshot.state["optimizer"]["weights"])
+    assert torch.equal(sync.weights, snapshot.state.optimizer.weights)
     assert sync.version == before + 1 and sync.samples == snapshot.samples
     assert sync.submit(stale).dropped[0].reason == "rolled_back"
     sync.submit(grad(sync, 0))

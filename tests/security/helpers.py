@@ -22,6 +22,7 @@ from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.core.checkpoint import CheckpointStore
 from syncswitch.core.optimizer import FlatSGD, flatten_parameters
+from syncswitch.core.sync_state import take_snapshot
 from syncswitch.core.synchronizer import Synchronizer
 from syncswitch.workloads import build_model, load_dataset
 
@@ -66,11 +67,12 @@ def model_parameters(job: dict[str, Any]) -> int:
 
 
 def valid_state(job: dict[str, Any] = SMALL_JOB) -> dict[str, Any]:
-    """A checkpoint state a resumed run of `job` accepts: what its servers and record save."""
+    """A checkpoint state a resumed run of `job` accepts: what its servers and record save,
+    in the unversioned layout (format 1) that checkpoints had before format_version 2."""
     plan = RunPlan.resolve(make_config(job), train_samples=160)
     sync = Synchronizer(plan.sync, FlatSGD(torch.zeros(model_parameters(job))))
     record = RunRecord().to_state()
-    return {"servers": [sync.snapshot("periodic").state], "controller": record}
+    return {"servers": [take_snapshot(sync, "periodic").state.to_plain()], "controller": record}
 
 
 def make_run_dir(

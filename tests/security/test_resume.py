@@ -84,6 +84,8 @@ def test_config_json_must_be_a_regular_file_inside_the_run_directory(tmp_path, c
     ("damage", "fragment"),
     [
         (lambda s: {"servers": "x"}, "server states"),
+        (lambda s: {**s, "format_version": 3}, "format_version 3; this code reads versions 1"),
+        (lambda s: {**s, "servers": [{**s["servers"][0], "pinned": 1}]}, "server 0: pinned = 1"),
         (lambda s: {**s, "controller": {"metrics": []}}, "controller record"),
         (lambda s: {**s, "servers": [{"optimizer": {}}]}, "server 0"),
         (

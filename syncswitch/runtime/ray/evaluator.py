@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 
 from syncswitch.runtime.evaluator import Evaluator
-from syncswitch.runtime.ray.placement import here
+from syncswitch.runtime.ray.placement import ActorPlace, here
 from syncswitch.workloads import ArrayDataset
 
 
@@ -30,6 +30,6 @@ class RayEvaluator(Evaluator):
             os.nice(nice)
         super().__init__(dataset, model_factory, loss_fn, threads, device)
 
-    def ready(self) -> dict:
+    def ready(self) -> ActorPlace:
         """Where this evaluator runs (node, host, device), for actors.json."""
         return here(self.device.type)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import ray
@@ -44,24 +45,39 @@ def in_bundle(group: PlacementGroup, index: int) -> dict[str, Any]:
     }
 
 
-def here(device: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ActorPlace:
+    """Where one actor (or the driver) runs: its process, node, host and device."""
+
+    pid: int
+    node_id: str
+    node_ip: str
+    host: str
+    device: str
+
+    def to_record(self) -> dict[str, Any]:
+        """For actors.json."""
+        return asdict(self)
+
+
+def here(device: str) -> ActorPlace:
     """Where the calling actor runs (for actors.json and the summary)."""
     context = ray.get_runtime_context()
-    return {
-        "pid": os.getpid(),
-        "node_id": context.get_node_id(),
-        "node_ip": ray.util.get_node_ip_address(),
-        "host": socket.gethostname(),
-        "device": device,
-    }
+    return ActorPlace(
+        pid=os.getpid(),
+        node_id=context.get_node_id(),
+        node_ip=ray.util.get_node_ip_address(),
+        host=socket.gethostname(),
+        device=device,
+    )
 
 
-def describe_nodes(actors: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def describe_nodes(actors: dict[str, ActorPlace]) -> dict[str, Any]:
     """Per node: its host and IP, and which actors it runs now."""
     nodes: dict[str, dict[str, Any]] = {}
     for name, where in actors.items():
         node = nodes.setdefault(
-            where["node_id"], {"host": where["host"], "node_ip": where["node_ip"], "actors": []}
+            where.node_id, {"host": where.host, "node_ip": where.node_ip, "actors": []}
         )
         node["actors"].append(name)
     return nodes

@@ -21,10 +21,12 @@ import torch
 
 from syncswitch.control.shard import ServerShard, ShardReport
 from syncswitch.core.hyperparams import MomentumPolicy
+from syncswitch.core.protocol import ProtocolSpec
 from syncswitch.core.records import Decision, Gradient, Outcome, Snapshot
+from syncswitch.core.sync_state import SynchronizerState
 from syncswitch.core.synchronizer import SyncConfig
 from syncswitch.runtime.dataplane import Request, ServerEndpoint, encode_reply
-from syncswitch.runtime.ray.placement import here
+from syncswitch.runtime.ray.placement import ActorPlace, here
 
 # Above this size one shared object-store copy per version beats inlining weights into every
 # Ray reply (small models are faster inline: no second fetch). Data-plane replies are raw.
@@ -59,7 +61,7 @@ class ParameterServer:
         initial: np.ndarray,
         weight_decay: float,
         *,
-        restore: dict | None = None,
+        restore: SynchronizerState | None = None,
         observe_steps: bool = False,
         threads: int = 1,
         device: str = "cpu",
@@ -91,7 +93,7 @@ class ParameterServer:
             clock=time.time,
         )
 
-    def where(self) -> dict:
+    def where(self) -> ActorPlace:
         return here(self.device)
 
     def endpoint(self) -> tuple[str, bytes]:
@@ -184,7 +186,12 @@ class ParameterServer:
             return self.shard.final_snapshot()
 
     def roll_back(
-        self, state: dict, protocol: str, lr_scale: float, momentum: MomentumPolicy, label: str
+        self,
+        state: SynchronizerState,
+        protocol: ProtocolSpec,
+        lr_scale: float,
+        momentum: MomentumPolicy,
+        label: str,
     ) -> None:
         with self._lock:
             self._release(self.shard.roll_back(state, protocol, lr_scale, momentum, label))

@@ -18,7 +18,6 @@ evaluations it had not answered.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,19 +43,21 @@ from syncswitch.control.decisions import (
     RestartWorker,
     RestoreServers,
     RollBack,
-    RunDecision,
     StartWorker,
     Stop,
 )
+from syncswitch.control.dispatch import DecisionDispatch, Handler, raise_stop
 from syncswitch.control.plan import RunPlan
+from syncswitch.control.run_state import run_checkpoint
 from syncswitch.core.checkpoint import LoadedCheckpoint
 from syncswitch.core.optimizer import flatten_parameters
 from syncswitch.core.records import EvalPoint
 from syncswitch.core.sharding import parameter_shards
-from syncswitch.errors import TrainingStalled
-from syncswitch.files import write_json_atomic
+from syncswitch.core.sync_state import SynchronizerState
+from syncswitch.rundir import names
 from syncswitch.runtime.progress import ProgressDisplay
 from syncswitch.runtime.ray import placement
+from syncswitch.runtime.ray.actors import STARTUP_TIMEOUT_S, ActorDirectory, wait_ready
 from syncswitch.runtime.ray.evaluator import RayEvaluator
 from syncswitch.runtime.ray.resources import ResourcePlan
 from syncswitch.runtime.ray.server import ParameterServer
@@ -64,7 +65,6 @@ from syncswitch.runtime.ray.worker import Worker, WorkerSpec, join_replies
 from syncswitch.workloads import ArrayDataset
 
 _POLL_S = 0.1
-_STARTUP_TIMEOUT_S = 300.0
 # Evaluations are off the update path: they may lag, the workers and servers must not wait.
 _EVALUATOR_NICE = 10
 
@@ -94,12 +94,9 @@ class RaySupervisor:
         self._restarting: dict[int, Any] = {}  # worker -> its `ready` call while Ray restarts it
         # An evaluation's call -> its point and weights (kept to ask a new evaluator again).
         self._evaluations: dict[Any, tuple[EvalPoint, np.ndarray]] = {}
-        self._pids: dict[str, Any] = {"driver": os.getpid()}
-        self._where: dict[str, dict[str, Any]] = {"driver": placement.here("cpu")}
-        self._nodes_seen: set[str] = set()
+        self.actors = ActorDirectory(controller.writer.dir / names.ACTORS, resources)
         self.group: Any = None
-        self._dataset_copies: list[str] = []
-        self._rejected: dict[str, int] = {}  # data-plane connections the servers closed
+        self._carry_out = DecisionDispatch(self._handlers())
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -116,16 +113,17 @@ class RaySupervisor:
         resumed = self.controller.resumed_from
         try:
             self.group = placement.create_group(
-                self.resources, self.plan.workers, self.plan.job.servers, _STARTUP_TIMEOUT_S
+                self.resources, self.plan.workers, self.plan.job.servers, STARTUP_TIMEOUT_S
             )
-            self.servers = self._start_servers(resumed.state["servers"] if resumed else None)
+            restore = run_checkpoint(resumed).servers if resumed else None
+            self.servers = self._start_servers(restore)
             self.evaluator = self._start_evaluator()
             self.workers = [self._start_worker(i) for i in range(self.plan.workers)]
-            located = _wait_ready([w.ready.remote() for w in self.workers])
-            self._pids["workers"] = {}
+            located = wait_ready([w.ready.remote() for w in self.workers])
+            self.actors.pids["workers"] = {}
             for index, where in enumerate(located):
-                self._locate(f"worker {index}", where)
-            self._locate("evaluator", _wait_ready([self.evaluator.ready.remote()])[0])
+                self.actors.locate(f"worker {index}", where)
+            self.actors.locate("evaluator", wait_ready([self.evaluator.ready.remote()])[0])
             self._write_pids()
             ray.get([s.begin.remote() for s in self.servers])
             # Stragglers timed in seconds count run time, which a resumed run carries over.
@@ -172,73 +170,79 @@ class RaySupervisor:
         worker_stats = [finished[i] for i in sorted(finished)]
         _, final_weights, _, _ = join_replies(ray.get([s.pull.remote(-1) for s in self.servers]))
         snapshots = ray.get([s.final_snapshot.remote() for s in self.servers])
-        self._dataset_copies = placement.object_nodes(self.dataset_ref)
+        self.actors.dataset_copies = placement.object_nodes(self.dataset_ref)
         for rejected in ray.get([s.rejected_messages.remote() for s in self.servers]):
             for reason, count in rejected.items():
-                self._rejected[reason] = self._rejected.get(reason, 0) + count
+                self.actors.rejected[reason] = self.actors.rejected.get(reason, 0) + count
         self._write_pids()
         return self.controller.finish(snapshots, worker_stats, final_weights), final_weights
 
     # -- carrying out decisions -----------------------------------------------------------------
 
-    def _carry_out(self, step: Step) -> None:
-        for decision in step.decisions:
-            self._do(decision)
+    def _handlers(self) -> dict[type, Handler]:
+        """How each decision is carried out with Ray."""
+        return {
+            StartWorker: self._start_run,
+            Evaluate: self._evaluate,
+            ApplyPolicyDecision: lambda d: self._on_all(lambda s: s.carry_out.remote(d.decision)),
+            FinishShards: lambda _: self._on_all(lambda s: s.finish.remote()),
+            RequestSnapshot: self._request_snapshot,
+            RestartWorker: self._restart_worker,
+            # Ray restarts it; its failed run is then handled like any dead worker's.
+            KillWorker: lambda d: ray.kill(self.workers[d.worker], no_restart=False),
+            RestoreServers: self._restore_servers,
+            RollBack: self._roll_back,
+            Stop: raise_stop,
+        }
 
-    def _do(self, decision: RunDecision) -> None:
-        match decision:
-            case StartWorker(worker=worker, incarnation=incarnation):
-                run = self.workers[worker].run.remote(
-                    self.started_at, self.servers, [self.dataset_ref], incarnation
-                )
-                self._runs[run] = worker
-            case Evaluate(point=point, weights=weights):
-                self._evaluations[self.evaluator.evaluate.remote(weights)] = (point, weights)
-            case ApplyPolicyDecision(decision=policy_decision):
-                ray.get([s.carry_out.remote(policy_decision) for s in self.servers])
-            case FinishShards():
-                ray.get([s.finish.remote() for s in self.servers])
-            case RequestSnapshot(label=label):
-                for server in self.servers:
-                    server.request_snapshot.remote(label)
-            case RestartWorker(worker=worker):
-                # A server may be gone too (a lost node takes every actor on it): the next
-                # drain reports it, and the restored servers know no old incarnation.
-                with contextlib.suppress(RayActorError):
-                    ray.get([s.worker_lost.remote(worker) for s in self.servers])
-                # Ray is restarting the actor; a call made before it is up again fails, so its
-                # run starts once `ready` answers (see _check_restarts).
-                self._restarting[worker] = self.workers[worker].ready.remote()
-            case KillWorker(worker=worker):
-                # Ray restarts it; its failed run is then handled like any dead worker's.
-                ray.kill(self.workers[worker], no_restart=False)
-            case RestoreServers(shard_states=states):
-                self._replace_servers(states)
-                self._carry_out(self.controller.on_servers_restored())
-            case RollBack() as rollback:
-                ray.get(
-                    [
-                        server.roll_back.remote(
-                            state,
-                            rollback.protocol,
-                            rollback.lr_scale,
-                            rollback.momentum,
-                            rollback.label,
-                        )
-                        for server, state in zip(self.servers, rollback.shard_states, strict=True)
-                    ]
-                )
-                self._carry_out(self.controller.on_rolled_back())
-            case Stop(reason=reason, stalled=stalled):
-                raise TrainingStalled(reason) if stalled else RuntimeError(reason)
+    def _on_all(self, call: Callable[[Any], Any]) -> None:
+        """Make the call on every shard and wait for all of them."""
+        ray.get([call(server) for server in self.servers])
 
-    def _replace_servers(self, shard_states: list[dict]) -> None:
+    def _request_snapshot(self, decision: RequestSnapshot) -> None:
+        for server in self.servers:
+            server.request_snapshot.remote(decision.label)  # at its next version boundary
+
+    def _start_run(self, decision: StartWorker) -> None:
+        run = self.workers[decision.worker].run.remote(
+            self.started_at, self.servers, [self.dataset_ref], decision.incarnation
+        )
+        self._runs[run] = decision.worker
+
+    def _evaluate(self, decision: Evaluate) -> None:
+        call = self.evaluator.evaluate.remote(decision.weights)
+        self._evaluations[call] = (decision.point, decision.weights)
+
+    def _restart_worker(self, decision: RestartWorker) -> None:
+        # A server may be gone too (a lost node takes every actor on it): the next drain
+        # reports it, and the restored servers know no old incarnation.
+        with contextlib.suppress(RayActorError):
+            ray.get([s.worker_lost.remote(decision.worker) for s in self.servers])
+        # Ray is restarting the actor; a call made before it is up again fails, so its run
+        # starts once `ready` answers (see _check_restarts).
+        self._restarting[decision.worker] = self.workers[decision.worker].ready.remote()
+
+    def _restore_servers(self, decision: RestoreServers) -> Step:
+        self._replace_servers(decision.shard_states)
+        return self.controller.on_servers_restored()
+
+    def _roll_back(self, order: RollBack) -> Step:
+        calls = [
+            server.roll_back.remote(
+                state, order.protocol, order.lr_scale, order.momentum, order.label
+            )
+            for server, state in zip(self.servers, order.shard_states, strict=True)
+        ]
+        ray.get(calls)
+        return self.controller.on_rolled_back()
+
+    def _replace_servers(self, shard_states: tuple[SynchronizerState, ...]) -> None:
         for server in self.servers:
             ray.kill(server, no_restart=True)
         # Every worker run must end (they fail on their next call to the dead server) before
         # the workers get the new servers: a worker handles one call at a time.
         if self._runs:
-            ray.wait(list(self._runs), num_returns=len(self._runs), timeout=_STARTUP_TIMEOUT_S)
+            ray.wait(list(self._runs), num_returns=len(self._runs), timeout=STARTUP_TIMEOUT_S)
             runs = list(self._runs.items())
             self._runs.clear()
             for ref, worker in runs:
@@ -316,13 +320,13 @@ class RaySupervisor:
                 self._restarting[worker] = self.workers[worker].ready.remote()  # not up yet
                 continue
             del self._restarting[worker]
-            self._locate(f"worker {worker}", where)
+            self.actors.locate(f"worker {worker}", where)
             self._write_pids()
             self._carry_out(self.controller.on_worker_ready(worker))
 
     # -- starting actors ------------------------------------------------------------------------
 
-    def _start_servers(self, restore: list[dict] | None) -> list:
+    def _start_servers(self, restore: tuple[SynchronizerState, ...] | None) -> list:
         role = self.resources.server
         server_cls = ray.remote(ParameterServer)
         servers = [
@@ -344,10 +348,10 @@ class RaySupervisor:
             )
             for index, shard in enumerate(self.shards)
         ]
-        located = _wait_ready([s.where.remote() for s in servers])
-        self._pids["servers"] = [where["pid"] for where in located]
+        located = wait_ready([s.where.remote() for s in servers])
+        self.actors.pids["servers"] = [where.pid for where in located]
         for index, where in enumerate(located):
-            self._locate(f"server {index}", where)
+            self.actors.locate(f"server {index}", where)
         return servers
 
     def _start_evaluator(self) -> Any:
@@ -371,7 +375,7 @@ class RaySupervisor:
         with contextlib.suppress(Exception):
             ray.kill(self.evaluator, no_restart=True)
         self.evaluator = self._start_evaluator()
-        self._locate("evaluator", _wait_ready([self.evaluator.ready.remote()])[0])
+        self.actors.locate("evaluator", wait_ready([self.evaluator.ready.remote()])[0])
         self._write_pids()
         waiting = list(self._evaluations.values())
         self._evaluations = {
@@ -404,49 +408,9 @@ class RaySupervisor:
         }
         return ray.remote(Worker).options(**options).remote(spec)
 
-    def _locate(self, name: str, where: dict[str, Any]) -> None:
-        """Record where an actor (re)started: its process id, node, host and device."""
-        self._where[name] = where
-        self._nodes_seen.add(where["node_id"])
-        role, _, index = name.partition(" ")
-        if role == "worker":
-            self._pids["workers"][int(index)] = where["pid"]
-
     def _write_pids(self) -> None:
-        """actors.json: which process is which and where it runs, for operators (and the
-        fault-injection tests); its placement also goes to the controller for the summary."""
-        actors = {k: v for k, v in self._where.items() if k != "driver"}
-        nodes = placement.describe_nodes(actors)
-        described = {
-            "placement": self.resources.placement,
-            "nodes": len(nodes),
-            "node_ids": sorted(nodes),
-            "hosts": sorted({n["host"] for n in nodes.values()}),
-            "nodes_seen": sorted(self._nodes_seen),
-            "resources": self.resources.describe(),
-        }
-        if self._dataset_copies:
-            described["dataset_copies_on_nodes"] = self._dataset_copies
-        if self._rejected:
-            # Connections a server closed: a wrong token or a malformed message (someone
-            # other than this run's workers; nothing of it applied), or a reply not taken.
-            described["data_plane_rejected"] = self._rejected
-        write_json_atomic(
-            self.controller.writer.dir / "actors.json",
-            {**self._pids, **described, "actors": self._where, "by_node": nodes},
-        )
-        self._carry_out(self.controller.on_placed(described))
+        self._carry_out(self.controller.on_placed(self.actors.write()))
 
 
 def _resumed_time_s(checkpoint: LoadedCheckpoint) -> float:
-    return float(checkpoint.state["servers"][0]["time_s"])
-
-
-def _wait_ready(refs: list) -> list:
-    _, pending = ray.wait(refs, num_returns=len(refs), timeout=_STARTUP_TIMEOUT_S)
-    if pending:
-        raise RuntimeError(
-            f"{len(pending)} actor(s) did not start within {_STARTUP_TIMEOUT_S:.0f} s: the Ray "
-            "cluster may lack the CPUs they request (see `ray status`)"
-        )
-    return ray.get(refs)
+    return run_checkpoint(checkpoint).time_s

@@ -17,10 +17,11 @@ from ray.exceptions import GetTimeoutError
 from syncswitch.core.emulation import EmulationConfig, StepTimeModel
 from syncswitch.core.faults import Fault, FaultKind, inject
 from syncswitch.core.optimizer import FlatParameters
+from syncswitch.core.records import WorkerStats
 from syncswitch.core.sharding import BatchStream, worker_shard
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.gradient import backward_on_batch
-from syncswitch.runtime.ray.placement import here
+from syncswitch.runtime.ray.placement import ActorPlace, here
 from syncswitch.workloads import ArrayDataset
 
 _PROBE_TIMEOUT_S = 10.0
@@ -62,10 +63,12 @@ class Worker:
         self._compute_cpu_times: list[float] = []
         self._wait_times: list[float] = []
 
-    def ready(self) -> dict:
+    def ready(self) -> ActorPlace:
         return here(self.spec.device)
 
-    def run(self, started_at: float, servers: list, dataset: list, incarnation: int = 0) -> dict:
+    def run(
+        self, started_at: float, servers: list, dataset: list, incarnation: int = 0
+    ) -> WorkerStats:
         """Train until the server says the workload is done; return step-time statistics.
 
         `started_at` is the wall time at which the run began, for stragglers timed in seconds.
@@ -214,19 +217,14 @@ class Worker:
             return False
         return True
 
-    def _stats(self) -> dict:
-        steps = np.array(self._step_times) if self._step_times else np.zeros(1)
-        return {
-            "worker": self.spec.worker,
-            "steps": len(self._step_times),
-            "step_time_mean_s": float(steps.mean()),
-            "step_time_p50_s": float(np.percentile(steps, 50)),
-            "step_time_p90_s": float(np.percentile(steps, 90)),
-            "step_time_max_s": float(steps.max()),
-            "compute_mean_s": float(np.mean(self._compute_times or [0.0])),
-            "compute_cpu_mean_s": float(np.mean(self._compute_cpu_times or [0.0])),
-            "wait_mean_s": float(np.mean(self._wait_times or [0.0])),
-        }
+    def _stats(self) -> WorkerStats:
+        return WorkerStats.of_steps(
+            self.spec.worker,
+            self._step_times,
+            self._compute_times,
+            self._wait_times,
+            compute_cpu_times=self._compute_cpu_times,
+        )
 
 
 def join_replies(replies: list) -> tuple[list[int], np.ndarray, bool, float]:

@@ -40,17 +40,18 @@ from syncswitch.control.decisions import (
     RestartWorker,
     RestoreServers,
     RollBack,
-    RunDecision,
     StartWorker,
     Stop,
 )
+from syncswitch.control.dispatch import DecisionDispatch, Handler, raise_stop
+from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ServerShard
 from syncswitch.core.cluster import BYTES_PER_PARAMETER, ClusterModel
 from syncswitch.core.faults import FaultKind, inject
 from syncswitch.core.optimizer import flatten_parameters
-from syncswitch.core.records import Gradient, Outcome
+from syncswitch.core.records import Gradient, Outcome, WorkerStats
 from syncswitch.core.sharding import parameter_shards
-from syncswitch.errors import TrainingStalled
+from syncswitch.core.sync_state import SynchronizerState
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
 from syncswitch.runtime.sim.engine import EventQueue, FifoQueue
@@ -76,18 +77,9 @@ class SimWorker:
     step_times: list[float] = field(default_factory=list)
     wait_times: list[float] = field(default_factory=list)
 
-    def stats(self) -> dict[str, Any]:
-        steps = np.array(self.step_times) if self.step_times else np.zeros(1)
-        return {
-            "worker": self.index,
-            "steps": len(self.step_times),
-            "step_time_mean_s": float(steps.mean()),
-            "step_time_p50_s": float(np.percentile(steps, 50)),
-            "step_time_p90_s": float(np.percentile(steps, 90)),
-            "step_time_max_s": float(steps.max()),
-            "compute_mean_s": float(steps.mean()),  # simulated: the step is all compute
-            "wait_mean_s": float(np.mean(self.wait_times or [0.0])),
-        }
+    def stats(self) -> WorkerStats:
+        # Simulated: the step is all compute, and there is no CPU time to measure.
+        return WorkerStats.of_steps(self.index, self.step_times, self.step_times, self.wait_times)
 
 
 class SimRuntime:
@@ -127,6 +119,7 @@ class SimRuntime:
         self._server_life = 0
         self._reply_cache: list[tuple[int, bool, np.ndarray] | None] = []
         self._first_steps_at = 0.0
+        self._carry_out = DecisionDispatch(self._handlers())
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -143,7 +136,8 @@ class SimRuntime:
         self._apply_s = [self.cluster.server.apply_s(s.stop - s.start) for s in self.slices]
         resumed = self.controller.resumed_from
         try:
-            self._start_servers(resumed.state["servers"] if resumed else None)
+            restore = run_checkpoint(resumed).servers if resumed else None
+            self._start_servers(restore)
             self._first_steps_at = self.events.now_s + self.cluster.startup_s
             self._carry_out(
                 self.controller.start(len(initial), time.perf_counter() - setup_started)
@@ -192,48 +186,53 @@ class SimRuntime:
             if w.running and w.index not in waiting
         }
 
-    def _carry_out(self, step: Step) -> None:
-        for decision in step.decisions:
-            self._do(decision)
+    def _handlers(self) -> dict[type, Handler]:
+        """How each decision is carried out here: in place, at once."""
+        return {
+            StartWorker: lambda d: self._start_worker(d.worker, d.incarnation),
+            Evaluate: self._evaluate,
+            ApplyPolicyDecision: lambda d: self._on_all(lambda s: s.carry_out(d.decision)),
+            FinishShards: lambda _: self._on_all(ServerShard.finish),
+            RequestSnapshot: self._request_snapshot,
+            RestartWorker: self._restart_worker,
+            KillWorker: self._kill_hung,
+            RestoreServers: self._restore_servers,
+            RollBack: self._roll_back,
+            Stop: raise_stop,
+        }
 
-    def _do(self, decision: RunDecision) -> None:
-        match decision:
-            case StartWorker(worker=index, incarnation=incarnation):
-                self._start_worker(index, incarnation)
-            case Evaluate(point=point, weights=weights):
-                accuracy, loss = self.evaluator.evaluate(weights)
-                self._carry_out(self.controller.on_evaluated(point, accuracy, loss))
-            case ApplyPolicyDecision(decision=policy_decision):
-                self._on_all(lambda s: s.carry_out(policy_decision))
-            case FinishShards():
-                self._on_all(ServerShard.finish)
-            case RequestSnapshot(label=label):
-                for shard in self.shards:
-                    shard.request_snapshot(label)
-            case RestartWorker(worker=index):
-                self._on_all(lambda s: s.worker_lost(index))
-                # The process comes back after the cluster's restart time.
-                self.events.at(self.events.now_s + self.cluster.restart_s, self._worker_up, index)
-            case KillWorker(worker=index):
-                self._kill(index)
-                self._carry_out(self.controller.on_worker_died(index, "killed: hung"))
-            case RestoreServers(shard_states=states):
-                for worker in self.workers:
-                    worker.running = False
-                    worker.life += 1
-                self._start_servers(states)
-                self._carry_out(self.controller.on_servers_restored())
-            case RollBack() as order:
-                for index, (shard, state) in enumerate(
-                    zip(self.shards, order.shard_states, strict=True)
-                ):
-                    outcome = shard.roll_back(
-                        state, order.protocol, order.lr_scale, order.momentum, order.label
-                    )
-                    self._released(outcome, index)
-                self._carry_out(self.controller.on_rolled_back())
-            case Stop(reason=reason, stalled=stalled):
-                raise TrainingStalled(reason) if stalled else RuntimeError(reason)
+    def _evaluate(self, decision: Evaluate) -> Step:
+        accuracy, loss = self.evaluator.evaluate(decision.weights)
+        return self.controller.on_evaluated(decision.point, accuracy, loss)
+
+    def _request_snapshot(self, decision: RequestSnapshot) -> None:
+        for shard in self.shards:
+            shard.request_snapshot(decision.label)
+
+    def _restart_worker(self, decision: RestartWorker) -> None:
+        index = decision.worker
+        self._on_all(lambda s: s.worker_lost(index))
+        # The process comes back after the cluster's restart time.
+        self.events.at(self.events.now_s + self.cluster.restart_s, self._worker_up, index)
+
+    def _kill_hung(self, decision: KillWorker) -> Step:
+        self._kill(decision.worker)
+        return self.controller.on_worker_died(decision.worker, "killed: hung")
+
+    def _restore_servers(self, decision: RestoreServers) -> Step:
+        for worker in self.workers:
+            worker.running = False
+            worker.life += 1
+        self._start_servers(decision.shard_states)
+        return self.controller.on_servers_restored()
+
+    def _roll_back(self, order: RollBack) -> Step:
+        for index, (shard, state) in enumerate(zip(self.shards, order.shard_states, strict=True)):
+            outcome = shard.roll_back(
+                state, order.protocol, order.lr_scale, order.momentum, order.label
+            )
+            self._released(outcome, index)
+        return self.controller.on_rolled_back()
 
     def _on_all(self, action: Callable[[ServerShard], Outcome]) -> None:
         for index, shard in enumerate(self.shards):
@@ -245,7 +244,7 @@ class SimRuntime:
 
     # -- servers ------------------------------------------------------------------------------
 
-    def _start_servers(self, restore: list[dict] | None) -> None:
+    def _start_servers(self, restore: tuple[SynchronizerState, ...] | None) -> None:
         self._server_life += 1
         clock = self._now
         self.shards = [

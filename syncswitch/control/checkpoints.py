@@ -1,0 +1,88 @@
+"""Checkpoint keeping: shards snapshot at the same points (per label: scheduled, timed, final),
+and a checkpoint is written once every shard has; a timed checkpoint is due by the injected
+clock, counted from the last one written."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from syncswitch.control.record import RunRecord
+from syncswitch.control.run_state import RunCheckpoint
+from syncswitch.control.shard import ShardReport
+from syncswitch.core.checkpoint import CheckpointStore, LoadedCheckpoint
+from syncswitch.core.records import Snapshot
+from syncswitch.rundir import RunWriter, names
+
+CHECKPOINT_DIR = names.CHECKPOINTS
+
+
+class CheckpointKeeper:
+    def __init__(
+        self,
+        writer: RunWriter,
+        record: RunRecord,
+        *,
+        every_s: float,
+        clock: Callable[[], float],
+    ) -> None:
+        """`record` is the controller's RunRecord, checkpointed with the servers so that a
+        resumed run knows what this one had learnt."""
+        self.writer = writer
+        self.store = CheckpointStore(writer.dir / CHECKPOINT_DIR)
+        self.record = record
+        self.every_s = every_s
+        self.clock = clock
+        self._queues: dict[str, list[list[Snapshot]]] = {}  # label -> per shard
+        self._last_at = clock()
+
+    def collect(self, reports: list[ShardReport], max_samples: float | None) -> None:
+        """Queue this drain's snapshots; write a checkpoint for each set every shard has sent.
+        Snapshots past `max_samples` (where the loss was last healthy) are not kept."""
+        for index, report in enumerate(reports):
+            for snapshot in report.outcome.snapshots:
+                if max_samples is not None and snapshot.samples > max_samples:
+                    continue
+                queues = self._queues.setdefault(snapshot.label, [])
+                while len(queues) < len(reports):
+                    queues.append([])
+                queues[index].append(snapshot)
+        for queues in self._queues.values():
+            while queues and all(queues):
+                self.write([queue.pop(0) for queue in queues])
+
+    def write(self, shard_snapshots: list[Snapshot]) -> None:
+        first = shard_snapshots[0]
+        record = self.record
+        kept = replace(record, metrics=[m for m in record.metrics if m["samples"] <= first.samples])
+        checkpoint = RunCheckpoint(tuple(s.state for s in shard_snapshots), kept)
+        info = self.store.save(
+            checkpoint.to_plain(),
+            samples=first.samples,
+            label=first.label,
+            meta={
+                "progress": round(first.progress, 6),
+                "version": first.version,
+                "time_s": round(first.time_s, 3),
+            },
+        )
+        record.checkpoints += 1
+        self._last_at = self.clock()
+        self.writer.event("checkpoint", info.to_record())
+
+    def timed_due(self) -> bool:
+        """A timed checkpoint is due (and counted as asked for, so it is asked for once)."""
+        now = self.clock()
+        if not self.every_s or now - self._last_at < self.every_s:
+            return False
+        self._last_at = now
+        return True
+
+    def load_latest(self, max_samples: int | None = None) -> LoadedCheckpoint:
+        """The newest checkpoint whose run state parses (one that does not is passed over
+        like a damaged one), at or before `max_samples` if given."""
+        return self.store.load_latest(max_samples=max_samples, validate=RunCheckpoint.from_plain)
+
+    def forget_snapshots(self) -> None:
+        """Snapshots that only some shards had sent belong to a timeline the servers lost."""
+        self._queues.clear()

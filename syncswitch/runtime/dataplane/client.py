@@ -1,0 +1,115 @@
+"""A worker's end of the data plane: one connection per server shard, one request and one
+reply per step; a reply that is late makes it ask (through Ray) whether its servers live."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+import numpy as np
+
+from syncswitch.runtime.dataplane.wire import (
+    FLOAT32,
+    LENGTH,
+    PROBE_S,
+    REPLY,
+    Reply,
+    no_delay,
+    send_buffers,
+)
+
+_CLOSED_PROBES = 30  # a closed connection: probes (of up to 10 s each) before giving up
+
+
+class WorkerChannel:
+    """A worker's end: one connection per server; one request and one reply per step.
+
+    `probe()` raises if a server is gone, returns True if every server answered and False if
+    it could not tell yet.
+    """
+
+    _HEAD = LENGTH.size + REPLY.size
+
+    def __init__(
+        self,
+        endpoints: Sequence[tuple[str, bytes]],
+        probe: Callable[[], bool],
+        *,
+        probe_s: float = PROBE_S,
+    ) -> None:
+        self._probe = probe
+        self._sockets: list[socket.socket] = []
+        self._head = bytearray(self._HEAD)
+        try:
+            for address, token in endpoints:
+                host, _, port = address.rpartition(":")
+                sock = self._connect(host.strip("[]"), int(port), probe_s)
+                self._sockets.append(sock)
+                send_buffers(sock, [token], self._blocked)
+        except BaseException:
+            self.close()
+            raise
+
+    def exchange(self, requests: Sequence[tuple[bytes, np.ndarray]]) -> list[Reply]:
+        """Send each server its (header, values) and wait for every reply.
+
+        The values may be reused once this returns: a reply means its request was received.
+        """
+        for sock, (header, values) in zip(self._sockets, requests, strict=True):
+            try:
+                send_buffers(sock, [LENGTH.pack(values.nbytes), header, values], self._blocked)
+            except (ConnectionResetError, BrokenPipeError):
+                self._closed()
+        return [self._receive(sock) for sock in self._sockets]
+
+    def close(self) -> None:
+        for sock in self._sockets:
+            sock.close()
+        self._sockets.clear()
+
+    def _connect(self, host: str, port: int, probe_s: float) -> socket.socket:
+        for _ in range(_CLOSED_PROBES):
+            try:
+                sock = socket.create_connection((host, port), timeout=probe_s)
+            except (ConnectionRefusedError, TimeoutError):
+                self._blocked()  # refused: the server is gone (probe raises) or not yet up
+                continue
+            no_delay(sock)
+            sock.settimeout(probe_s)
+            return sock
+        raise ConnectionError(f"no data-plane connection to {host}:{port}")
+
+    def _receive(self, sock: socket.socket) -> Reply:
+        head = memoryview(self._head)
+        self._receive_into(sock, head)
+        (length,) = LENGTH.unpack_from(self._head)
+        version, done, progress = REPLY.unpack_from(self._head, LENGTH.size)
+        weights = np.empty(length // FLOAT32.itemsize, dtype=FLOAT32)
+        self._receive_into(sock, memoryview(weights).cast("B"))
+        return Reply(version, weights, bool(done), progress)
+
+    def _receive_into(self, sock: socket.socket, target: memoryview) -> None:
+        got = 0
+        while got < len(target):
+            try:
+                count = sock.recv_into(target[got:])
+            except TimeoutError:
+                self._blocked()
+                continue
+            except ConnectionResetError:
+                count = 0
+            if count == 0:
+                self._closed()
+            got += count
+
+    def _blocked(self) -> None:
+        self._probe()  # raises if a server is gone; otherwise wait on
+
+    def _closed(self) -> NoReturn:
+        """The server closed the connection: it died (the probe raises once Ray knows, which
+        may take a moment) or it dropped this worker."""
+        for _ in range(_CLOSED_PROBES):
+            if self._probe():
+                raise ConnectionError("a parameter server closed its data-plane connection")
+        raise ConnectionError("a parameter server closed its data-plane connection")

@@ -1,0 +1,127 @@
+"""The data plane's wire format: message framing, request and reply headers, and the socket
+helpers both ends use (see the package docstring for the format)."""
+
+from __future__ import annotations
+
+import math
+import socket
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+TOKEN_BYTES = 16
+PROBE_S = 1.0  # a worker waiting longer than this asks whether its servers are alive
+
+LENGTH = struct.Struct("<I")
+# worker, incarnation, sequence, computed_version, samples, loss, step_time_s, ready_at
+REQUEST = struct.Struct("<iiqqiddd")
+# version, done, progress
+REPLY = struct.Struct("<qBd")
+FLOAT32 = np.dtype("<f4")
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One worker step as the server receives it (its slice of the gradient)."""
+
+    worker: int
+    incarnation: int
+    sequence: int
+    computed_version: int
+    samples: int
+    loss: float
+    step_time_s: float
+    ready_at: float | None  # emulation: wall time at which the emulated step ends
+    values: np.ndarray  # float32, the server's own (writable) buffer
+
+
+class Reply(NamedTuple):
+    version: int
+    weights: np.ndarray  # float32, the worker's own buffer
+    done: bool
+    progress: float
+
+
+class MalformedMessage(ValueError):
+    pass
+
+
+def encode_request(
+    worker: int,
+    incarnation: int,
+    sequence: int,
+    computed_version: int,
+    samples: int,
+    loss: float,
+    step_time_s: float,
+    ready_at: float | None,
+) -> bytes:
+    """The fixed-size header of a request (the values follow it as they are)."""
+    return REQUEST.pack(
+        worker,
+        incarnation,
+        sequence,
+        computed_version,
+        samples,
+        loss,
+        step_time_s,
+        math.nan if ready_at is None else ready_at,
+    )
+
+
+def decode_request(header: bytes | bytearray | memoryview, values: np.ndarray) -> Request:
+    worker, incarnation, sequence, version, samples, loss, step_s, ready_at = REQUEST.unpack(header)
+    return Request(
+        worker=worker,
+        incarnation=incarnation,
+        sequence=sequence,
+        computed_version=version,
+        samples=samples,
+        loss=loss,
+        step_time_s=step_s,
+        ready_at=None if math.isnan(ready_at) else ready_at,
+        values=values,
+    )
+
+
+def values_length(byte_length: int, max_values: int) -> int:
+    """How many float32 a request announcing `byte_length` bytes carries, checked before
+    anything is allocated. The count is not checked against the shard's size here: a
+    gradient of the wrong shape is the synchronizer's to count and drop (and to quarantine
+    its sender for); the transport only bounds it."""
+    if byte_length % FLOAT32.itemsize:
+        raise MalformedMessage(f"{byte_length} bytes of values: not whole float32")
+    if byte_length > max_values * FLOAT32.itemsize:
+        raise MalformedMessage(
+            f"{byte_length} bytes of values: more than {max_values * FLOAT32.itemsize}"
+        )
+    return byte_length // FLOAT32.itemsize
+
+
+def encode_reply(version: int, done: bool, progress: float) -> bytes:
+    return REPLY.pack(version, done, progress)
+
+
+def no_delay(sock: socket.socket) -> None:
+    # Each message is written at once; Nagle's algorithm would hold its tail for an ACK.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def send_buffers(sock: socket.socket, buffers: list, on_block: Callable[[], None]) -> None:
+    """Write every buffer (one system call when the kernel takes them all, as it usually
+    does); `on_block` is called whenever it cannot take more yet."""
+    views = [memoryview(b).cast("B") for b in buffers]
+    while views:
+        try:
+            sent = sock.sendmsg(views)
+        except (BlockingIOError, TimeoutError):
+            on_block()
+            continue
+        while views and sent >= len(views[0]):
+            sent -= len(views[0])
+            views.pop(0)
+        if views and sent:
+            views[0] = views[0][sent:]
