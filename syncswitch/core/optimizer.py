@@ -6,6 +6,8 @@ Parameters live as a single flat buffer so that one message per update carries t
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
@@ -88,7 +90,7 @@ class FlatSGD:
                 grad = buffer
         weights.add_(grad, alpha=-lr)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Weights and momentum buffer as plain tensors (a checkpoint holds nothing else)."""
         buffer = self._momentum_buffer
         # In CPU memory whatever the device: a checkpoint must load on a machine without it.
@@ -97,7 +99,7 @@ class FlatSGD:
             "momentum_buffer": None if buffer is None else buffer.to("cpu", copy=True),
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self._weights.copy_(state["weights"])
         buffer = state["momentum_buffer"]
         self._momentum_buffer = (

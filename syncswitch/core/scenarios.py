@@ -17,6 +17,7 @@ import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import Any
 
 from syncswitch.keys import unknown_key_problem
 
@@ -122,9 +123,9 @@ class StragglerEpisode:
         assert self.factor is not None
         return base_step_s * self.factor
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """The given fields only, in config form, so `parse_scenario` reads it back unchanged."""
-        record: dict = {"workers": list(self.workers)}
+        record: dict[str, Any] = {"workers": list(self.workers)}
         for name in _NUMBERS:
             value = getattr(self, name)
             if value is not None:
@@ -175,7 +176,7 @@ class StragglerScenario:
             for worker in episode.workers
         )
 
-    def describe(self) -> list[dict]:
+    def describe(self) -> list[dict[str, Any]]:
         return [episode.describe() for episode in self.episodes]
 
     def _active_for(self, worker: int, progress: float, elapsed_s: float) -> list[StragglerEpisode]:
