@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from syncswitch.core.policies import Action, OnlinePolicy, OnlinePolicyKind, RunView
-from syncswitch.core.records import Decision, Gradient, Outcome, StepObservation
+from syncswitch.core.policies import OnlinePolicy, OnlinePolicyKind, RunView
+from syncswitch.core.records import Action, Decision, Gradient, Outcome, StepObservation
 from syncswitch.core.scenarios import StragglerEpisode, StragglerScenario
 from syncswitch.core.stragglers import DetectorConfig, EventKind, StragglerDetector, StragglerEvent
 from syncswitch.core.synchronizer import Synchronizer

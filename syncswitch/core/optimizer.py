@@ -130,7 +130,11 @@ def load_flat_parameters(model: torch.nn.Module, flat: torch.Tensor) -> None:
 
 
 def flat_gradient(model: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    # A parameter without a gradient is a bug in the caller (no backward ran): fail loudly.
+    grads = [p.grad for p in model.parameters()]
+    if any(g is None for g in grads):
+        raise RuntimeError("flat_gradient: a parameter has no gradient; run backward first")
+    return torch.cat([g.reshape(-1) for g in grads if g is not None])
 
 
 class FlatParameters:
