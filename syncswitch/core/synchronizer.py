@@ -125,6 +125,11 @@ class Synchronizer:
         # Version from which a re-admitted worker's gradients count again under BSP: one it
         # computed while excluded, on older weights, would be applied stale.
         self._admitted_from: dict[int, int] = {}
+        # Called with each BSP round's gradients (in worker order) and their mean, after the
+        # update: where gradient statistics are measured (issue 21; prototype hook).
+        self.round_observer: Callable[[Synchronizer, list[Gradient], torch.Tensor], None] | None = (
+            None
+        )
 
     # -- reading state ----------------------------------------------------------------------
 
@@ -450,6 +455,8 @@ class Synchronizer:
         self.samples_by_protocol[self.spec.protocol.value] += total
         if self.spec.protocol is Protocol.BSP:
             self._phase_bsp_samples += total
+        if self.round_observer is not None and len(gradients) > 1:
+            self.round_observer(self, gradients, mean)
         for g in gradients:
             self.ledger.record_applied(g.worker, g.sequence)
         now_s = self.now_s()
