@@ -1,0 +1,139 @@
+"""Prototype (issue 21): replay switch-timing rules on recorded BSP signals (SIMULATED).
+
+Reads what benchmarks/online_signals.py recorded for pure-BSP runs (per-round estimates and
+the evaluator's curve), smooths the per-round estimates again with a half-life given in
+training progress (the same for every worker count), and prints, for each rule and threshold,
+the BSP share at which a run would have switched: the first check at which `decide` says
+switch. Checks happen every `--check-every` of progress (a run checks at each drain).
+
+    python benchmarks/online_replay.py --workers 8,16,32 --seeds 0,1
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+from syncswitch.core.gradient_stats import _Ema
+from syncswitch.core.switch_timing import (
+    GradientPoint,
+    LossPlateauRule,
+    LossPoint,
+    NoiseScaleRule,
+    ShareBounds,
+    StalenessNoiseRule,
+    TimingDecision,
+    decide,
+)
+
+
+def gradient_points(path: Path, half_life: float) -> list[GradientPoint]:
+    """The recorded rounds, smoothed with a half-life of `half_life` of training progress."""
+    rows = list(csv.DictReader(path.open()))
+    rounds = len(rows)
+    decay = 0.5 ** (1.0 / max(half_life * rounds, 1.0))
+    noise, grad, drift = _Ema(decay), _Ema(decay), _Ema(decay)
+    points = []
+    for row in rows:
+        for ema, key in ((noise, "noise_trace"), (grad, "grad_sq"), (drift, "drift_sq")):
+            if row[key]:
+                ema.add(float(row[key]))
+        n = int(row["workers"])
+        noise_now, grad_now = noise.get(), grad.get()
+        if noise_now is None or grad_now is None:
+            continue
+        points.append(
+            GradientPoint(
+                progress=float(row["progress"]),
+                workers=n,
+                worker_batch=int(row["samples"]) / n,
+                noise_trace=noise_now,
+                grad_sq=grad_now,
+                drift_sq=drift.get(),
+            )
+        )
+    return points
+
+
+def loss_points(path: Path, column: str) -> list[LossPoint]:
+    rows = list(csv.DictReader(path.open()))
+    return [LossPoint(float(r["fraction"]), float(r[column])) for r in rows]
+
+
+def replay(rule, history, bounds: ShareBounds, check_every: float) -> TimingDecision:
+    """The first decision to switch, checking every `check_every` of progress."""
+    next_check = 0.0
+    for end, point in enumerate(history, start=1):
+        if point.progress + 1e-12 < next_check and end < len(history):
+            continue
+        next_check = point.progress + check_every
+        decision = decide(rule, history[:end], point.progress, bounds)
+        if decision.switch:
+            return decision
+    return decide(rule, history, 1.0, bounds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", default="8,16,32")
+    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--dir", default="benchmarks/results/online-signals")
+    parser.add_argument("--half-life", type=float, default=0.02, help="in training progress")
+    parser.add_argument("--check-every", type=float, default=0.005)
+    parser.add_argument("--floor", type=float, default=1 / 16)
+    parser.add_argument("--ceiling", type=float, default=7 / 8)
+    parser.add_argument("--staleness", default="0.25,0.5,1.0", help="thresholds")
+    parser.add_argument("--exponents", default="1,2")
+    parser.add_argument("--noise-scale", default="1,2,4", help="thresholds (x n b)")
+    parser.add_argument("--plateau", default="0.02,0.05,0.1", help="min relative improvement")
+    args = parser.parse_args()
+
+    bounds = ShareBounds(args.floor, args.ceiling)
+    workers = [int(w) for w in args.workers.split(",")]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    rules = [
+        StalenessNoiseRule(threshold=float(t), staleness_exponent=float(p))
+        for p in args.exponents.split(",")
+        for t in args.staleness.split(",")
+    ]
+    rules += [NoiseScaleRule(threshold=float(t)) for t in args.noise_scale.split(",")]
+    plateau = [LossPlateauRule(min_improvement=float(t)) for t in args.plateau.split(",")]
+    header = ["rule", *(f"{w} workers s{s}" for w in workers for s in seeds)]
+    print("SIMULATED; BSP share each rule would have chosen (switch progress), replayed on")
+    print(f"recorded BSP signals; half-life {args.half_life} of progress, bounds {bounds}")
+    print()
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    out: dict[str, list[str]] = {}
+    for w in workers:
+        for s in seeds:
+            base = Path(args.dir) / f"w{w}-bsp-s{s}"
+            points = gradient_points(Path(f"{base}.csv"), args.half_life)
+            for rule in rules:
+                decision = replay(rule, points, bounds, args.check_every)
+                out.setdefault(_label(rule), []).append(_cell(decision))
+            for column in ("test_loss", "train_loss"):
+                losses = loss_points(Path(f"{base}-metrics.csv"), column)
+                for rule in plateau:
+                    decision = replay(rule, losses, bounds, 0.0)
+                    out.setdefault(f"{_label(rule)} ({column})", []).append(_cell(decision))
+    for label, cells in out.items():
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+def _label(rule) -> str:
+    if isinstance(rule, StalenessNoiseRule):
+        return f"staleness/noise < {rule.threshold:g} (n-1)^{rule.staleness_exponent:g}"
+    if isinstance(rule, NoiseScaleRule):
+        return f"B_simple > {rule.threshold:g} n b"
+    return f"loss plateau < {rule.min_improvement:g} per {rule.window:g}"
+
+
+def _cell(decision: TimingDecision) -> str:
+    mark = "" if decision.reason == "signal" else f" ({decision.reason})"
+    return f"{decision.progress:.3f}{mark}"
+
+
+if __name__ == "__main__":
+    main()
