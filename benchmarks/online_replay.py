@@ -15,7 +15,7 @@ import argparse
 import csv
 from pathlib import Path
 
-from syncswitch.core.gradient_stats import _Ema
+from syncswitch.core.gradient_stats import ExponentialAverage
 from syncswitch.core.switch_timing import (
     GradientPoint,
     LossPlateauRule,
@@ -25,6 +25,7 @@ from syncswitch.core.switch_timing import (
     StalenessNoiseRule,
     TimingDecision,
     decide,
+    staleness_ratio,
 )
 
 
@@ -33,7 +34,7 @@ def gradient_points(path: Path, half_life: float) -> list[GradientPoint]:
     rows = list(csv.DictReader(path.open()))
     rounds = len(rows)
     decay = 0.5 ** (1.0 / max(half_life * rounds, 1.0))
-    noise, grad, drift = _Ema(decay), _Ema(decay), _Ema(decay)
+    noise, grad, drift = (ExponentialAverage(decay) for _ in range(3))
     points = []
     for row in rows:
         for ema, key in ((noise, "noise_trace"), (grad, "grad_sq"), (drift, "drift_sq")):
@@ -87,7 +88,20 @@ def main() -> None:
     parser.add_argument("--exponents", default="1,2")
     parser.add_argument("--noise-scale", default="1,2,4", help="thresholds (x n b)")
     parser.add_argument("--plateau", default="0.02,0.05,0.1", help="min relative improvement")
+    parser.add_argument("--signals", action="store_true", help="print the signals, not rules")
+    parser.add_argument("--lags", action="store_true", help="print the drift over k updates")
     args = parser.parse_args()
+    if args.lags:
+        for w in (int(w) for w in args.workers.split(",")):
+            for s in (int(s) for s in args.seeds.split(",")):
+                print_lags(Path(args.dir) / f"w{w}-bsp-s{s}.csv", w, s)
+        return
+    if args.signals:
+        for w in (int(w) for w in args.workers.split(",")):
+            for s in (int(s) for s in args.seeds.split(",")):
+                base = Path(args.dir) / f"w{w}-bsp-s{s}"
+                print_signals(gradient_points(Path(f"{base}.csv"), args.half_life), w, s)
+        return
 
     bounds = ShareBounds(args.floor, args.ceiling)
     workers = [int(w) for w in args.workers.split(",")]
@@ -120,6 +134,46 @@ def main() -> None:
                     out.setdefault(f"{_label(rule)} ({column})", []).append(_cell(decision))
     for label, cells in out.items():
         print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+def print_signals(points: list[GradientPoint], workers: int, seed: int) -> None:
+    print(f"\n{workers} workers, seed {seed} (SIMULATED, pure BSP)\n")
+    print(
+        "| progress | tr(Sigma) | abs(G)^2 | drift D | B_simple | B_simple / nb | D / abs(G)^2 |"
+        " staleness/noise (n-1) D b / tr(Sigma) |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for mark in (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 0.9):
+        p = next(p for p in points if p.progress >= mark - 1e-9)
+        ratio = staleness_ratio(p)
+        scale = p.noise_trace / p.grad_sq if p.grad_sq > 0 else float("inf")
+        drift = p.drift_sq if p.drift_sq is not None else float("nan")
+        print(
+            f"| {mark:.2f} | {p.noise_trace:.1f} | {p.grad_sq:.4f} | {drift:.4f} | {scale:.0f} | "
+            f"{scale / (p.workers * p.worker_batch):.2f} | {drift / p.grad_sq:.2f} | "
+            f"{ratio if ratio is not None else float('nan'):.3f} |"
+        )
+
+
+def print_lags(path: Path, workers: int, seed: int) -> None:
+    """Mean drift over k updates against over 1, in windows of progress (unsmoothed rounds)."""
+    rows = list(csv.DictReader(path.open()))
+    print(
+        f"\n{workers} workers, seed {seed}: drift over k BSP updates / drift over 1 "
+        "(k^2: steady rotation; k: random walk; flat: uncorrelated)\n"
+    )
+    print("| progress | D (1 update) | k=2 | k=4 | k=8 | k=16 | 2 abs(G)^2 / D |")
+    print("|---|---|---|---|---|---|---|")
+    for lo, hi in ((0.05, 0.15), (0.15, 0.3), (0.3, 0.5), (0.5, 0.75), (0.75, 1.0)):
+        window = [r for r in rows if lo <= float(r["progress"]) < hi]
+
+        def mean(column: str, window=window) -> float:
+            values = [float(r[column]) for r in window if r.get(column)]
+            return sum(values) / len(values)
+
+        d1 = mean("drift_sq")
+        cells = " | ".join(f"{mean(f'drift_lag{k}') / d1:.2f}" for k in (2, 4, 8, 16))
+        print(f"| {lo:.2f}-{hi:.2f} | {d1:.4f} | {cells} | {2 * mean('grad_sq') / d1:.2f} |")
 
 
 def _label(rule) -> str:

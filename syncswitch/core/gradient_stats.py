@@ -195,7 +195,7 @@ class GradientSignals:
 
 
 @dataclass
-class _Ema:
+class ExponentialAverage:
     """An exponential moving average with Adam's start-up bias correction."""
 
     decay: float
@@ -221,9 +221,9 @@ class GradientStatsEstimator:
             raise ValueError(f"half_life_rounds must be > 0, got {half_life_rounds}")
         decay = 0.5 ** (1.0 / half_life_rounds)
         self.half_life_rounds = half_life_rounds
-        self._noise = _Ema(decay)
-        self._grad = _Ema(decay)
-        self._drift = _Ema(decay)
+        self._noise = ExponentialAverage(decay)
+        self._grad = ExponentialAverage(decay)
+        self._drift = ExponentialAverage(decay)
         self._rounds = 0
         self._last: RoundPartials | None = None
         self._last_noise_per_sample: float | None = None  # S/B of the last round measured

@@ -59,6 +59,9 @@ from syncswitch.core.records import (
     UpdateRecord,
 )
 
+# What a BSP round's observer gets: the synchronizer, the round's gradients, their mean.
+RoundObserver = Callable[["Synchronizer", list[Gradient], torch.Tensor], None]
+
 
 @dataclass(frozen=True)
 class SyncConfig:
@@ -127,9 +130,7 @@ class Synchronizer:
         self._admitted_from: dict[int, int] = {}
         # Called with each BSP round's gradients (in worker order) and their mean, after the
         # update: where gradient statistics are measured (issue 21; prototype hook).
-        self.round_observer: Callable[[Synchronizer, list[Gradient], torch.Tensor], None] | None = (
-            None
-        )
+        self.round_observer: RoundObserver | None = None
 
     # -- reading state ----------------------------------------------------------------------
 
