@@ -5,7 +5,7 @@ For cnn1d's and ResNet-20's parameter counts at n workers, times (one thread, me
 ledger, the weighted sum, the optimizer step; no network, so a conservative denominator),
 the weighted sum alone, and `RoundStatsAccumulator.observe` amortised over rounds for several
 settings of `every` (measure one round in `every`, in pairs) and `stride` (a strided subset
-of coordinates). Prints a markdown table.
+of coordinates) and `workers` (the norms of that many workers only). Prints a markdown table.
 
     python benchmarks/gradient_stats_cost.py
 """
@@ -25,7 +25,8 @@ from syncswitch.core.records import Gradient
 from syncswitch.core.synchronizer import SyncConfig, Synchronizer
 
 SIZES = {"cnn1d": 5_210, "resnet20": 269_722}
-SETTINGS = [(1, 1), (4, 1), (8, 1), (4, 8), (16, 1)]  # (every, stride)
+# (every, stride, workers measured; 0 = all)
+SETTINGS = [(1, 1, 0), (1, 1, 3), (4, 1, 0), (4, 1, 3), (8, 1, 0), (8, 1, 3), (4, 8, 0)]
 
 
 def _median_us(run, rounds: int, repeats: int) -> float:
@@ -64,8 +65,8 @@ def measure(numel: int, workers: int, rounds: int, repeats: int) -> dict[str, fl
         "round": _median_us(bsp_rounds, rounds, repeats),
         "sum": _median_us(weighted_sum, rounds, repeats),
     }
-    for every, stride in SETTINGS:
-        acc = RoundStatsAccumulator(numel, every=every, stride=stride)
+    for every, stride, measured in SETTINGS:
+        acc = RoundStatsAccumulator(numel, every=every, stride=stride, workers=measured)
         version = [0]
 
         def observe(count: int, acc=acc, version=version) -> None:
@@ -73,8 +74,12 @@ def measure(numel: int, workers: int, rounds: int, repeats: int) -> dict[str, fl
                 version[0] += 1
                 acc.observe(version[0], grads, samples, mean)
 
-        result[f"every {every}, stride {stride}"] = _median_us(observe, rounds, repeats)
+        result[_name(every, stride, measured)] = _median_us(observe, rounds, repeats)
     return result
+
+
+def _name(every: int, stride: int, measured: int) -> str:
+    return f"every {every}, stride {stride}, {measured or 'all'} workers"
 
 
 def main() -> None:
@@ -91,15 +96,15 @@ def main() -> None:
     print()
     print(
         "| model | parameters | BSP round | weighted sum | "
-        + " | ".join(f"stats every {e}, stride {s}" for e, s in SETTINGS)
+        + " | ".join(_name(*setting) for setting in SETTINGS)
         + " |"
     )
     print("|" + "---|" * (4 + len(SETTINGS)))
     for name, numel in SIZES.items():
         r = measure(numel, args.workers, args.rounds, args.repeats)
         cells = [f"{r['round']:.0f}", f"{r['sum']:.0f} ({100 * r['sum'] / r['round']:.0f}%)"]
-        for every, stride in SETTINGS:
-            cost = r[f"every {every}, stride {stride}"]
+        for setting in SETTINGS:
+            cost = r[_name(*setting)]
             cells.append(f"{cost:.1f} ({100 * cost / r['round']:.1f}%)")
         print(f"| {name} | {numel:,} | " + " | ".join(cells) + " |")
 

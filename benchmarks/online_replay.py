@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
+import statistics
 from pathlib import Path
 
 from syncswitch.core.gradient_stats import ExponentialAverage
@@ -29,11 +31,12 @@ from syncswitch.core.switch_timing import (
 )
 
 
-def gradient_points(path: Path, half_life: float) -> list[GradientPoint]:
-    """The recorded rounds, smoothed with a half-life of `half_life` of training progress."""
+def gradient_points(path: Path, half_life: float, every: int = 1) -> list[GradientPoint]:
+    """The recorded rounds, smoothed with a half-life of `half_life` of training progress;
+    `every` > 1 keeps only the rounds a `RoundStatsAccumulator(every=...)` would measure."""
     rows = list(csv.DictReader(path.open()))
-    rounds = len(rows)
-    decay = 0.5 ** (1.0 / max(half_life * rounds, 1.0))
+    rows = [r for r in rows if int(r["version"]) % every == 0]
+    decay = 0.5 ** (1.0 / max(half_life * len(rows), 1.0))  # per measured round
     noise, grad, drift = (ExponentialAverage(decay) for _ in range(3))
     points = []
     for row in rows:
@@ -82,6 +85,7 @@ def main() -> None:
     parser.add_argument("--dir", default="benchmarks/results/online-signals")
     parser.add_argument("--half-life", type=float, default=0.02, help="in training progress")
     parser.add_argument("--check-every", type=float, default=0.005)
+    parser.add_argument("--every", type=int, default=1, help="measure one BSP round in this many")
     parser.add_argument("--floor", type=float, default=1 / 16)
     parser.add_argument("--ceiling", type=float, default=7 / 8)
     parser.add_argument("--staleness", default="0.25,0.5,1.0", help="thresholds")
@@ -90,7 +94,14 @@ def main() -> None:
     parser.add_argument("--plateau", default="0.02,0.05,0.1", help="min relative improvement")
     parser.add_argument("--signals", action="store_true", help="print the signals, not rules")
     parser.add_argument("--lags", action="store_true", help="print the drift over k updates")
+    parser.add_argument(
+        "--results", action="store_true", help="print the replayed shares' runs against BSP"
+    )
+    parser.add_argument("--scale-study", default="benchmarks/results/sim-scale/runs.jsonl")
     args = parser.parse_args()
+    if args.results:
+        print_results(Path(args.dir) / "runs.jsonl", Path(args.scale_study))
+        return
     if args.lags:
         for w in (int(w) for w in args.workers.split(",")):
             for s in (int(s) for s in args.seeds.split(",")):
@@ -115,7 +126,10 @@ def main() -> None:
     plateau = [LossPlateauRule(min_improvement=float(t)) for t in args.plateau.split(",")]
     header = ["rule", *(f"{w} workers s{s}" for w in workers for s in seeds)]
     print("SIMULATED; BSP share each rule would have chosen (switch progress), replayed on")
-    print(f"recorded BSP signals; half-life {args.half_life} of progress, bounds {bounds}")
+    print(
+        f"recorded BSP signals; half-life {args.half_life} of progress, bounds {bounds}, "
+        f"one round in {args.every} measured"
+    )
     print()
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
@@ -123,7 +137,7 @@ def main() -> None:
     for w in workers:
         for s in seeds:
             base = Path(args.dir) / f"w{w}-bsp-s{s}"
-            points = gradient_points(Path(f"{base}.csv"), args.half_life)
+            points = gradient_points(Path(f"{base}.csv"), args.half_life, args.every)
             for rule in rules:
                 decision = replay(rule, points, bounds, args.check_every)
                 out.setdefault(_label(rule), []).append(_cell(decision))
@@ -174,6 +188,81 @@ def print_lags(path: Path, workers: int, seed: int) -> None:
         d1 = mean("drift_sq")
         cells = " | ".join(f"{mean(f'drift_lag{k}') / d1:.2f}" for k in (2, 4, 8, 16))
         print(f"| {lo:.2f}-{hi:.2f} | {d1:.4f} | {cells} | {2 * mean('grad_sq') / d1:.2f} |")
+
+
+def print_results(runs_path: Path, scale_path: Path) -> None:
+    """Each hybrid run (a replayed share run as a fixed schedule) against BSP, same seed."""
+    runs = [json.loads(line) for line in runs_path.read_text().splitlines() if line.strip()]
+    bsp = {(r["workers"], r["seed"]): r for r in runs if r["schedule"] == "bsp"}
+    print(
+        "| workers | seed | share (replayed) | accuracy % | SIMULATED s | BSP accuracy % | "
+        "BSP s | vs BSP (points) |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for r in sorted(runs, key=lambda r: (r["workers"], r["seed"])):
+        if r["schedule"] == "bsp" or (r["workers"], r["seed"]) not in bsp:
+            continue
+        base = bsp[(r["workers"], r["seed"])]
+        share = r["schedule"].split(":")[1].split(",")[0]
+        delta = 100 * (r["final_accuracy"] - base["final_accuracy"])
+        print(
+            f"| {r['workers']} | {r['seed']} | {share} | {100 * r['final_accuracy']:.2f} | "
+            f"{r['sim_time_s']:.1f} | {100 * base['final_accuracy']:.2f} | "
+            f"{base['sim_time_s']:.1f} | {delta:+.2f} |"
+        )
+    if not scale_path.exists():
+        return
+    scale = [json.loads(line) for line in scale_path.read_text().splitlines() if line.strip()]
+    print()
+    print(
+        "| workers | online accuracy % / s (seeds) | BSP | bsp:0.25,asp | "
+        "smallest fixed share within 0.5 pt | online time / its time |"
+    )
+    print("|---|---|---|---|---|---|")
+    for workers in sorted({r["workers"] for r in runs}):
+        online = [r for r in runs if r["workers"] == workers and r["schedule"] != "bsp"]
+        if not online:
+            continue
+
+        def mean(rows: list[dict]) -> tuple[float, float]:
+            return (
+                100 * statistics.fmean(r["final_accuracy"] for r in rows),
+                statistics.fmean(r["sim_time_s"] for r in rows),
+            )
+
+        # Only seeds the scale study also ran (an extra seed has no fixed shares to compare).
+        studied = {r["seed"] for r in scale if r["workers"] == workers}
+        online = [r for r in online if r["seed"] in studied]
+        if not online:
+            continue
+        seeds = {r["seed"] for r in online}
+
+        def fixed(schedule: str, workers=workers, seeds=seeds) -> tuple[float, float]:
+            # The same seeds as the online runs: seeds differ by points at 64 workers.
+            return mean(
+                [
+                    r
+                    for r in scale
+                    if r["workers"] == workers and r["schedule"] == schedule and r["seed"] in seeds
+                ]
+            )
+
+        acc, time_s = mean(online)
+        bsp_acc, bsp_s = fixed("bsp")
+        quarter = fixed("bsp:0.25,asp")
+        holding = "none"
+        ratio = ""
+        for share in ("0.0625", "0.125", "0.25", "0.5", "0.75"):
+            share_acc, share_s = fixed(f"bsp:{share},asp")
+            if share_acc >= bsp_acc - 0.5:
+                holding = f"{share}: {share_acc:.2f} / {share_s:.1f}"
+                ratio = f"{time_s / share_s:.3f}x"
+                break
+        print(
+            f"| {workers} | {acc:.2f} / {time_s:.1f} ({', '.join(map(str, sorted(seeds)))}) | "
+            f"{bsp_acc:.2f} / {bsp_s:.1f} | {quarter[0]:.2f} / {quarter[1]:.1f} | "
+            f"{holding} | {ratio or '-'} |"
+        )
 
 
 def _label(rule) -> str:

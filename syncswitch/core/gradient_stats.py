@@ -30,7 +30,10 @@ round, computes n + 2 dot products and one copy over its slice: no other allocat
 measured every `every`-th round (in pairs: the round before a measured one only copies its
 mean and takes |g|^2, so the drift is still between consecutive updates), and optionally on a
 fixed strided subset of coordinates (`stride`), scaled up by the number of coordinates, which
-keeps the sums unbiased for any layout that is not periodic in the stride.
+keeps the sums unbiased for any layout that is not periodic in the stride, and optionally on
+the squared norms of only m of the n workers (`workers`; the noise estimate stays unbiased:
+E[sum_U b_i |g_i|^2] - B_U E|g|^2 = (m - B_U/B) tr(Sigma)), which makes a measured round cost
+m + 2 passes over the slice whatever n is.
 """
 
 from __future__ import annotations
@@ -54,15 +57,19 @@ class RoundPartials:
     version: int
     workers: int  # n: gradients in the round
     samples: int  # B: samples in the round (sum of the workers' batches)
-    weighted_sq: float | None  # sum_i b_i |g_i|^2; None on a round that only keeps its mean
-    mean_sq: float  # |g|^2 of the round's sample-weighted mean
+    weighted_sq: float | None  # sum_i b_i |g_i|^2 over the measured workers; None on a
+    # round that only keeps its mean
+    mean_sq: float  # |g|^2 of the round's sample-weighted mean (of all its workers)
     cross: float | None  # <g_t, g_{t-1}> when the previous round was version - 1, else None
+    measured_workers: int = 0  # m: workers in weighted_sq (0: all n)
+    measured_samples: int = 0  # B_U: their samples (0: all B)
 
     def __add__(self, other: RoundPartials) -> RoundPartials:
-        if (self.version, self.workers, self.samples) != (
+        if (self.version, self.workers, self.samples, self.measured_workers) != (
             other.version,
             other.workers,
             other.samples,
+            other.measured_workers,
         ):
             raise ValueError(
                 f"partials of different rounds: version/workers/samples "
@@ -76,6 +83,8 @@ class RoundPartials:
             weighted_sq=_add_optional(self.weighted_sq, other.weighted_sq),
             mean_sq=self.mean_sq + other.mean_sq,
             cross=_add_optional(self.cross, other.cross),
+            measured_workers=self.measured_workers,
+            measured_samples=self.measured_samples,
         )
 
 
@@ -100,13 +109,19 @@ class RoundStatsAccumulator:
     Holds one buffer, the previous measured mean over this shard's (strided) slice.
     """
 
-    def __init__(self, numel: int, *, every: int = 1, stride: int = 1) -> None:
+    def __init__(self, numel: int, *, every: int = 1, stride: int = 1, workers: int = 0) -> None:
+        """`every`: measure one round in this many (in pairs); `stride`: every stride-th
+        coordinate only; `workers`: the squared norms of this many workers' gradients only
+        (0: all), a subset that rotates with the version so every worker takes its turn."""
         if numel < 1:
             raise ValueError(f"numel must be >= 1, got {numel}")
         if every < 1:
             raise ValueError(f"every must be >= 1, got {every}")
         if stride < 1:
             raise ValueError(f"stride must be >= 1, got {stride}")
+        if workers < 0 or workers == 1:
+            raise ValueError(f"workers must be 0 (all) or >= 2, got {workers}")
+        self.workers = workers
         self.every = every
         self.stride = min(stride, numel)
         measured = len(range(0, numel, self.stride))
@@ -141,11 +156,14 @@ class RoundStatsAccumulator:
         if self._previous_version == version - 1:
             cross = float(torch.dot(mean_view, self._previous)) * self._scale
         weighted_sq = None
+        n = len(values)
+        chosen = range(n)
+        if 0 < self.workers < n:
+            start = (version // max(self.every, 1)) * self.workers
+            chosen = sorted((start + j) % n for j in range(self.workers))
+        measured_samples = int(sum(samples[i] for i in chosen))
         if version % self.every == 0:
-            views = map(self._view, values)
-            weighted_sq = self._scale * sum(
-                b * float(torch.dot(v, v)) for v, b in zip(views, samples, strict=True)
-            )
+            weighted_sq = self._scale * sum(samples[i] * self._square(values[i]) for i in chosen)
         self._previous.copy_(mean_view)
         self._previous_version = version
         return RoundPartials(
@@ -155,11 +173,17 @@ class RoundStatsAccumulator:
             weighted_sq=weighted_sq,
             mean_sq=mean_sq,
             cross=cross,
+            measured_workers=len(chosen),
+            measured_samples=measured_samples,
         )
 
     def forget(self) -> None:
         """The weights jumped (a rollback, a restore): no drift across it."""
         self._previous_version = None
+
+    def _square(self, tensor: torch.Tensor) -> float:
+        view = self._view(tensor)
+        return float(torch.dot(view, view))
 
     def _view(self, tensor: torch.Tensor) -> torch.Tensor:
         flat = tensor.reshape(-1)
@@ -234,7 +258,12 @@ class GradientStatsEstimator:
         n, big_b = partials.workers, partials.samples
         noise = grad = drift = None
         if partials.weighted_sq is not None:
-            noise = (partials.weighted_sq - big_b * partials.mean_sq) / (n - 1)
+            # E[sum_U b_i |g_i|^2] = B_U |G|^2 + m tr(Sigma) over the measured workers U and
+            # E|g|^2 = |G|^2 + tr(Sigma)/B, so the difference below is (m - B_U/B) tr(Sigma);
+            # with U all n workers, (n - 1) tr(Sigma).
+            m = partials.measured_workers or n
+            big_b_u = partials.measured_samples or big_b
+            noise = (partials.weighted_sq - big_b_u * partials.mean_sq) / (m - big_b_u / big_b)
             grad = partials.mean_sq - noise / big_b
             self._noise.add(noise)
             self._grad.add(grad)

@@ -173,3 +173,32 @@ def test_a_round_needs_two_gradients():
         acc.observe(1, [torch.zeros(4)], [4], torch.zeros(4))
     with pytest.raises(ValueError, match="every"):
         RoundStatsAccumulator(4, every=0)
+
+
+def test_a_rotating_subset_of_workers_still_estimates_the_noise():
+    oracle = Oracle(seed=7)
+    batches = [4, 4, 3, 5, 4, 4, 6, 2]
+    est, _ = run(oracle, 600, batches, workers=3)
+    signals = est.signals
+    assert signals is not None and signals.drift_sq is not None
+    assert within(signals.noise_trace, oracle.noise_trace)
+    assert within(signals.drift_sq, oracle.drift_sq)
+    with pytest.raises(ValueError, match="workers"):
+        RoundStatsAccumulator(4, workers=1)
+
+
+def test_a_subset_of_workers_adds_across_shards_like_the_whole():
+    oracle = Oracle(seed=8)
+    batches = [4] * WORKERS
+    whole = RoundStatsAccumulator(PARAMS, workers=3)
+    halves = [RoundStatsAccumulator(300, workers=3), RoundStatsAccumulator(300, workers=3)]
+    grads, mean = oracle.round(5, batches)
+    expected = whole.observe(5, grads, batches, mean)
+    parts = [
+        h.observe(5, [g[lo : lo + 300] for g in grads], batches, mean[lo : lo + 300])
+        for h, lo in zip(halves, (0, 300), strict=True)
+    ]
+    summed = add_partials(parts)  # type: ignore[arg-type]
+    assert expected is not None
+    assert (summed.measured_workers, summed.measured_samples) == (3, 12)
+    assert summed.weighted_sq == pytest.approx(expected.weighted_sq, rel=1e-5)
