@@ -63,6 +63,9 @@ from syncswitch.core.records import (
 from syncswitch.core.sync_state import take_snapshot
 from syncswitch.core.waitroom import WaitRoom
 
+# What a BSP round's observer gets: the synchronizer, the round's gradients, their mean.
+RoundObserver = Callable[["Synchronizer", list[Gradient], torch.Tensor], None]
+
 
 @dataclass(frozen=True)
 class SyncConfig:
@@ -127,6 +130,9 @@ class Synchronizer:
         # Version from which a re-admitted worker's gradients count again under BSP: one it
         # computed while excluded, on older weights, would be applied stale.
         self._admitted_from: dict[int, int] = {}
+        # Called with each BSP round's gradients (in worker order) and their mean, after the
+        # update: where gradient statistics are measured (issue 21; prototype hook).
+        self.round_observer: RoundObserver | None = None
 
     # -- reading state ----------------------------------------------------------------------
 
@@ -348,6 +354,8 @@ class Synchronizer:
         self.samples_by_protocol[self.spec.protocol.value] += total
         if self.spec.protocol is Protocol.BSP:
             self._phase_bsp_samples += total
+        if self.round_observer is not None and len(gradients) > 1:
+            self.round_observer(self, gradients, mean)
         for g in gradients:
             self.ledger.record_applied(g.worker, g.sequence)
         now_s = self.now_s()
