@@ -109,10 +109,21 @@ class RoundStatsAccumulator:
     Holds one buffer, the previous measured mean over this shard's (strided) slice.
     """
 
-    def __init__(self, numel: int, *, every: int = 1, stride: int = 1, workers: int = 0) -> None:
+    def __init__(
+        self,
+        numel: int,
+        *,
+        every: int = 1,
+        stride: int = 1,
+        workers: int = 0,
+        coordinates: int = 0,
+        seed: int = 0,
+    ) -> None:
         """`every`: measure one round in this many (in pairs); `stride`: every stride-th
         coordinate only; `workers`: the squared norms of this many workers' gradients only
-        (0: all), a subset that rotates with the version so every worker takes its turn."""
+        (0: all), a subset that rotates with the version so every worker takes its turn;
+        `coordinates`: `observe_rows` measures a fixed random subset of this many coordinates
+        (0: all), drawn once from `seed` so that every round sees the same ones."""
         if numel < 1:
             raise ValueError(f"numel must be >= 1, got {numel}")
         if every < 1:
@@ -121,10 +132,16 @@ class RoundStatsAccumulator:
             raise ValueError(f"stride must be >= 1, got {stride}")
         if workers < 0 or workers == 1:
             raise ValueError(f"workers must be 0 (all) or >= 2, got {workers}")
+        if coordinates < 0:
+            raise ValueError(f"coordinates must be >= 0, got {coordinates}")
         self.workers = workers
         self.every = every
+        self._index: torch.Tensor | None = None
+        if 0 < coordinates < numel:
+            generator = torch.Generator().manual_seed(seed)
+            self._index = torch.randperm(numel, generator=generator)[:coordinates].sort().values
         self.stride = min(stride, numel)
-        measured = len(range(0, numel, self.stride))
+        measured = len(range(0, numel, self.stride)) if self._index is None else coordinates
         self._scale = numel / measured  # sums over the subset, scaled to the whole slice
         self._previous = torch.zeros(measured)
         self._previous_version: int | None = None
@@ -176,6 +193,40 @@ class RoundStatsAccumulator:
             measured_workers=len(chosen),
             measured_samples=measured_samples,
         )
+
+    def observe_rows(
+        self,
+        version: int,
+        rows: torch.Tensor,
+        samples: Sequence[int],
+        mean: torch.Tensor,
+    ) -> RoundPartials:
+        """Every round, all workers, the cheapest exact form: `rows` are the gradients as the
+        synchronizer stacks them before its sum (row i = g_i b_i / B, flat), `mean` their sum.
+
+        One norm call over the stacked rows gives every |g_i|^2 (= |row_i|^2 (B / b_i)^2), two
+        dot products the mean's norm and its drift against the previous round's mean; on a
+        fixed random subset of coordinates when `coordinates` was set (scaled up to the
+        slice: unbiased, as every coordinate is in the subset with the same probability)."""
+        n = rows.shape[0]
+        if n < 2 or n != len(samples):
+            raise ValueError("a round needs two or more gradients, each with its sample count")
+        if self._index is not None:
+            rows = rows.index_select(1, self._index)
+            mean_view = mean.reshape(-1).index_select(0, self._index)
+        else:
+            mean_view = mean.reshape(-1)
+        total = int(sum(samples))
+        row_sq = torch.linalg.vector_norm(rows, dim=1).square()
+        factors = torch.tensor([total * total / b for b in samples], dtype=row_sq.dtype)
+        weighted_sq = float(torch.dot(row_sq, factors)) * self._scale
+        mean_sq = float(torch.dot(mean_view, mean_view)) * self._scale
+        cross = None
+        if self._previous_version == version - 1:
+            cross = float(torch.dot(mean_view, self._previous)) * self._scale
+        self._previous.copy_(mean_view)
+        self._previous_version = version
+        return RoundPartials(version, n, total, weighted_sq, mean_sq, cross)
 
     def forget(self) -> None:
         """The weights jumped (a rollback, a restore): no drift across it."""

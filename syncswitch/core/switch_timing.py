@@ -53,6 +53,9 @@ from typing import Protocol as TypingProtocol
 
 from syncswitch.core.gradient_stats import GradientSignals
 
+# The policy name a timing decision carries (core.records.Decision.policy).
+TIMING_POLICY = "online_timing"
+
 
 class TimingReason(StrEnum):
     BEFORE_FLOOR = "before_floor"  # not yet: the BSP share's floor is not reached
@@ -71,6 +74,26 @@ class TimingDecision:
     rule: str
     progress: float
     values: Mapping[str, float] = field(default_factory=dict)
+
+    def to_record(self) -> dict:
+        return {
+            "switch": self.switch,
+            "reason": self.reason.value,
+            "rule": self.rule,
+            "progress": self.progress,
+            "values": dict(self.values),
+        }
+
+    @classmethod
+    def from_record(cls, record: dict) -> TimingDecision:
+        """Back from `to_record()` (a checkpointed run record); raises on a malformed one."""
+        return cls(
+            switch=bool(record["switch"]),
+            reason=TimingReason(record["reason"]),
+            rule=str(record["rule"]),
+            progress=float(record["progress"]),
+            values={str(k): float(v) for k, v in record["values"].items()},
+        )
 
     def describe(self) -> str:
         shown = ", ".join(f"{k} {_fmt(v)}" for k, v in self.values.items())
@@ -270,3 +293,39 @@ def first_switch(rule: Rule, history: Sequence, bounds: ShareBounds) -> TimingDe
         if decision.switch:
             return decision
     return None
+
+
+# The rules by the name `--switch-rule` gives them, and the value each compares with its
+# threshold (the signal a report plots against the threshold).
+RULE_NAMES = ("staleness", "noise-scale", "plateau")
+SIGNAL_KEYS = {
+    "staleness_noise": "staleness_ratio",
+    "noise_scale": "noise_scale_over_batch",
+    "loss_plateau": "improvement",
+}
+
+
+def make_rule(name: str, threshold: float | None = None) -> Rule:
+    """The rule `--switch-rule NAME` names, with its own threshold unless one is given."""
+    if name == "staleness":
+        return StalenessNoiseRule() if threshold is None else StalenessNoiseRule(threshold)
+    if name == "noise-scale":
+        return NoiseScaleRule() if threshold is None else NoiseScaleRule(threshold)
+    if name == "plateau":
+        if threshold is None:
+            return LossPlateauRule()
+        return LossPlateauRule(min_improvement=threshold)
+    raise ValueError(f"unknown switch rule {name!r}; choose one of {', '.join(RULE_NAMES)}")
+
+
+def rule_threshold(rule: Rule) -> float:
+    """The number a rule compares its signal with."""
+    if isinstance(rule, LossPlateauRule):
+        return rule.min_improvement
+    assert isinstance(rule, StalenessNoiseRule | NoiseScaleRule)
+    return rule.threshold
+
+
+def uses_losses(rule: Rule) -> bool:
+    """Whether a rule reads the evaluator's losses (else the shards' gradient statistics)."""
+    return isinstance(rule, LossPlateauRule)
