@@ -216,6 +216,9 @@ class RoundStatsAccumulator:
             mean_view = mean.reshape(-1).index_select(0, self._index)
         else:
             mean_view = mean.reshape(-1)
+        if self._previous.dtype != mean_view.dtype:  # the first round says the gradients' dtype
+            self._previous = torch.zeros_like(mean_view)
+            self._previous_version = None
         total = int(sum(samples))
         row_sq = torch.linalg.vector_norm(rows, dim=1).square()
         factors = torch.tensor([total * total / b for b in samples], dtype=row_sq.dtype)

@@ -137,7 +137,7 @@ class DecisionRecord:
 
     @property
     def kind(self) -> str:
-        """"search" or "online" (decisions stored before online runs are searches')."""
+        """ "search" or "online" (decisions stored before online runs are searches')."""
         kind = self.evidence.get("kind", SEARCH)
         return kind if kind in DECISION_KINDS else SEARCH
 
