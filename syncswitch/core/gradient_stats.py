@@ -168,6 +168,7 @@ class RoundStatsAccumulator:
         if not self.wants(version):
             return None
         mean_view = self._view(mean)
+        self._follow_dtype(mean_view)
         mean_sq = float(torch.dot(mean_view, mean_view)) * self._scale
         cross = None
         if self._previous_version == version - 1:
@@ -216,9 +217,7 @@ class RoundStatsAccumulator:
             mean_view = mean.reshape(-1).index_select(0, self._index)
         else:
             mean_view = mean.reshape(-1)
-        if self._previous.dtype != mean_view.dtype:  # the first round says the gradients' dtype
-            self._previous = torch.zeros_like(mean_view)
-            self._previous_version = None
+        self._follow_dtype(mean_view)
         total = int(sum(samples))
         row_sq = torch.linalg.vector_norm(rows, dim=1).square()
         factors = torch.tensor([total * total / b for b in samples], dtype=row_sq.dtype)
@@ -230,6 +229,11 @@ class RoundStatsAccumulator:
         self._previous.copy_(mean_view)
         self._previous_version = version
         return RoundPartials(version, n, total, weighted_sq, mean_sq, cross)
+
+    def _follow_dtype(self, mean_view: torch.Tensor) -> None:
+        if self._previous.dtype != mean_view.dtype:  # the first round says the gradients' dtype
+            self._previous = torch.zeros_like(mean_view)
+            self._previous_version = None
 
     def forget(self) -> None:
         """The weights jumped (a rollback, a restore): no drift across it."""
