@@ -1,7 +1,8 @@
 """Prototype (issue 21): replay switch-timing rules on recorded BSP signals (SIMULATED).
 
-Reads what benchmarks/online_signals.py recorded for pure-BSP runs (per-round estimates and
-the evaluator's curve), smooths the per-round estimates again with a half-life given in
+Reads what the first round's prototype recorder (benchmarks/online_signals.py, removed once
+the run itself measured the signals: see commit 1080066) recorded for pure-BSP runs in
+benchmarks/results/online-signals/ (per-round estimates and the evaluator's curve), smooths the per-round estimates again with a half-life given in
 training progress (the same for every worker count), and prints, for each rule and threshold,
 the BSP share at which a run would have switched: the first check at which `decide` says
 switch. Checks happen every `--check-every` of progress (a run checks at each drain).

@@ -141,8 +141,7 @@ class RoundStatsAccumulator:
         # A subset saves little unless it is much smaller than the slice (gathering it costs
         # a pass of its own): under half the slice, else every coordinate is measured.
         if 0 < coordinates <= numel // 2:
-            generator = torch.Generator().manual_seed(seed)
-            self._index = torch.randperm(numel, generator=generator)[:coordinates].sort().values
+            self._index = _random_coordinates(numel, coordinates, seed)
         self.stride = min(stride, numel)
         measured = len(range(0, numel, self.stride)) if self._index is None else len(self._index)
         self._scale = numel / measured  # sums over the subset, scaled to the whole slice
@@ -257,6 +256,13 @@ class RoundStatsAccumulator:
     def _view(self, tensor: torch.Tensor) -> torch.Tensor:
         flat = tensor.reshape(-1)
         return flat if self.stride == 1 else flat[:: self.stride]
+
+
+def _random_coordinates(numel: int, coordinates: int, seed: int) -> torch.Tensor:
+    """`coordinates` of a slice of `numel`, drawn at random without replacement (every one
+    with the same chance, so sums scaled by numel / coordinates stay unbiased), in order."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randperm(numel, generator=generator)[:coordinates].sort().values
 
 
 @dataclass(frozen=True)
