@@ -287,10 +287,9 @@ def _logger_lines(config: TrainConfig, run_dir: Path) -> list[str]:
     if "tensorboard" in (config.logger or ()):
         lines.append(f"tensorboard --logdir {run_dir / 'tensorboard'}")
     if "mlflow" in (config.logger or ()):
-        from syncswitch.loggers.mlflow import default_tracking_uri
+        from syncswitch.loggers.mlflow import default_tracking_uri, viewing_hint
 
-        uri = config.tracking_uri or default_tracking_uri(run_dir)
-        lines.append(f"mlflow ui --backend-store-uri {uri}")
+        lines.append(viewing_hint(config.tracking_uri or default_tracking_uri(run_dir)))
     if lines:
         for event in read_events(run_dir):
             if event.get("event") == "logger_failed":
