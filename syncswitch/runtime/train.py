@@ -29,6 +29,7 @@ from syncswitch.core.checkpoint import CheckpointError, CheckpointStore, LoadedC
 from syncswitch.errors import ConfigError
 from syncswitch.loggers import make_loggers
 from syncswitch.rundir import RunWriter, Summary, default_run_dir
+from syncswitch.runtime.progress import starting, startup_status
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset
 from syncswitch.workloads.identity import Workload, model_name_of
 
@@ -84,10 +85,24 @@ def train(
     run continues in `config.out` from its last good checkpoint, appending to its files.
     """
     check_runnable(config)
+    with startup_status(config.progress, "loading data"):
+        return _train(config, model_factory, dataset, loss_fn, schedule_source, resume, model_name)
+
+
+def _train(
+    config: TrainConfig,
+    model_factory: Callable[[], torch.nn.Module] | None,
+    dataset: ArrayDataset | None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    schedule_source: dict[str, Any] | None,
+    resume: bool,
+    model_name: str | None,
+) -> RunResult:
     workload = workload_of(config, dataset, model_factory, model_name)
     dataset = dataset or load_dataset(
         config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
     )
+    starting("preparing the run")
     if model_factory is None:
         model_factory = BuiltinModel(config.model_name, shape_only(dataset))
     weights_state = ModelState(model_factory, dataset, loss_fn, workload)
