@@ -34,7 +34,7 @@ _EXAMPLES = """examples:
   syncswitch train --step-time-ms 20 --jitter-sigma 0.2   # emulate 20 ms GPU steps
   syncswitch train --step-time-ms 20 --stragglers slow.yaml --online-policy elastic
   syncswitch train --config job.yaml --seed 3        # file values, overridden by flags
-  syncswitch train --resume runs/20261203-101500-bsp025-asp   # continue a killed run
+  syncswitch train --resume runs/20261203-101500-bsp0.25-asp   # continue a killed run
   syncswitch train --logger tensorboard,mlflow       # also log to TensorBoard and MLflow
   syncswitch train --json                            # end with JSON for scripts
 """
