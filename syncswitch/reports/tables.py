@@ -107,6 +107,7 @@ def runs_table(runs: list[RunOverview]) -> Table:
         notes.append(
             "an incomplete run's accuracy is its last measured one (@ the fraction of samples)"
         )
+    notes.append("workload: the epochs the job asked for / the samples the run processed")
     differences = job_differences(runs)
     if differences:
         notes.insert(
@@ -159,7 +160,7 @@ def workers_table(label: str, rows: list[WorkerRow], source: str) -> Table:
 def _workload(run: RunOverview) -> str:
     """Epochs the job asked for, and the samples the run processed."""
     epochs = "-" if run.epochs is None else f"{run.epochs:g} ep"
-    return epochs if run.samples is None else f"{epochs} / {run.samples:,} samples"
+    return epochs if run.samples is None else f"{epochs} / {run.samples:,}"
 
 
 def _final_accuracy(run: RunOverview) -> str:
