@@ -11,11 +11,12 @@ accuracy in less time) can be read at a glance.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from harness import RunLog, row_from
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from reference import RunRow
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "benchmarks/results/reference-dataplane/runs.jsonl"
@@ -28,18 +29,19 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=RUNS)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    rows = [json.loads(line) for line in args.runs.read_text().splitlines() if line.strip()]
-    finished = [r for r in rows if r.get("final_accuracy") is not None]
-    bsp = next(r for r in finished if r["case"] == "bsp")
+    # The reference script's rows, read as it writes them (its RunRow, through the harness).
+    rows = [row_from(RunRow, record) for record in RunLog(args.runs).read()]
+    finished = [r for r in rows if r.final_accuracy is not None]
+    bsp = next(r for r in finished if r.case == "bsp")
     figure = Figure(figsize=(9, 3.6), layout="constrained")
     FigureCanvasAgg(figure)
     accuracy_axes, time_axes = figure.subplots(1, 2, sharey=True)
-    names = [r["case"] for r in finished]
+    names = [r.case for r in finished]
     colors = [
         "#c44e52" if n == HIGHLIGHT else "#4c72b0" if n == "bsp" else "#a0a0a0" for n in names
     ]
-    accuracies = [100 * r["final_accuracy"] for r in finished]
-    times = [r["wall_time_s"] / bsp["wall_time_s"] for r in finished]
+    accuracies = [100 * r.final_accuracy for r in finished]
+    times = [r.wall_time_s / bsp.wall_time_s for r in finished]
     accuracy_axes.barh(names, accuracies, color=colors)
     accuracy_axes.set_xlim(0, 112)
     accuracy_axes.invert_yaxis()
