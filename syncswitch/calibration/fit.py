@@ -298,7 +298,7 @@ def _refine(
                 out=str(Path(scratch) / "run"),
             )
             train(probe, dataset=dataset)
-            simulated = _seconds_per_step(load_run(probe.out))
+            simulated = _seconds_per_step(load_run(Path(scratch) / "run"))
         rounds.append({"round": index, "simulated_s_per_step": simulated})
         model = _corrected(model, measured, simulated, job.workers)
     return model, rounds

@@ -301,7 +301,9 @@ class TrainConfig:
     )
 
     if TYPE_CHECKING:
-        _parsed: _Parsed  # set once by __post_init__ (the dataclass is frozen)
+        # Set once by __post_init__ (the dataclass is frozen); not a field at run time, and
+        # init=False tells the type checker it is none of the constructor's arguments.
+        _parsed: _Parsed = field(init=False)
 
     def __post_init__(self) -> None:
         self._validate()

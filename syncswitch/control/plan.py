@@ -9,6 +9,7 @@ the run sees the same values.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from syncswitch.config import TrainConfig
 from syncswitch.core.cluster import ClusterModel
@@ -96,7 +97,7 @@ class RunPlan:
     def simulated(self) -> bool:
         return self.runtime == "sim"
 
-    def timing_label(self) -> dict:
+    def timing_label(self) -> dict[str, Any]:
         """What a run's times are, for config.json and every result file's readers."""
         if self.cluster is not None:
             return {

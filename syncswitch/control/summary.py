@@ -10,7 +10,7 @@ import numpy as np
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardState
-from syncswitch.core.records import WorkerStats
+from syncswitch.core.records import Accounting, WorkerStats
 from syncswitch.rundir import GradientCounts, Reliability, Summary, Switch
 
 
@@ -53,7 +53,8 @@ def build_summary(
         samples_by_protocol=state.samples_by_protocol,
         switches=tuple(Switch.from_json(s.to_summary(), "a switch") for s in record.switches),
         staleness=record.staleness_summary(),
-        gradients=GradientCounts(**state.accounting.to_record()),
+        # No drain yet (a run that failed while starting): no gradient was sent.
+        gradients=GradientCounts(**(state.accounting or Accounting()).to_record()),
         workers=plan.workers,
         worker_step_time_mean_s=(
             float(np.mean([w.step_time_mean_s for w in worker_stats])) if worker_stats else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -67,7 +67,7 @@ class SwitchEvent:
     overhead_s: float  # wall time to put the new rule in force, in place
     reason: str
 
-    def to_summary(self) -> dict:
+    def to_summary(self) -> dict[str, Any]:
         return {
             "at_fraction": round(self.at_fraction, 6),
             "at_samples": self.at_samples,
@@ -80,7 +80,7 @@ class SwitchEvent:
         }
 
     @classmethod
-    def from_summary(cls, record: dict) -> SwitchEvent:
+    def from_summary(cls, record: dict[str, Any]) -> SwitchEvent:
         """Back from `to_summary()` (a checkpointed run record); raises on a malformed one."""
         return cls(
             at_fraction=float(record["at_fraction"]),
@@ -191,7 +191,7 @@ class Decision:
     worker: int | None = None
     protocol: ProtocolSpec | None = None  # the protocol a switch, return or rollback puts in force
 
-    def to_record(self) -> dict:
+    def to_record(self) -> dict[str, Any]:
         return {
             "action": self.action.value,
             "policy": self.policy,
@@ -203,7 +203,7 @@ class Decision:
         }
 
     @classmethod
-    def from_record(cls, record: dict) -> Decision:
+    def from_record(cls, record: dict[str, Any]) -> Decision:
         """Back from `to_record()` (a checkpointed run record); raises on a malformed one."""
         worker, protocol = record["worker"], record["protocol"]
         return cls(
@@ -228,7 +228,7 @@ class Accounting:
     waiting: int = 0  # at a BSP barrier
     unaccounted: int = 0
 
-    def to_record(self) -> dict:
+    def to_record(self) -> dict[str, Any]:
         """For summary.json's "gradients"."""
         return {
             "sent": self.sent,

@@ -31,7 +31,7 @@ core/sync_state.py takes, restores and rolls back its state (`SynchronizerState`
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -115,7 +115,8 @@ class Synchronizer:
         self.version_floor = 0
         self._snapshot_requested = ""  # label of a snapshot to take at the next boundary
         self._numel = optimizer.weights.numel()
-        self.time_by_protocol: Counter[str] = Counter()
+        # Seconds are floats (a Counter's values are typed as ints); a missing name reads 0.
+        self.time_by_protocol: defaultdict[str, float] = defaultdict(float)
         self.samples_by_protocol: Counter[str] = Counter()
         self.switches: list[SwitchEvent] = []
         self._phase_bsp_samples = 0  # samples applied under BSP in the current phase

@@ -158,10 +158,10 @@ class RegistryLocation:
                 f"registry {redact_url(text)!r} is not a database URL or a file path; use e.g. "
                 "sqlite:////path/registry.db, postgresql+psycopg://user@host/db, or a file path"
             ) from None
-        path = None
+        sqlite_path: Path | None = None
         if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-            path = Path(url.database).expanduser().absolute()
-        return cls(text, path)
+            sqlite_path = Path(url.database).expanduser().absolute()
+        return cls(text, sqlite_path)
 
     @property
     def display(self) -> str:

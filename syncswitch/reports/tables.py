@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from syncswitch.reports.overview import RunOverview, WorkerRow, job_differences
 
@@ -12,7 +14,7 @@ from syncswitch.reports.overview import RunOverview, WorkerRow, job_differences
 class Table:
     title: str
     columns: tuple[str, ...]
-    rows: list[tuple[str, ...]]
+    rows: Sequence[tuple[str, ...]]
     notes: list[str] = field(default_factory=list)
     numeric: frozenset[str] = frozenset()  # columns aligned right
 
@@ -21,7 +23,7 @@ class Table:
 
         table = RichTable(title=self.title, title_justify="left", show_lines=False)
         for index, name in enumerate(self.columns):
-            justify = "right" if name in self.numeric else "left"
+            justify: Literal["right", "left"] = "right" if name in self.numeric else "left"
             table.add_column(name, no_wrap=index == 0, justify=justify)
         for row in self.rows:
             table.add_row(*row)

@@ -218,8 +218,8 @@ class Summary:
     @classmethod
     def from_json(cls, data: Any, where: str = "summary.json") -> Summary:
         read = Fields(data, where)
-        accuracy = {"low": 0.0, "high": 1.0, "optional": True}
-        rate = {"low": 0.0, "optional": True}
+        accuracy: dict[str, Any] = {"low": 0.0, "high": 1.0, "optional": True}
+        rate: dict[str, Any] = {"low": 0.0, "optional": True}
         switches = read.objects("switches")
         reliability = None if read.absent("reliability") else read.data["reliability"]
         return cls(

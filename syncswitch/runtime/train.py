@@ -108,12 +108,13 @@ def _train(
     weights_state = ModelState(model_factory, dataset, loss_fn, workload)
     plan = RunPlan.resolve(config, train_samples=len(dataset.y_train))
     run_dir = Path(config.out or default_run_dir(config.schedule))
+    checkpoint: LoadedCheckpoint | None = None
     if resume:
         # The directory is not trusted: each candidate state must fit this run's shapes.
         parameters = sum(p.numel() for p in model_factory().parameters())
         checkpoint = load_resume_checkpoint(run_dir, ResumeCheck(plan, parameters))
     else:
-        checkpoint = refuse_used_run_dir(run_dir)
+        refuse_used_run_dir(run_dir)
     writer = RunWriter(
         run_dir,
         {**config.to_dict(), **workload.config_entries()},

@@ -10,6 +10,7 @@ import torch
 
 from syncswitch.config import TrainConfig
 from syncswitch.control.controller import RunController
+from syncswitch.rundir import Summary
 from syncswitch.runtime.ray.resources import ResourcePlan, plan_resources
 from syncswitch.workloads import ArrayDataset
 
@@ -29,7 +30,7 @@ def run_on_ray(
     dataset: ArrayDataset,
     model_factory: Callable[[], torch.nn.Module],
     loss_fn: Callable,
-) -> tuple[dict, np.ndarray]:
+) -> tuple[Summary, np.ndarray]:
     import ray
 
     from syncswitch.runtime.progress import starting
