@@ -36,7 +36,8 @@ def shown_commands(page: Path) -> list[str]:
                 line = line.replace(f"${name}", value)
             for part in line.split("&&"):
                 words = part.strip().split(maxsplit=1)
-                if words and Path(words[0]).name == "syncswitch":
+                # `syncswitch` or `.venv/bin/syncswitch`, not a `syncswitch/` package tree
+                if words and (words[0] == "syncswitch" or words[0].endswith("/bin/syncswitch")):
                     commands.append(part.strip())
     return commands
 
