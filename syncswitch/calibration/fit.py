@@ -106,8 +106,12 @@ def calibrate(run_dir: str | Path, *, refine: bool = True) -> tuple[ClusterModel
         "calibrated_from": str(run_dir),
         "fitted": "compute from updates.csv step times (median, IQR; jitter from the ASP "
         "cycles' spread when steps were emulated); network latency and server message cost "
-        "from each protocol's steady pace in updates.csv, refined by replaying the run on "
-        "the simulator",
+        "from each protocol's steady pace in updates.csv"
+        + (
+            ", refined by replaying the run on the simulator"
+            if refine
+            else " (not refined: --no-refine skipped replaying the run on the simulator)"
+        ),
         "startup": "the first phase's excess over its steady pace",
         "kept_default": "bandwidths (10 Gbps), ns_per_parameter (1)",
     }

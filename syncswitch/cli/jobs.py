@@ -19,8 +19,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser = commands.add_parser(
         "jobs",
         help="list stored jobs, search trials and timing decisions",
-        description="List the jobs in the registry (by fingerprint: see the README's 'Job\n"
-        "identity'), how many search trials each has, and the switch point decided for it.",
+        description="List the jobs in the registry (by fingerprint: see 'Job identity' in\n"
+        "docs/recurring-jobs.md), how many search trials each has, and the switch point\n"
+        "decided for it.",
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

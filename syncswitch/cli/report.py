@@ -20,6 +20,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "report",
         help="tables and plots from run directories",
         description="Summarise run directories (finished, failed or killed) in a table; "
+        "directories that hold no run (or a run that recorded nothing) are skipped and named; "
         "optionally plot test accuracy against wall time and samples (one line per run, "
         "protocol phases shaded, switches marked, stragglers, staleness) and write one "
         "self-contained HTML page. Reads only the files in the run directories.",
@@ -52,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     if plot_path is not None and plot_path.suffix.lower() not in PLOT_SUFFIXES:
         raise RunDirError(f"--plot {args.plot!r}: the file must end in .png or .svg")
     report = Report.load(args.run_dirs)
+    for skipped in report.skipped:
+        print(f"syncswitch: {skipped.describe()}", file=sys.stderr)
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
     tables = report.worker_tables() if args.workers else [report.runs_table()]
     for table in tables:

@@ -35,7 +35,14 @@ def summary_table(summary: Summary, run_dir: Path, *, library_log: Path | None) 
         "accuracy", f"{_percent(final)} final, {_percent(best)} best" if final is not None else "-"
     )
     wall, setup = summary.wall_time_s or 0.0, summary.setup_time_s or 0.0
-    table.add_row("time", f"{wall:,.2f} s training (+ {setup:,.1f} s start-up)")
+    if summary.timing == "simulated" and summary.host_time_s is not None:
+        # Simulated seconds are the cluster model's; the host's are what the run took here.
+        table.add_row(
+            "time",
+            f"{wall:,.2f} s SIMULATED training ({summary.host_time_s:,.1f} s on this host)",
+        )
+    else:
+        table.add_row("time", f"{wall:,.2f} s training (+ {setup:,.1f} s start-up)")
     rate = summary.samples_per_s
     table.add_row("samples/s", f"{rate:,.0f} ({summary.samples:,} samples)" if rate else "-")
     table.add_row("phases", _phases(summary))

@@ -78,14 +78,18 @@ class RunController:
         schedule_source: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
         host_clock: Callable[[], float] = time.perf_counter,
+        weights_state: Callable[[np.ndarray], dict[str, torch.Tensor]] | None = None,
     ) -> None:
         """`clock` is the run's time (a simulator's is virtual); `host_clock` is real time,
-        for the host seconds the run took."""
+        for the host seconds the run took. `weights_state` turns the final flat weights into
+        what final_weights.pt holds: train() gives the model's state_dict; without it (a
+        scripted run, which has no model) the flat vector is kept as {"flat_weights": ...}."""
         self.plan = plan
         self.writer = writer
         self.resumed_from = resumed_from
         self.schedule_source = schedule_source or {"kind": "given"}
         self.host_clock = host_clock
+        self.weights_state = weights_state or flat_weights_state
         self._host_started = host_clock()
         self._phases = PhaseMachine()
         self.state = ShardState()  # the first shard's, as of the last drain
@@ -288,7 +292,7 @@ class RunController:
         summary = self.summary(worker_stats, status="complete")
         self.writer.summary(summary)
         buffer = io.BytesIO()  # written atomically: never through a planted symlink
-        torch.save({"flat_weights": torch.tensor(final_weights)}, buffer)
+        torch.save(self.weights_state(final_weights), buffer)
         write_atomic(self.writer.dir / names.FINAL_WEIGHTS, buffer.getvalue())
         self._phases.fire(PhaseEvent.FINISH)
         return summary
@@ -403,3 +407,8 @@ def announce(
             "faults": plan.faults.describe() or None,
         },
     )
+
+
+def flat_weights_state(final_weights: np.ndarray) -> dict[str, torch.Tensor]:
+    """final_weights.pt's form for a run without a model: the flat parameter vector."""
+    return {"flat_weights": torch.tensor(final_weights)}

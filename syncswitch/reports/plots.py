@@ -19,18 +19,20 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from syncswitch.errors import RunDirError
 from syncswitch.reports.overview import phases, run_end
 from syncswitch.rundir import RunData
 
 PLOT_SUFFIXES = (".png", ".svg")
-ACCURACY_VS_TIME = "test accuracy vs wall time"
+ACCURACY_VS_TIME = "test accuracy vs time"
 ACCURACY_VS_SAMPLES = "test accuracy vs samples"
 HISTOGRAM_COLUMNS = 4
 MAX_HISTOGRAM_BARS = 120
 MAX_TIMELINE_WORKERS = 64
+MAX_TICK_LABEL_CHARS = 40
+X_TICKS = 6  # at most this many labelled ticks on an x axis, so labels never overlap
 
 _PROTOCOL_COLORS = {"bsp": "#4c72b0", "asp": "#dd8452", "ssp": "#55a868"}
 
@@ -43,7 +45,9 @@ def plot_runs(runs: list[tuple[str, RunData]]) -> Figure:
     """The whole figure for labelled runs (label, run), in the order given."""
     straggler_runs = [(label, run) for label, run in runs if run.episodes or run.straggler_marks]
     online_runs = [(label, run) for label, run in runs if run.timing_signals is not None]
-    histogram_rows = math.ceil(len(runs) / HISTOGRAM_COLUMNS)
+    # A panel is drawn only when it has something to show (no empty staleness histogram).
+    histogram_runs = [(label, run) for label, run in runs if run.staleness_counts]
+    histogram_rows = math.ceil(len(histogram_runs) / HISTOGRAM_COLUMNS)
     heights = [4.0, 0.45 * len(runs) + 0.9]
     heights += [3.2] * len(online_runs)
     heights += [_timeline_height(run) for _, run in straggler_runs]
@@ -66,8 +70,8 @@ def plot_runs(runs: list[tuple[str, RunData]]) -> Figure:
     for label, run in straggler_runs:
         _straggler_timeline(figure.add_subplot(grid[row, :]), label, run)
         row += 1
-    cells = grid[row:, :].subgridspec(histogram_rows, HISTOGRAM_COLUMNS) if runs else None
-    for index, (label, run) in enumerate(runs):
+    cells = grid[row:, :].subgridspec(histogram_rows, HISTOGRAM_COLUMNS) if histogram_runs else None
+    for index, (label, run) in enumerate(histogram_runs):
         assert cells is not None
         _staleness(
             figure.add_subplot(cells[index // HISTOGRAM_COLUMNS, index % HISTOGRAM_COLUMNS]),
@@ -77,6 +81,37 @@ def plot_runs(runs: list[tuple[str, RunData]]) -> Figure:
     timings = sorted({run.timing for _, run in runs})
     figure.suptitle(f"Sync-Switch runs (timing: {', '.join(timings)})", fontsize=13)
     return figure
+
+
+def time_label(runs: list[tuple[str, RunData]]) -> str:
+    """The time axis's label, true to how the runs' times were made: a simulator's virtual
+    seconds are "simulated time"; mixed with real or emulated runs, the label says which."""
+    simulated = [label for label, run in runs if run.timing == "simulated"]
+    if not simulated:
+        return "wall time (s)"
+    if len(simulated) == len(runs):
+        return "simulated time (s)"
+    return f"time (s): simulated for {', '.join(simulated)}; wall time for the others"
+
+
+def _readable_x_ticks(axes, by_samples: bool) -> None:
+    axes.xaxis.set_major_locator(MaxNLocator(nbins=X_TICKS))
+    if by_samples:
+        axes.xaxis.set_major_formatter(FuncFormatter(_compact_count))
+
+
+def _compact_count(value: float, _position: int | None = None) -> str:
+    """640000 -> '640k', 1200000 -> '1.2M': short tick labels at any figure size."""
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= size:
+            return f"{value / size:g}{suffix}"
+    return f"{value:g}"
+
+
+def _short(label: str) -> str:
+    return (
+        label if len(label) <= MAX_TICK_LABEL_CHARS else label[: MAX_TICK_LABEL_CHARS - 3] + "..."
+    )
 
 
 def save_figure(figure: Figure, path: Path) -> None:
@@ -123,7 +158,8 @@ def _accuracy(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:
                 )
                 axes.axvspan(start, end, color=protocol_color(phase.protocol), alpha=0.12, lw=0)
     axes.set_title(ACCURACY_VS_SAMPLES if by_samples else ACCURACY_VS_TIME)
-    axes.set_xlabel("samples processed" if by_samples else "wall time (s)")
+    axes.set_xlabel("samples processed" if by_samples else time_label(runs))
+    _readable_x_ticks(axes, by_samples)
     axes.set_ylabel("test accuracy (%)")
     axes.grid(alpha=0.3)
     handles, labels = axes.get_legend_handles_labels()
@@ -200,10 +236,11 @@ def _phase_strip(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> Non
         for switch in run.switches:
             at = switch.at_samples if by_samples else switch.time_s
             axes.plot([at], [row], marker="|", markersize=14, color="black", mew=2, ls="none")
-    axes.set_yticks(range(len(runs)), [label for label, _ in runs], fontsize=8)
+    axes.set_yticks(range(len(runs)), [_short(label) for label, _ in runs], fontsize=8)
     axes.set_ylim(len(runs) - 0.5, -0.5)
     axes.set_title("protocol phases (| = switch)", fontsize=9)
-    axes.set_xlabel("samples processed" if by_samples else "wall time (s)")
+    axes.set_xlabel("samples processed" if by_samples else time_label(runs))
+    _readable_x_ticks(axes, by_samples)
     if seen:
         axes.legend(
             [Patch(color=c) for c in seen.values()],
@@ -264,7 +301,8 @@ def _straggler_timeline(axes, label: str, run: RunData) -> None:
     axes.set_yticks(range(len(workers)), [f"worker {w}" for w in workers], fontsize=8)
     axes.set_ylim(len(workers) - 0.5, -0.5)
     axes.set_xlim(0, max(end_s, 1e-9))
-    axes.set_xlabel("wall time (s)")
+    axes.set_xlabel(time_label([(label, run)]))
+    _readable_x_ticks(axes, by_samples=False)
     axes.set_title(f"stragglers: {label}", fontsize=9)
     axes.legend(
         [

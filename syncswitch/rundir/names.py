@@ -13,7 +13,8 @@ UPDATES = "updates.csv"  # one row per applied gradient (large: read lazily)
 DROPS = "drops.csv"  # one row per dropped gradient, with its reason
 EVENTS = "events.jsonl"  # switches, decisions, failures, checkpoints: one JSON object a line
 WORKER_STEPS = "worker_steps.csv"  # per-worker step-time statistics, written at the end
-FINAL_WEIGHTS = "final_weights.pt"  # {"flat_weights": tensor}, written at the end
+# The trained model's state_dict (runs before 0.2: {"flat_weights": tensor}).
+FINAL_WEIGHTS = "final_weights.pt"
 CHECKPOINTS = "checkpoints"  # the checkpoint directory (syncswitch.core.checkpoint)
 ACTORS = "actors.json"  # which process is which and where it runs (Ray runtime)
 LIBRARY_LOG = "ray.log"  # Ray's and PyTorch's own output, unless --verbose

@@ -184,17 +184,31 @@ class RunData:
 def load_run(path: str | Path) -> RunData:
     """Read a run directory, or raise RunDirError with one line saying what is wrong."""
     run_dir = Path(path)
-    if not run_dir.exists():
-        raise RunDirError(f"{str(run_dir)!r} does not exist")
-    if not run_dir.is_dir():
-        raise RunDirError(f"{str(run_dir)!r} is not a directory")
-    if not (run_dir / names.CONFIG).is_file():
-        raise RunDirError(
-            f"{str(run_dir)!r} is not a run directory: it has no {names.CONFIG} "
-            "(`syncswitch train --out DIR` makes one)"
-        )
+    problem = not_a_run_dir(run_dir)
+    if problem:
+        raise RunDirError(f"{str(run_dir)!r} {problem}")
     with _naming(run_dir):
         return _load(run_dir)
+
+
+def not_a_run_dir(run_dir: Path) -> str | None:
+    """Why `run_dir` is no run directory at all ("does not exist", ...), or None."""
+    if not run_dir.exists():
+        return "does not exist"
+    if not run_dir.is_dir():
+        return "is not a directory"
+    if not (run_dir / names.CONFIG).is_file():
+        # e.g. left empty by a run refused before it started
+        return (
+            f"is not a run directory: it has no {names.CONFIG} "
+            "(`syncswitch train --out DIR` makes one)"
+        )
+    return None
+
+
+def has_results(run: RunData) -> bool:
+    """Whether a run got far enough to report: a summary or at least one evaluation."""
+    return run.summary is not None or len(run.metrics) > 0
 
 
 def read_config(run_dir: str | Path, max_bytes: int = MAX_JSON_BYTES) -> dict[str, Any]:

@@ -44,7 +44,7 @@ _TIMED_SIGNALS = names.TIMING_SIGNAL_COLUMNS[: -len(names.TIMING_COLUMNS)]
 
 
 def default_run_dir(schedule: str) -> Path:
-    """runs/<time>-<schedule>, e.g. runs/20261202-180501-bsp025-asp."""
+    """runs/<time>-<schedule>, e.g. runs/20261202-180501-bsp0.25-asp."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     label = schedule.replace(":", "").replace(",", "-")
     return Path("runs") / f"{stamp}-{label}"

@@ -14,28 +14,34 @@ from typing import Any
 from syncswitch.config import TrainConfig
 from syncswitch.core.switch_search import format_fraction, schedule_for
 from syncswitch.registry import Registry, RegistryLocation, fingerprint
+from syncswitch.workloads.identity import Workload
 
 DEFAULT_SCHEDULE = "bsp:0.25,asp"  # the paper's finding for 8 workers: a short BSP prefix
 
 
 def resolve_auto_schedule(
-    config: TrainConfig, registry: str | RegistryLocation | None = None
+    config: TrainConfig,
+    registry: str | RegistryLocation | None = None,
+    workload: Workload | None = None,
 ) -> tuple[TrainConfig, dict[str, Any]]:
-    """Replace `schedule: auto` by the stored decision (or the default); say which it was."""
+    """Replace `schedule: auto` by the stored decision (or the default); say which it was.
+    `workload` names a Python-API job's own dataset and model (see fingerprint)."""
     if not config.schedule_is_auto:
         return config, {"kind": "given"}
-    schedule, source = auto_schedule(config, registry)
+    schedule, source = auto_schedule(config, registry, workload)
     return replace(config, schedule=schedule), source
 
 
 def auto_schedule(
-    config: TrainConfig, registry: str | RegistryLocation | None = None
+    config: TrainConfig,
+    registry: str | RegistryLocation | None = None,
+    workload: Workload | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The schedule `schedule: auto` stands for in `config`'s job, and where it came from."""
     location = (
         registry if isinstance(registry, RegistryLocation) else RegistryLocation.resolve(registry)
     )
-    job_fp = fingerprint(config)
+    job_fp = fingerprint(config, workload)
     decision = None
     # Looking up never creates a registry: a missing file simply holds no decision.
     if location.exists():

@@ -33,10 +33,12 @@ def run_on_ray(
 ) -> tuple[Summary, np.ndarray]:
     import ray
 
+    from syncswitch.runtime.progress import starting
     from syncswitch.runtime.ray.connect import cluster_address, cluster_view, connect
     from syncswitch.runtime.ray.supervisor import RaySupervisor
 
     address = cluster_address(config.ray_address)
+    starting(f"joining the Ray cluster at {address.for_ray}" if address else "starting Ray")
     started_ray = connect(config.ray_address, min_cpus=_local_cpus(config))
     try:
         where = f"the Ray cluster at {address.for_ray}" if address else "the local Ray instance"

@@ -55,7 +55,7 @@ from syncswitch.core.records import EvalPoint
 from syncswitch.core.sharding import parameter_shards
 from syncswitch.core.sync_state import SynchronizerState
 from syncswitch.rundir import Summary, names
-from syncswitch.runtime.progress import ProgressDisplay
+from syncswitch.runtime.progress import ProgressDisplay, starting
 from syncswitch.runtime.ray import placement
 from syncswitch.runtime.ray.actors import STARTUP_TIMEOUT_S, ActorDirectory, wait_ready
 from syncswitch.runtime.ray.evaluator import RayEvaluator
@@ -112,6 +112,7 @@ class RaySupervisor:
         self.dataset_ref = ray.put(self.dataset)
         resumed = self.controller.resumed_from
         try:
+            starting("placing workers")
             self.group = placement.create_group(
                 self.resources, self.plan.workers, self.plan.job.servers, STARTUP_TIMEOUT_S
             )
@@ -164,6 +165,7 @@ class RaySupervisor:
             self._carry_out(controller.on_tick())
         while controller.evaluations_outstanding:
             self._collect_evaluations(block=True)
+        show.finish(controller.state, controller.record.final_metric())
 
     def _finish(self) -> tuple[Summary, np.ndarray]:
         finished = self.controller.workers.finished

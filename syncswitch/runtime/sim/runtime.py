@@ -143,7 +143,7 @@ class SimRuntime:
                 self.controller.start(len(initial), time.perf_counter() - setup_started)
             )
             self.events.at(self.events.now_s + POLL_S, self._poll)
-            with ProgressDisplay(self.progress, self.plan.total_samples) as show:
+            with ProgressDisplay(self.progress, self.plan.total_samples, simulated=True) as show:
                 self._follow(show)
             return self._finish()
         except BaseException as error:
@@ -159,6 +159,7 @@ class SimRuntime:
                 shown_at = time.perf_counter()
                 record = self.controller.record
                 show.update(self.controller.state, record.metrics[-1] if record.metrics else None)
+        show.finish(self.controller.state, self.controller.record.final_metric())
 
     def _finish(self) -> tuple[Summary, np.ndarray]:
         finished = self.controller.workers.finished
