@@ -21,6 +21,7 @@ from syncswitch.registry import (
     fingerprint,
 )
 from syncswitch.rundir import Summary
+from syncswitch.rundir.summary import FINAL_ACCURACY
 
 
 def online_share(config: TrainConfig, summary: Summary) -> float | None:
@@ -58,7 +59,7 @@ def record_online_decision(
         "ceiling": timing.ceiling,
         "reason": timing.reason,
         "values": timing.values,
-        "final_accuracy": summary.final_accuracy,
+        FINAL_ACCURACY: summary.final_accuracy,
         "wall_time_s": summary.wall_time_s,
         "seed": config.seed,
         "run_dir": summary.run_dir,
