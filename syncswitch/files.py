@@ -102,9 +102,43 @@ def read_regular(path: Path, max_bytes: int, *, follow_symlinks: bool = True) ->
 
 def open_append(path: Path) -> IO[str]:
     """A text handle appending to `path` (created if absent), never through a symlink."""
+    return os.fdopen(open_append_fd(path), "a", newline="")
+
+
+def open_append_fd(path: Path) -> int:
+    """A descriptor appending to `path` (created if absent): never through a symlink, never
+    blocking on a FIFO, a regular file only (caller closes it)."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _NONBLOCK
-    fd = _open_regular_fd(path, flags, check_symlink=True)
-    return os.fdopen(fd, "a", newline="")
+    return _open_regular_fd(path, flags, check_symlink=True)
+
+
+def require_plain_directory(path: Path, what: str) -> bool:
+    """Whether `path` exists as a real directory (False: absent). A symbolic link (even to a
+    directory: it could point anywhere) or anything else is one UnsafeFileError line."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(mode):
+        return True
+    raise UnsafeFileError(
+        f"{what} {str(path)!r} is {_kind(mode)}; it must be a directory inside the run "
+        "directory, not a link"
+    )
+
+
+def require_regular_if_present(path: Path) -> None:
+    """A file a library will open by name (so it cannot be opened here for it): if present,
+    it must be a regular file, not a symbolic link, FIFO or device."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise UnsafeFileError(
+            f"{str(path)!r} is {_kind(mode)}, not a regular file; files inside a run "
+            "directory must be regular files"
+        )
 
 
 def _open_regular_fd(path: Path, flags: int, *, check_symlink: bool) -> int:
@@ -144,6 +178,7 @@ def _kind(mode: int) -> str:
         (stat.S_ISCHR, "a character device"),
         (stat.S_ISBLK, "a block device"),
         (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
     )
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from syncswitch.errors import ConfigError
+from syncswitch.files import UnsafeFileError, require_regular_if_present
 from syncswitch.loggers.base import Point, RunLogger
 
 EXPERIMENT = "syncswitch"
@@ -50,6 +51,8 @@ class MlflowLogger(RunLogger):
                 f"logger 'mlflow' needs {', '.join(missing)}: pip install 'syncswitch[mlflow]'"
             )
         self.run_dir = run_dir
+        if tracking_uri is None:
+            _check_database_files(run_dir)
         self.tracking_uri = tracking_uri or default_tracking_uri(run_dir)
         self.run_id: str | None = None
         self._client: Any = None
@@ -119,3 +122,14 @@ class MlflowLogger(RunLogger):
 def _param_value(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     return text if len(text) <= _PARAM_CHARS else text[: _PARAM_CHARS - 3] + "..."
+
+
+def _check_database_files(run_dir: Path) -> None:
+    """SQLite opens the store by name and follows links: on --resume the run directory is
+    not trusted, so mlflow.db and SQLite's side files, where present, must be regular files
+    (a link would add MLflow's tables to whatever it points at; a FIFO would hang)."""
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        try:
+            require_regular_if_present(run_dir / (DATABASE + suffix))
+        except UnsafeFileError as error:
+            raise ConfigError(f"run directory: {error}") from None
