@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,14 @@ DATABASE = "mlflow.db"
 _RESUME_TAG = "syncswitch.run_key"
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 _PARAM_CHARS = 500
+# A tracking server that does not answer is one line within seconds, not minutes of MLflow's
+# default retries (120 s timeout, 7 retries with backoff). Set before the client is made,
+# unless the user's environment says otherwise.
+HTTP_LIMITS = {
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "3",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+}
 
 
 def default_tracking_uri(run_dir: Path) -> str:
@@ -61,6 +70,8 @@ class MlflowLogger(RunLogger):
         from mlflow.entities import Param, RunTag
         from mlflow.tracking import MlflowClient
 
+        for name, value in HTTP_LIMITS.items():
+            os.environ.setdefault(name, value)
         self._client = client = MlflowClient(tracking_uri=self.tracking_uri)
         experiment = client.get_experiment_by_name(EXPERIMENT)
         experiment_id = (

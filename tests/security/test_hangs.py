@@ -72,3 +72,26 @@ def test_a_hostile_cifar_batch_is_one_line_in_bounded_time(tmp_path, payload, fr
     assert time.monotonic() - started < 10
     message = str(error.value)
     assert fragment in message and "\n" not in message
+
+
+def test_a_tracking_server_that_never_answers_is_one_line_within_seconds(tmp_path, monkeypatch):
+    """A port that accepts and never replies (loopback): MLflow's defaults waited minutes."""
+    import socket
+
+    from syncswitch.loggers.feed import LoggerFeed
+    from syncswitch.loggers.mlflow import HTTP_LIMITS, MlflowLogger
+
+    for name in HTTP_LIMITS:
+        monkeypatch.delenv(name, raising=False)
+    silent = socket.create_server(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
+    logger = MlflowLogger(tmp_path, f"http://127.0.0.1:{port}")
+    feed = LoggerFeed([logger], on_failure=lambda name, reason: None)
+    started = time.monotonic()
+    try:
+        with pytest.raises(UserError) as error:
+            feed.start({"schedule": "bsp"}, None)
+    finally:
+        silent.close()
+    assert time.monotonic() - started < 20
+    assert "mlflow" in str(error.value) and "\n" not in str(error.value)
