@@ -61,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
     figure = report.write_plot(plot_path) if plot_path else None
     if plot_path:
         print(f"plot written to {plot_path}")
+    if plot_path or args.html:
+        for note in report.plot_notes():
+            print(f"note: {note}")
     if args.html:
         report.write_html(Path(args.html), figure)
         print(f"page written to {args.html}")

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from syncswitch.files import write_atomic
 from syncswitch.reports.overview import overview, worker_rows
-from syncswitch.reports.plots import plot_runs, save_figure
+from syncswitch.reports.plots import plot_notes, plot_runs, save_figure
 from syncswitch.reports.tables import Table, runs_table, workers_table
 from syncswitch.rundir import RunData, load_run
 
@@ -40,6 +40,10 @@ class Report:
 
     def figure(self) -> Figure:
         return plot_runs(self.labelled)
+
+    def plot_notes(self) -> list[str]:
+        """What the figure leaves out to stay readable (and fast to draw)."""
+        return plot_notes(self.labelled)
 
     def write_plot(self, path: Path) -> Figure:
         figure = self.figure()

@@ -95,3 +95,50 @@ def test_a_tracking_server_that_never_answers_is_one_line_within_seconds(tmp_pat
         silent.close()
     assert time.monotonic() - started < 20
     assert "mlflow" in str(error.value) and "\n" not in str(error.value)
+
+
+def big_run_dir(
+    root: Path, name: str, switches: int, marks: int, workers: int, rows: int = 100
+) -> Path:
+    """A run directory written by hand: tens of thousands of switches and straggler events,
+    many workers, a label with matplotlib markup in it."""
+    import json
+
+    from syncswitch.rundir import Switch
+    from tests.rundir.samples import sample_summary
+
+    run_dir = root / name
+    run_dir.mkdir()
+    summary = sample_summary(schedule="bsp:0.5,asp $\\frac{", switches=())
+    (run_dir / "summary.json").write_text(json.dumps(summary.to_json()))
+    (run_dir / "config.json").write_text(json.dumps({"workers": workers}))
+    lines = []
+    for i in range(switches):
+        protocols = ("bsp", "asp") if i % 2 == 0 else ("asp", "bsp")
+        switch = Switch(i / switches, i, *protocols, time_s=10.0 * i / switches)
+        lines.append(json.dumps({"event": "switch", **switch.to_json()}))
+    for i in range(marks):
+        kind = "straggler_detected" if i % 2 == 0 else "straggler_recovered"
+        lines.append(json.dumps({"event": kind, "worker": i % workers, "time_s": i / marks}))
+    (run_dir / "events.jsonl").write_text("\n".join(lines) + "\n")
+    lines = ["time_s,samples,fraction,version,protocol,test_accuracy,test_loss"]
+    lines += [f"{i / 100},{i},{i / rows},{i},bsp,0.5,1.0" for i in range(rows)]
+    (run_dir / "metrics.csv").write_text("\n".join(lines) + "\n")
+    return run_dir
+
+
+def test_report_plot_of_huge_runs_is_bounded_and_says_what_it_left_out(tmp_path, capsys):
+    from PIL import Image
+
+    from syncswitch.cli.main import main
+
+    runs = [big_run_dir(tmp_path, "run-0", 20_000, 20_000, 1024, rows=20_000)]
+    runs += [big_run_dir(tmp_path, f"run-{i}", 50, 200, 1024) for i in range(1, 14)]
+    plot = tmp_path / "out" / "report.png"
+    started = time.monotonic()
+    assert main(["report", *map(str, runs), "--plot", str(plot)]) == 0
+    assert time.monotonic() - started < 120
+    out = capsys.readouterr().out
+    assert "first 12 of 14 runs" in out and "thinned" in out
+    width, height = Image.open(plot).size
+    assert height <= 6000 and width <= 2000
