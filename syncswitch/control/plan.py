@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from syncswitch.config import TrainConfig
+from syncswitch.config import ConfigError, TrainConfig
 from syncswitch.core.cluster import ClusterModel
 from syncswitch.core.divergence import RollbackConfig
 from syncswitch.core.emulation import EmulationConfig
@@ -48,6 +48,7 @@ class RunPlan:
         """The plan of `config` (validated when it was built: its schedule, cluster, fault
         plan and scenario are taken as it parsed them, not parsed again)."""
         total_samples = round(config.epochs * train_samples)
+        _check_eval_floor(config, total_samples)
         schedule = config.parsed_schedule()
         cluster = config.cluster_model() if config.runtime == "sim" else None
         emulation = config.emulation()
@@ -127,4 +128,18 @@ class RunPlan:
             p.end - a
             for p, a in zip(phases, starts, strict=True)
             if p.spec.protocol is Protocol.BSP
+        )
+
+
+def _check_eval_floor(config: TrainConfig, total_samples: int) -> None:
+    """An evaluation interval below one step would evaluate the same weights again and
+    again (each evaluation copies the weights and runs the test set): one line instead."""
+    if total_samples <= 0:
+        return
+    step_fraction = min(config.batch_size / total_samples, 1.0)
+    if config.eval_every < step_fraction:
+        raise ConfigError(
+            f"eval_every = {config.eval_every:g} is shorter than one step (batch_size "
+            f"{config.batch_size} of {total_samples} training samples = {step_fraction:.3g} of "
+            f"training); it must be at least {step_fraction:.3g}"
         )

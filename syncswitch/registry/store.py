@@ -196,12 +196,20 @@ def default_path() -> Path:
 class Registry:
     """The registry's operations; each one is a single short transaction."""
 
-    def __init__(self, location: str | os.PathLike | RegistryLocation | None = None) -> None:
+    def __init__(
+        self,
+        location: str | os.PathLike | RegistryLocation | None = None,
+        *,
+        create: bool = True,
+    ) -> None:
+        """`create=False` (listing): a database without a registry in it is one
+        RegistryError line, and nothing is written to it (no tables, no journal mode)."""
         self.location = (
             location
             if isinstance(location, RegistryLocation)
             else RegistryLocation.resolve(location)
         )
+        self._create = create
         if self.location.sqlite_path is not None:
             _check_sqlite_file(self.location.sqlite_path)
         self._engine = self._create_engine()
@@ -244,6 +252,11 @@ class Registry:
                 self._check_version(conn)
                 if self._is_current(names):
                     return
+            if not self._create:
+                raise RegistryError(
+                    f"registry {self.location.display} holds no syncswitch registry yet "
+                    "(`syncswitch search` creates one); listing never creates it"
+                )
         if self.location.sqlite_path is not None:
             # Outside any transaction (SQLite refuses to change the journal mode inside one);
             # the mode is stored in the file, so every later connection uses it.
