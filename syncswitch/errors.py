@@ -25,6 +25,10 @@ class RegistryError(UserError):
     """The job registry cannot be opened, read or written; the message says which and why."""
 
 
+class OutputPathError(UserError):
+    """An output path (`--plot`, `--html`, `calibrate -o`) that cannot be written as a file."""
+
+
 class RunDirError(UserError):
     """A run directory that cannot be read: missing, not a run, or with a malformed file."""
 

@@ -63,6 +63,52 @@ def write_atomic(path: Path, data: bytes | str, *, tmp_prefix: str = ".write-") 
         handle.write(payload)
 
 
+def write_output(path: Path, data: bytes | str, what: str) -> None:
+    """Write a result file the user named (`--plot`, `--html`, `calibrate -o`), atomically.
+
+    Checked first, so that a bad path is one OutputPathError line naming it: an existing
+    target must be a regular file or a symbolic link (replaced, never followed); a directory,
+    a device (which an atomic rename would replace, as root even /dev/null) or a FIFO is
+    refused, as is a parent that is not a directory."""
+    from syncswitch.errors import OutputPathError
+
+    check_output(path, what)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, data)
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise OutputPathError(f"{what} {str(path)!r} cannot be written: {reason}") from None
+
+
+def check_output(path: Path, what: str) -> None:
+    """`write_output`'s checks alone, to refuse a bad path before the work that fills it."""
+    from syncswitch.errors import OutputPathError
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as error:  # e.g. a path under a file: ENOTDIR
+        raise OutputPathError(f"{what} {str(path)!r} cannot be written: {error.strerror}") from None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise OutputPathError(f"{what} {str(path)!r} is {_kind(mode)}; give a file name to write")
+    for parent in path.parents:  # the nearest existing ancestor must be a directory
+        try:
+            parent_mode = os.stat(parent).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            raise OutputPathError(
+                f"{what} {str(path)!r} cannot be written: {error.strerror}"
+            ) from None
+        if not stat.S_ISDIR(parent_mode):
+            raise OutputPathError(
+                f"{what} {str(path)!r} cannot be written: {str(parent)!r} is not a directory"
+            )
+        return
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, default=str))
 

@@ -15,6 +15,7 @@ what was left out. Text from the runs is drawn as text: `$` never starts matplot
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from syncswitch.errors import RunDirError
+from syncswitch.files import write_output
 from syncswitch.reports.overview import phases, run_end
 from syncswitch.rundir import RunData
 
@@ -113,8 +115,10 @@ def plot_runs(runs: list[tuple[str, RunData]]) -> Figure:
 def save_figure(figure: Figure, path: Path) -> None:
     if path.suffix.lower() not in PLOT_SUFFIXES:
         raise RunDirError(f"plot file {str(path)!r} must end in .png or .svg")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
+    # Drawn in memory, then written atomically: a bad path is one line, never a half file.
+    image = io.BytesIO()
+    figure.savefig(image, format=path.suffix.lower().lstrip("."), dpi=100)
+    write_output(path, image.getvalue(), "--plot")
 
 
 # -- panels ----------------------------------------------------------------------------------

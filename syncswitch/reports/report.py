@@ -11,7 +11,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from syncswitch.files import write_atomic
+from syncswitch.files import write_output
 from syncswitch.reports.overview import overview, worker_rows
 from syncswitch.reports.plots import plot_notes, plot_runs, save_figure
 from syncswitch.reports.tables import Table, runs_table, workers_table
@@ -70,8 +70,7 @@ class Report:
             image=image,
             workers=workers,
         )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, page)
+        write_output(path, page, "--html")
 
 
 def plot_labels(runs: list[RunData]) -> list[str]:

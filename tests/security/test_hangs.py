@@ -109,7 +109,7 @@ def big_run_dir(
 
     run_dir = root / name
     run_dir.mkdir()
-    summary = sample_summary(schedule="bsp:0.5,asp $\\frac{", switches=())
+    summary = sample_summary(schedule="bsp:0.5,asp $\\frac{ [/]", switches=())
     (run_dir / "summary.json").write_text(json.dumps(summary.to_json()))
     (run_dir / "config.json").write_text(json.dumps({"workers": workers}))
     lines = []
