@@ -35,3 +35,8 @@ class RunDirError(UserError):
 
 class TrainingStalled(RuntimeError):
     """The run cannot make progress (e.g. every worker quarantined); results so far are kept."""
+
+
+class RunStopped(TrainingStalled):
+    """The run reached a limit it may not pass (e.g. a worker's `max_worker_restarts`): the
+    CLI prints the one-line reason and exits 1, like a stall; results so far are kept."""

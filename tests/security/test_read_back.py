@@ -59,3 +59,20 @@ def test_markup_in_names_is_printed_and_drawn_as_it_is(tmp_path, run_dir, capsys
     out = capsys.readouterr().out
     assert "[bold]" in out and "[/]" in out and plot.read_bytes()[:4] == b"\x89PNG"
     assert "$\\frac{" in json.loads((run_dir / "summary.json").read_text())["schedule"]
+
+
+def test_a_worker_past_its_restart_limit_ends_in_the_one_line_stop(monkeypatch, capsys):
+    import syncswitch.cli.train as train_cli
+    from syncswitch.control.decisions import Stop
+    from syncswitch.control.dispatch import raise_stop
+
+    reason = "worker 1 failed 4 times (max_worker_restarts = 3); last: died (killed)"
+
+    def stopped_run(args):
+        raise_stop(Stop(reason))
+
+    monkeypatch.setattr(train_cli, "run", stopped_run)
+    assert main(["train", "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("syncswitch: stopped: worker 1 failed 4 times")
