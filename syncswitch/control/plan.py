@@ -131,15 +131,23 @@ class RunPlan:
         )
 
 
+# Evaluations one step may trigger (each crossed multiple of eval_every is one, of the same
+# weights). A tiny smoke-test job (a step of the whole dataset, eval_every 0.05) does 20.
+MAX_EVALUATIONS_PER_STEP = 100
+
+
 def _check_eval_floor(config: TrainConfig, total_samples: int) -> None:
-    """An evaluation interval below one step would evaluate the same weights again and
-    again (each evaluation copies the weights and runs the test set): one line instead."""
+    """An evaluation interval far below one step would evaluate the same weights hundreds or
+    thousands of times (each evaluation copies the weights and runs the test set): one line
+    instead."""
     if total_samples <= 0:
         return
     step_fraction = min(config.batch_size / total_samples, 1.0)
-    if config.eval_every < step_fraction:
+    floor = step_fraction / MAX_EVALUATIONS_PER_STEP
+    if config.eval_every < floor:
         raise ConfigError(
-            f"eval_every = {config.eval_every:g} is shorter than one step (batch_size "
+            f"eval_every = {config.eval_every:g} is far shorter than one step (batch_size "
             f"{config.batch_size} of {total_samples} training samples = {step_fraction:.3g} of "
-            f"training); it must be at least {step_fraction:.3g}"
+            f"training): each step would evaluate the same weights "
+            f"{step_fraction / config.eval_every:.0f} times; it must be at least {floor:.3g}"
         )

@@ -15,12 +15,15 @@ from tests.security.helpers import one_line_error
 
 
 def test_an_evaluation_interval_below_one_step_is_refused():
-    config = make_config({"workers": 2, "batch_size": 64, "eval_every": 0.0001})
+    config = make_config({"workers": 2, "batch_size": 64, "epochs": 1.0, "eval_every": 0.0001})
     with pytest.raises(ConfigError) as error:
-        RunPlan.resolve(config, train_samples=1000)  # one step = 64/1000 of training
+        RunPlan.resolve(config, train_samples=1000)  # one step = 64/1000: 640 evaluations
     message = str(error.value)
     assert "eval_every" in message and "one step" in message and "\n" not in message
-    RunPlan.resolve(make_config({"batch_size": 64, "eval_every": 0.064}), train_samples=1000)
+    ok = {"batch_size": 64, "epochs": 1.0, "eval_every": 0.00065}
+    RunPlan.resolve(make_config(ok), train_samples=1000)
+    # A smoke test whose one step is the whole dataset keeps its default interval.
+    RunPlan.resolve(make_config({"batch_size": 32}), train_samples=8)
 
 
 def test_the_cli_refuses_it_in_one_line(capsys, tmp_path):
@@ -30,6 +33,8 @@ def test_the_cli_refuses_it_in_one_line(capsys, tmp_path):
             "train",
             "--eval-every",
             "0.0001",
+            "--epochs",
+            "1",
             "--mnist1d-samples",
             "200",
             "--out",
