@@ -601,3 +601,34 @@ def test_hostile_cifar_batches_end_in_one_line(labels, data_shape, dtype, key):
             load_dataset("cifar10", scratch)
         except UserError as error:
             assert "\n" not in str(error) and str(error).strip()
+
+
+@BOUNDED
+@given(
+    column=st.sampled_from(["fraction", "tolerance", "repeats", "evidence", "reason"]),
+    value=hostile_values,
+)
+def test_hostile_decisions_for_schedule_auto_end_in_one_line(registry_template, column, value):
+    """`--schedule auto` takes the stored decision: it must be refused as it is read, or be a
+    schedule the config accepts (or refuses in one line)."""
+    from syncswitch.config import TrainConfig, make_config
+    from syncswitch.timing.auto import auto_schedule
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "registry.db"
+        shutil.copy(registry_template, path)
+        plain = isinstance(value, (int, float, str, type(None)))
+        stored = value if plain else _json_text(value)
+        if isinstance(stored, int) and not -(2**63) <= stored < 2**63:
+            stored = str(stored)
+        with contextlib.closing(sqlite3.connect(path)) as connection:
+            with connection:
+                try:
+                    connection.execute(f"UPDATE decisions SET {column} = ?", (stored,))
+                except sqlite3.IntegrityError:
+                    return
+        try:
+            schedule, _ = auto_schedule(TrainConfig(workers=2, epochs=1.0), str(path))
+            make_config({"workers": 2, "epochs": 1.0, "schedule": schedule})
+        except UserError as error:
+            assert "\n" not in str(error) and str(error).strip()
