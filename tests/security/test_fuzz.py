@@ -621,12 +621,11 @@ def test_hostile_decisions_for_schedule_auto_end_in_one_line(registry_template, 
         stored = value if plain else _json_text(value)
         if isinstance(stored, int) and not -(2**63) <= stored < 2**63:
             stored = str(stored)
-        with contextlib.closing(sqlite3.connect(path)) as connection:
-            with connection:
-                try:
-                    connection.execute(f"UPDATE decisions SET {column} = ?", (stored,))
-                except sqlite3.IntegrityError:
-                    return
+        with contextlib.closing(sqlite3.connect(path)) as connection, connection:
+            try:
+                connection.execute(f"UPDATE decisions SET {column} = ?", (stored,))
+            except sqlite3.IntegrityError:
+                return
         try:
             schedule, _ = auto_schedule(TrainConfig(workers=2, epochs=1.0), str(path))
             make_config({"workers": 2, "epochs": 1.0, "schedule": schedule})
