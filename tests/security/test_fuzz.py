@@ -5,6 +5,10 @@ Every case must end in success or a user error (the CLI's one line, exit 2), nev
 exception; nothing in it may run (a canary file is never created); memory stays bounded.
 CI runs a few hundred cases in-process and a handful through the real command;
 SYNCSWITCH_FUZZ_CASES=N (and SYNCSWITCH_FUZZ_SEED) run more, and `-m slow` runs 5,000.
+
+The second half (issue 24) generates, with hypothesis, the files the project reads back: run
+directories, registry rows (also as `--schedule auto` reads them), cluster files and CIFAR
+batches with hostile values; SYNCSWITCH_HYPOTHESIS_EXAMPLES=N runs more than CI's 25.
 """
 
 from __future__ import annotations
