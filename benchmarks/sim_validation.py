@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from harness import (
     RunLog,
     Timing,
@@ -35,6 +34,7 @@ from harness import (
 from syncswitch.calibration import calibrate, cluster_yaml
 from syncswitch.config import TrainConfig
 from syncswitch.rundir import Summary, names
+from syncswitch.rundir.weights import flat_weights, read_final_weights
 from syncswitch.runtime.ray.connect import start_local
 from syncswitch.runtime.train import train
 from syncswitch.workloads import load_dataset
@@ -159,7 +159,7 @@ def _facts(runtime: str, summary: Summary, run_dir: Path) -> Facts:
         for row in csv.DictReader(handle):
             if row["protocol"] != "bsp":
                 staleness.append(int(row["staleness"]))
-    weights = torch.load(run_dir / names.FINAL_WEIGHTS)["flat_weights"].numpy()
+    weights = flat_weights(read_final_weights(run_dir)).numpy()  # cnn1d: no buffers
     np.save(run_dir / "final_weights.npy", weights)
     return Facts(
         runtime=runtime,

@@ -107,8 +107,12 @@ def calibrate(run_dir: str | Path, *, refine: bool = True) -> tuple[ClusterModel
         "calibrated_from": str(run_dir),
         "fitted": "compute from updates.csv step times (median, IQR; jitter from the ASP "
         "cycles' spread when steps were emulated); network latency and server message cost "
-        "from each protocol's steady pace in updates.csv, refined by replaying the run on "
-        "the simulator",
+        "from each protocol's steady pace in updates.csv"
+        + (
+            ", refined by replaying the run on the simulator"
+            if refine
+            else " (not refined: --no-refine skipped replaying the run on the simulator)"
+        ),
         "startup": "the first phase's excess over its steady pace",
         "kept_default": "bandwidths (10 Gbps), ns_per_parameter (1)",
     }
@@ -307,7 +311,7 @@ def _refine(
                 out=str(Path(scratch) / "run"),
             )
             train(probe, dataset=dataset)
-            simulated = _seconds_per_step(load_run(probe.out))
+            simulated = _seconds_per_step(load_run(Path(scratch) / "run"))
         rounds.append({"round": index, "simulated_s_per_step": simulated})
         model = _corrected(model, measured, simulated, job.workers)
     return model, rounds

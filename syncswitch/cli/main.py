@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib import metadata
 
 from syncswitch.cli import calibrate as calibrate_command
 from syncswitch.cli import jobs as jobs_command
@@ -19,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Data-parallel PyTorch training on Ray whose synchronization protocol "
         "(BSP, ASP, SSP) switches in place while it runs.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     train_command.add_parser(commands)
     search_command.add_parser(commands)
@@ -26,6 +28,14 @@ def build_parser() -> argparse.ArgumentParser:
     report_command.add_parser(commands)
     calibrate_command.add_parser(commands)
     return parser
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml's, through the package metadata)."""
+    try:
+        return metadata.version("syncswitch")
+    except metadata.PackageNotFoundError:  # imported from a source tree that is not installed
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

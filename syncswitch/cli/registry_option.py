@@ -7,7 +7,9 @@ import argparse
 from syncswitch.registry.store import ENV_VAR
 
 
-def add_registry_argument(parser: argparse.ArgumentParser, purpose: str) -> None:
+def add_registry_argument(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, purpose: str
+) -> None:
     parser.add_argument(
         "--registry",
         metavar="URL|FILE",

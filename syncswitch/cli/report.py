@@ -20,6 +20,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "report",
         help="tables and plots from run directories",
         description="Summarise run directories (finished, failed or killed) in a table; "
+        "directories that hold no run (or a run that recorded nothing) are skipped and named; "
         "optionally plot test accuracy against wall time and samples (one line per run, "
         "protocol phases shaded, switches marked, stragglers, staleness) and write one "
         "self-contained HTML page. Reads only the files in the run directories.",
@@ -56,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
         if path is not None:
             check_output(path, what)  # before the runs are read
     report = Report.load(args.run_dirs)
+    for skipped in report.skipped:
+        print(f"syncswitch: {skipped.describe()}", file=sys.stderr)
     # Names and notes come from run directories: printed as they are, never as rich markup.
     console = Console(
         highlight=False, markup=False, emoji=False, width=None if sys.stdout.isatty() else 200

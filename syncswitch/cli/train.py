@@ -34,7 +34,7 @@ _EXAMPLES = """examples:
   syncswitch train --step-time-ms 20 --jitter-sigma 0.2   # emulate 20 ms GPU steps
   syncswitch train --step-time-ms 20 --stragglers slow.yaml --online-policy elastic
   syncswitch train --config job.yaml --seed 3        # file values, overridden by flags
-  syncswitch train --resume runs/20261203-101500-bsp025-asp   # continue a killed run
+  syncswitch train --resume runs/20261203-101500-bsp0.25-asp   # continue a killed run
   syncswitch train --logger tensorboard,mlflow       # also log to TensorBoard and MLflow
   syncswitch train --json                            # end with JSON for scripts
 """
@@ -50,8 +50,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_config_arguments(parser)
-    parser.add_argument(
+    groups = add_config_arguments(parser)
+    groups[OUTPUT_GROUP].add_argument(
         "--resume",
         metavar="RUN_DIR",
         help="continue a killed run from its last good checkpoint, with the job it was started "
@@ -59,35 +59,79 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--tracking-uri may be given beside it; the cluster address, injected faults and a "
         "tracking URI are never taken from the run directory)",
     )
-    parser.add_argument(
+    groups[OUTPUT_GROUP].add_argument(
         "--verbose",
         action="store_true",
         help=f"show Ray's and PyTorch's own output on the terminal (by default it goes to "
         f"RUN_DIR/{LIBRARY_LOG} and the terminal shows only syncswitch's lines)",
     )
-    parser.add_argument(
+    groups[OUTPUT_GROUP].add_argument(
         "--json",
         action="store_true",
         help="end with the machine-readable summary (JSON on stdout) instead of the table",
     )
-    add_registry_argument(parser, "where --schedule auto looks the job up")
+    add_registry_argument(groups[SCHEDULE_GROUP], "where --schedule auto looks the job up")
     parser.set_defaults(handler=run)
     return parser
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, exclude: Collection[str] = ()) -> None:
-    """--config and one flag per TrainConfig field (but `exclude`); `search` shares them."""
-    parser.add_argument(
+# `--help` shows the flags in these groups, in this order; a field named in none of them
+# (a new one) is listed under the first, so that it still has a flag.
+JOB_GROUP = "job"
+SCHEDULE_GROUP = "schedule & switch"
+EMULATION_GROUP = "emulation & stragglers"
+RELIABILITY_GROUP = "reliability"
+RUNTIME_GROUP = "runtime & cluster"
+OUTPUT_GROUP = "output & loggers"
+FLAG_GROUPS: dict[str, tuple[str, ...]] = {
+    JOB_GROUP: (
+        "workers", "epochs", "batch_size", "lr", "momentum", "weight_decay", "lr_schedule",
+        "warmup", "lr_milestones", "lr_gamma", "dataset", "data_dir", "model",
+        "mnist1d_samples", "seed", "eval_every",
+    ),
+    SCHEDULE_GROUP: (
+        "schedule", "momentum_at_switch", "momentum_ramp", "switch_rule", "switch_threshold",
+        "switch_floor", "switch_ceiling",
+    ),
+    EMULATION_GROUP: (
+        "step_time_ms", "speed_factors", "jitter_sigma", "stragglers", "online_policy",
+        "greedy_return", "straggler_threshold", "straggler_recover_threshold",
+        "straggler_window",
+    ),
+    RELIABILITY_GROUP: (
+        "checkpoint_every", "checkpoint_every_s", "divergence_guard", "rollback_lr_factor",
+        "worker_timeout_s", "max_worker_restarts", "faults",
+    ),
+    RUNTIME_GROUP: (
+        "runtime", "cluster", "ray_address", "servers", "device", "evaluator_device",
+        "server_device", "gpus_per_worker", "placement",
+    ),
+    OUTPUT_GROUP: ("out", "progress", "logger", "tracking_uri"),
+}  # fmt: skip
+
+
+def flag_group(field_name: str) -> str:
+    return next((g for g, names_ in FLAG_GROUPS.items() if field_name in names_), JOB_GROUP)
+
+
+def add_config_arguments(
+    parser: argparse.ArgumentParser, exclude: Collection[str] = ()
+) -> dict[str, Any]:
+    """--config and one flag per TrainConfig field (but `exclude`), in the argument groups
+    of FLAG_GROUPS (returned by title, for the caller's own flags); `search` shares them."""
+    groups: dict[str, Any] = {title: parser.add_argument_group(title) for title in FLAG_GROUPS}
+    groups[JOB_GROUP].add_argument(
         "--config", metavar="FILE", help="YAML or TOML file whose keys mirror these flags"
     )
     for f in config_fields():
         if f.name in exclude:
             continue
+        group = groups[flag_group(f.name)]
         flag = "--" + f.name.replace("_", "-")
         default = field_default(f)
         help_text = f.metadata["help"].replace("%", "%%")
         if str(f.type) == "bool":
-            parser.add_argument(
+            group.add_argument(
                 flag,
                 action=argparse.BooleanOptionalAction,
                 default=None,
@@ -96,13 +140,14 @@ def add_config_arguments(parser: argparse.ArgumentParser, exclude: Collection[st
             continue
         choices = f.metadata.get("choices")
         shown = f" (default: {default})" if default is not None else ""
-        parser.add_argument(
+        group.add_argument(
             flag,
             default=None,
             action="append" if f.metadata.get("repeatable") else "store",
             metavar="FILE" if f.metadata.get("from_file") else _metavar(str(f.type), choices),
             help=help_text + shown,
         )
+    return groups
 
 
 def _metavar(type_name: str, choices: list[str] | None) -> str:
@@ -233,6 +278,7 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
     else:
         with library_output_to(run_dir / LIBRARY_LOG) as library_log:
             result = train(config, **train_args)
+    _store_online_share(args, config, result.summary)
     if args.json:
         print(summary_json(result.summary, result.run_dir))
     else:
@@ -245,16 +291,35 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
     return 0
 
 
+def _store_online_share(args: argparse.Namespace, config: TrainConfig, summary: Any) -> None:
+    """An online run's chosen share goes to the registry for `--schedule auto` next time."""
+    if summary.online_timing is None:
+        return
+    from syncswitch.registry import RegistryError
+    from syncswitch.timing.online import record_online_decision
+
+    try:
+        stored = record_online_decision(config, summary, args.registry)
+    except RegistryError as error:
+        print(f"syncswitch: the online decision was not stored: {error}", file=sys.stderr)
+        return
+    if stored is not None:
+        print(
+            f"syncswitch: stored the online run's BSP share {stored.fraction:g} as decision "
+            f"#{stored.id} for job {stored.fingerprint[:12]} (`--schedule auto` reuses it)",
+            file=sys.stderr,
+        )
+
+
 def _logger_lines(config: TrainConfig, run_dir: Path) -> list[str]:
     """Where the loggers' results are, and any that failed during the run."""
     lines = []
     if "tensorboard" in (config.logger or ()):
         lines.append(f"tensorboard --logdir {run_dir / 'tensorboard'}")
     if "mlflow" in (config.logger or ()):
-        from syncswitch.loggers.mlflow import default_tracking_uri
+        from syncswitch.loggers.mlflow import default_tracking_uri, viewing_hint
 
-        uri = config.tracking_uri or default_tracking_uri(run_dir)
-        lines.append(f"mlflow ui --backend-store-uri {uri}")
+        lines.append(viewing_hint(config.tracking_uri or default_tracking_uri(run_dir)))
     if lines:
         for event in read_events(run_dir):
             if event.get("event") == "logger_failed":

@@ -23,8 +23,9 @@ touches a process. Time comes from the injected clock.
 
 Beside it, each in its own module: `EvaluationAssembly` (weight slices -> evaluations ->
 metrics in training order), `CheckpointKeeper` (snapshots -> checkpoints, timed ones),
-`HealthChecks` (dead, hung and quarantined workers), `DivergenceWatch` (losses -> rollback)
-and `OnlinePolicy` (step times -> exclude, readmit, switch).
+`HealthChecks` (dead, hung and quarantined workers), `DivergenceWatch` (losses -> rollback),
+`OnlinePolicy` (step times -> exclude, readmit, switch) and `OnlineTiming` (the shards'
+gradient statistics or the test losses -> when an online phase ends).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.control.stragglers import OnlinePolicy
 from syncswitch.control.summary import build_summary
+from syncswitch.control.timing import OnlineTiming
 from syncswitch.core.checkpoint import CheckpointError, LoadedCheckpoint
 from syncswitch.core.records import Decision, EvalPoint, Snapshot, WorkerStats
 from syncswitch.files import write_atomic
@@ -76,14 +78,18 @@ class RunController:
         schedule_source: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
         host_clock: Callable[[], float] = time.perf_counter,
+        weights_state: Callable[[np.ndarray], dict[str, torch.Tensor]] | None = None,
     ) -> None:
         """`clock` is the run's time (a simulator's is virtual); `host_clock` is real time,
-        for the host seconds the run took."""
+        for the host seconds the run took. `weights_state` turns the final flat weights into
+        what final_weights.pt holds: train() gives the model's state_dict; without it (a
+        scripted run, which has no model) the flat vector is kept as {"flat_weights": ...}."""
         self.plan = plan
         self.writer = writer
         self.resumed_from = resumed_from
         self.schedule_source = schedule_source or {"kind": "given"}
         self.host_clock = host_clock
+        self.weights_state = weights_state or flat_weights_state
         self._host_started = host_clock()
         self._phases = PhaseMachine()
         self.state = ShardState()  # the first shard's, as of the last drain
@@ -100,6 +106,17 @@ class RunController:
         self.health = HealthChecks(plan, writer, self.record)
         self.divergence = DivergenceWatch(plan, self.record, self.checkpoints, self._log_decision)
         self.online = OnlinePolicy(plan, self.record, writer, self._log_decision)
+        self.timing = (
+            OnlineTiming(
+                plan.timing,
+                self.record.timing,
+                writer,
+                plan.schedule.phases[plan.schedule.online_index + 1].spec,
+                self._log_decision,
+            )
+            if plan.timing is not None and plan.schedule.online_index is not None
+            else None
+        )
         self.setup_s = 0.0
         self._workload_done = False  # some shard has applied the whole workload
         self.placement: dict[str, Any] | None = None  # the runtime's word on where actors run
@@ -135,6 +152,8 @@ class RunController:
         self._record(first)
         decisions += self.evaluations.add(reports, self.record.take_train_loss)
         decisions += self.online.react(first)
+        if self.timing is not None and self.phase is RunPhase.TRAINING:
+            decisions += self.timing.react(reports, self.state)
         # The guard reads the losses before this drain's snapshots are written: a snapshot
         # taken after the loss went bad must not push the last good checkpoint out of the
         # store (it keeps two) before the rollback can load it.
@@ -159,6 +178,8 @@ class RunController:
         before = self.phase
         for evaluated in self.evaluations.result(point, accuracy, loss):
             row = evaluated.metric_row()
+            if self.timing is not None:
+                self.timing.add_loss(float(row["fraction"]), float(row["test_loss"]))
             self.record.metrics.append(row)
             self.writer.metric(row)
             self.writer.summary(self.summary([], status="running"))
@@ -271,7 +292,7 @@ class RunController:
         summary = self.summary(worker_stats, status="complete")
         self.writer.summary(summary)
         buffer = io.BytesIO()  # written atomically: never through a planted symlink
-        torch.save({"flat_weights": torch.tensor(final_weights)}, buffer)
+        torch.save(self.weights_state(final_weights), buffer)
         write_atomic(self.writer.dir / names.FINAL_WEIGHTS, buffer.getvalue())
         self._phases.fire(PhaseEvent.FINISH)
         return summary
@@ -386,3 +407,8 @@ def announce(
             "faults": plan.faults.describe() or None,
         },
     )
+
+
+def flat_weights_state(final_weights: np.ndarray) -> dict[str, torch.Tensor]:
+    """final_weights.pt's form for a run without a model: the flat parameter vector."""
+    return {"flat_weights": torch.tensor(final_weights)}

@@ -20,8 +20,7 @@ from syncswitch.core.divergence import (
     GuardConfig,
     rollback_decision,
 )
-from syncswitch.core.policies import Action
-from syncswitch.core.records import Decision
+from syncswitch.core.records import Action, Decision
 
 
 class DivergenceWatch:

@@ -10,8 +10,7 @@ from syncswitch.control.decisions import KillWorker, RestartWorker, Stop
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardState
-from syncswitch.core.policies import Action
-from syncswitch.core.records import WorkerStats
+from syncswitch.core.records import Action, WorkerStats
 from syncswitch.rundir import RunWriter
 
 

@@ -11,9 +11,8 @@ from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.core.online import OnlineMonitor
-from syncswitch.core.policies import Action
 from syncswitch.core.protocol import ASP, ProtocolSpec
-from syncswitch.core.records import Decision
+from syncswitch.core.records import Action, Decision
 from syncswitch.rundir import RunWriter
 
 
@@ -37,9 +36,9 @@ class PolicyView:
     def assume(self, decision: Decision) -> None:
         """A decision just made is in force for the next one (shards carry it out next)."""
         action = decision.action
-        if action is Action.EXCLUDE:
+        if action is Action.EXCLUDE and decision.worker is not None:
             self.excluded |= {decision.worker}
-        elif action is Action.READMIT:
+        elif action is Action.READMIT and decision.worker is not None:
             self.excluded -= {decision.worker}
         elif decision.protocol is not None:
             self.spec = decision.protocol

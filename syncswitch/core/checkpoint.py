@@ -578,7 +578,9 @@ class CheckpointStore:
             raise bad(f"has bytes {size!r}; expected an int >= 0")
         if type(samples) is not int or samples < 0:
             raise bad(f"has samples {samples!r}; expected an int >= 0")
-        if type(created) not in (int, float) or not math.isfinite(created):
+        if not isinstance(created, int | float) or isinstance(created, bool):
+            raise bad(f"has created_unix_s {created!r}; expected a number")
+        if not math.isfinite(created):
             raise bad(f"has created_unix_s {created!r}; expected a number")
         if type(label) is not str or type(meta) is not dict:
             raise bad("has a label that is not a str or meta that is not an object")

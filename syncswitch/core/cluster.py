@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from syncswitch.keys import did_you_mean, unknown_key_problem
@@ -122,7 +122,7 @@ class ClusterModel:
         return replace(self, compute=compute)
 
 
-_SECTIONS: dict[str, type] = {
+_SECTIONS: dict[str, type[ComputeModel] | type[NetworkModel] | type[ServerModel]] = {
     "compute": ComputeModel,
     "network": NetworkModel,
     "server": ServerModel,
@@ -152,12 +152,12 @@ def parse_cluster(data: object, where: str = "cluster") -> ClusterModel:
             f"got {type(data).__name__}"
         )
     _refuse_unknown(data, _TOP_KEYS, where)
-    sections = {}
+    sections: dict[str, Any] = {}
     for section, model in _SECTIONS.items():
         values = data.get(section) or {}
         if not isinstance(values, Mapping):
             raise ClusterError(f"{where}: {section} must be a mapping, got {values!r}")
-        allowed = tuple(model.__dataclass_fields__)
+        allowed = tuple(f.name for f in fields(model))
         _refuse_unknown(values, allowed, f"{where}: {section}")
         checked: dict[str, Any] = {
             key: _checked_number(f"{where}: {section}.{key}", key, value)
@@ -183,7 +183,7 @@ def parse_cluster(data: object, where: str = "cluster") -> ClusterModel:
     notes = data.get("notes") or {}
     if not isinstance(notes, Mapping):
         raise ClusterError(f"{where}: notes must be a mapping of text, got {notes!r}")
-    times = {
+    times: dict[str, Any] = {
         key: _checked_number(f"{where}: {key}", key, data[key])
         for key in ("restart_s", "startup_s")
         if key in data
@@ -191,7 +191,7 @@ def parse_cluster(data: object, where: str = "cluster") -> ClusterModel:
     return ClusterModel(name=name, notes=dict(notes), **times, **sections)
 
 
-def _refuse_unknown(values: Mapping, allowed: tuple[str, ...], where: str) -> None:
+def _refuse_unknown(values: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
     problem = unknown_key_problem(values, allowed)
     if problem:
         raise ClusterError(f"{where}: {problem}")
@@ -199,9 +199,9 @@ def _refuse_unknown(values: Mapping, allowed: tuple[str, ...], where: str) -> No
 
 def _checked_number(where: str, key: str, value: object) -> float:
     low, low_allowed, high = _BOUNDS[key]
-    number_ok = isinstance(value, int | float) and not isinstance(value, bool)
     if (
-        number_ok
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
         and math.isfinite(value)
         and (value > low or (low_allowed and value == low))
         and value <= high

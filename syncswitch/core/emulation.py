@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from syncswitch.core.scenarios import StragglerScenario
 
@@ -38,7 +39,7 @@ class EmulationConfig:
     def speed_factor(self, worker: int) -> float:
         return self.speed_factors[worker] if self.speed_factors else 1.0
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         if not self.enabled:
             return {"enabled": False}
         return {

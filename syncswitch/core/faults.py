@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +50,7 @@ class Fault:
     worker: int
     at: float  # fraction of training samples from which the fault acts
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"kind": self.kind.value, "worker": self.worker, "at": self.at}
 
 
@@ -60,7 +61,7 @@ class FaultPlan:
     def for_worker(self, worker: int) -> tuple[Fault, ...]:
         return tuple(f for f in self.faults if f.worker == worker)
 
-    def describe(self) -> list[dict]:
+    def describe(self) -> list[dict[str, Any]]:
         return [f.describe() for f in self.faults]
 
 

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from syncswitch.core.policies import Action, OnlinePolicy, OnlinePolicyKind, RunView
-from syncswitch.core.records import Decision, Gradient, Outcome, StepObservation
+from syncswitch.core.policies import OnlinePolicy, OnlinePolicyKind, RunView
+from syncswitch.core.records import Action, Decision, Gradient, Outcome, StepObservation
 from syncswitch.core.scenarios import StragglerEpisode, StragglerScenario
 from syncswitch.core.stragglers import DetectorConfig, EventKind, StragglerDetector, StragglerEvent
+from syncswitch.core.switch_timing import TIMING_POLICY
 from syncswitch.core.synchronizer import Synchronizer
 
 
@@ -30,7 +32,7 @@ class OnlineConfig:
     greedy_return: bool = False
     detector: DetectorConfig = field(default_factory=DetectorConfig)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "policy": self.policy.value,
             "greedy_return": self.greedy_return,
@@ -43,7 +45,7 @@ class OnlineReaction:
     """What one observed step led to: detector events (dicts, for the results) and decisions;
     `outcome` is what carrying them out did, where `after_gradient` carried them out."""
 
-    straggler_events: list[dict] = field(default_factory=list)
+    straggler_events: list[dict[str, Any]] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
     outcome: Outcome = field(default_factory=Outcome)
 
@@ -67,7 +69,7 @@ class DetectionAudit:
             if index not in self._ended_s and end:
                 self._ended_s[index] = time_s
 
-    def score(self, event: StragglerEvent, progress: float, time_s: float) -> dict:
+    def score(self, event: StragglerEvent, progress: float, time_s: float) -> dict[str, Any]:
         record = event_record(event)
         episodes = [
             (index, episode)
@@ -101,8 +103,8 @@ def _window(episode: StragglerEpisode, progress: float, time_s: float) -> tuple[
 
 def _delay(
     episode: StragglerEpisode, began_s: float | None, progress: float, time_s: float
-) -> dict:
-    delay: dict = {}
+) -> dict[str, Any]:
+    delay: dict[str, Any] = {}
     if episode.start_s is not None:
         delay["delay_s"] = round(time_s - episode.start_s, 6)
     elif began_s is not None:
@@ -158,7 +160,7 @@ class OnlineMonitor:
         reaction.outcome = outcome
         return reaction
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return {
             "policy": self.policy.name,
             "flagged": sorted(self.detector.stragglers),
@@ -166,7 +168,7 @@ class OnlineMonitor:
         }
 
 
-def event_record(event: StragglerEvent) -> dict:
+def event_record(event: StragglerEvent) -> dict[str, Any]:
     return {
         "event": f"straggler_{event.kind}",
         "worker": event.worker,
@@ -187,6 +189,9 @@ def carry_out(sync: Synchronizer, decision: Decision) -> Outcome:
     action = decision.action
     if sync.done:
         return Outcome()
+    if action is Action.SWITCH and decision.policy == TIMING_POLICY:
+        # The online phase ends (its next phase's protocol, unless a rollback pinned one).
+        return sync.end_online_phase(reason=f"{TIMING_POLICY}: {decision.reason}")
     if action in (Action.SWITCH, Action.RETURN):
         assert decision.protocol is not None
         target = decision.protocol

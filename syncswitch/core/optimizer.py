@@ -6,6 +6,8 @@ Parameters live as a single flat buffer so that one message per update carries t
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
@@ -88,7 +90,7 @@ class FlatSGD:
                 grad = buffer
         weights.add_(grad, alpha=-lr)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Weights and momentum buffer as plain tensors (a checkpoint holds nothing else)."""
         buffer = self._momentum_buffer
         # In CPU memory whatever the device: a checkpoint must load on a machine without it.
@@ -97,7 +99,7 @@ class FlatSGD:
             "momentum_buffer": None if buffer is None else buffer.to("cpu", copy=True),
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self._weights.copy_(state["weights"])
         buffer = state["momentum_buffer"]
         self._momentum_buffer = (
@@ -128,7 +130,11 @@ def load_flat_parameters(model: torch.nn.Module, flat: torch.Tensor) -> None:
 
 
 def flat_gradient(model: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    # A parameter without a gradient is a bug in the caller (no backward ran): fail loudly.
+    grads = [p.grad for p in model.parameters()]
+    if any(g is None for g in grads):
+        raise RuntimeError("flat_gradient: a parameter has no gradient; run backward first")
+    return torch.cat([g.reshape(-1) for g in grads if g is not None])
 
 
 class FlatParameters:

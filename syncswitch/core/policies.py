@@ -17,6 +17,7 @@ out. Both are pure, so a test or a simulator drives them without any runtime.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from enum import StrEnum
 from typing import Protocol as TypingProtocol
 
@@ -41,7 +42,7 @@ class RunView(TypingProtocol):
     def scheduled_spec(self) -> ProtocolSpec: ...  # the protocol the schedule asks for now
 
     @property
-    def excluded(self) -> frozenset[int]: ...
+    def excluded(self) -> Set[int]: ...  # a set or a frozenset: policies only read it
 
     @property
     def done(self) -> bool: ...
@@ -79,14 +80,22 @@ class OnlinePolicy:
             return self._elastic(event, run)
         return []
 
-    def _decision(self, action: Action, event: StragglerEvent, reason: str, **extra) -> Decision:
+    def _decision(
+        self,
+        action: Action,
+        event: StragglerEvent,
+        reason: str,
+        worker: int | None = None,
+        protocol: ProtocolSpec | None = None,
+    ) -> Decision:
         return Decision(
             action=action,
             policy=self.name,
             reason=reason,
             time_s=event.time_s,
             progress=event.progress,
-            **extra,
+            worker=worker,
+            protocol=protocol,
         )
 
     def _greedy(

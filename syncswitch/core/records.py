@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from syncswitch.core.gradient_stats import RoundPartials
 from syncswitch.core.protocol import ProtocolSpec
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ class SwitchEvent:
     overhead_s: float  # wall time to put the new rule in force, in place
     reason: str
 
-    def to_summary(self) -> dict:
+    def to_summary(self) -> dict[str, Any]:
         return {
             "at_fraction": round(self.at_fraction, 6),
             "at_samples": self.at_samples,
@@ -80,7 +81,7 @@ class SwitchEvent:
         }
 
     @classmethod
-    def from_summary(cls, record: dict) -> SwitchEvent:
+    def from_summary(cls, record: dict[str, Any]) -> SwitchEvent:
         """Back from `to_summary()` (a checkpointed run record); raises on a malformed one."""
         return cls(
             at_fraction=float(record["at_fraction"]),
@@ -136,6 +137,8 @@ class Outcome:
     evaluations: list[EvalPoint] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)  # e.g. a quarantine, with its reason
     snapshots: list[Snapshot] = field(default_factory=list)  # states to checkpoint
+    # Gradient statistics of BSP rounds over this shard's slice (an online phase only).
+    partials: list[RoundPartials] = field(default_factory=list)
     done: bool = False
 
     def merge(self, other: Outcome) -> None:
@@ -191,7 +194,7 @@ class Decision:
     worker: int | None = None
     protocol: ProtocolSpec | None = None  # the protocol a switch, return or rollback puts in force
 
-    def to_record(self) -> dict:
+    def to_record(self) -> dict[str, Any]:
         return {
             "action": self.action.value,
             "policy": self.policy,
@@ -203,7 +206,7 @@ class Decision:
         }
 
     @classmethod
-    def from_record(cls, record: dict) -> Decision:
+    def from_record(cls, record: dict[str, Any]) -> Decision:
         """Back from `to_record()` (a checkpointed run record); raises on a malformed one."""
         worker, protocol = record["worker"], record["protocol"]
         return cls(
@@ -228,7 +231,7 @@ class Accounting:
     waiting: int = 0  # at a BSP barrier
     unaccounted: int = 0
 
-    def to_record(self) -> dict:
+    def to_record(self) -> dict[str, Any]:
         """For summary.json's "gradients"."""
         return {
             "sent": self.sent,

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from typing import Any, TypeGuard
 
 from syncswitch.keys import unknown_key_problem
 
@@ -41,7 +42,7 @@ class ScenarioError(ValueError):
     """A straggler episode or scenario that cannot describe a run."""
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     # bool is an int subclass, but `start: true` in a config is a mistake, not a 1.
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -73,7 +74,7 @@ def _episode_problem(values: Mapping[str, object]) -> str | None:
             f"'{start}' cannot go with '{duration}': time an episode in fractions ('start', "
             "'duration') or in seconds ('start_s', 'duration_s')"
         )
-    checks = (
+    checks: tuple[tuple[str, Callable[[float], bool], str], ...] = (
         ("start", lambda v: 0 <= v < 1, "in [0, 1)"),
         ("start_s", lambda v: 0 <= v <= MAX_SECONDS, f"in [0, {MAX_SECONDS:g}]"),
         ("duration", lambda v: 0 < v <= 1, "> 0 and <= 1"),
@@ -87,7 +88,8 @@ def _episode_problem(values: Mapping[str, object]) -> str | None:
     )
     for name, ok, allowed in checks:
         value = values.get(name)
-        if value is not None and not ok(value):
+        # Every value given is a finite number by now (checked above).
+        if _is_number(value) and not ok(value):
             return f"'{name}' must be {allowed}, got {value!r}"
     return None
 
@@ -122,9 +124,9 @@ class StragglerEpisode:
         assert self.factor is not None
         return base_step_s * self.factor
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """The given fields only, in config form, so `parse_scenario` reads it back unchanged."""
-        record: dict = {"workers": list(self.workers)}
+        record: dict[str, Any] = {"workers": list(self.workers)}
         for name in _NUMBERS:
             value = getattr(self, name)
             if value is not None:
@@ -175,7 +177,7 @@ class StragglerScenario:
             for worker in episode.workers
         )
 
-    def describe(self) -> list[dict]:
+    def describe(self) -> list[dict[str, Any]]:
         return [episode.describe() for episode in self.episodes]
 
     def _active_for(self, worker: int, progress: float, elapsed_s: float) -> list[StragglerEpisode]:
@@ -222,7 +224,7 @@ def parse_scenario(data: object) -> StragglerScenario:
             raise ScenarioError(f"{where}: {problem}")
         if "workers" not in item:
             raise ScenarioError(f"{where}: 'workers' is required (a worker id or a list of ids)")
-        values = {key: item.get(key) for key in KEYS}
+        values: dict[str, Any] = {key: item.get(key) for key in KEYS}
         values["workers"] = _parse_workers(values["workers"])
         problem = _episode_problem(values)
         if problem:

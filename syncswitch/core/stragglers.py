@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class EventKind(StrEnum):
@@ -62,7 +63,7 @@ class DetectorConfig:
         if self.patience < 1:
             raise ValueError(f"detector patience {self.patience} must be >= 1")
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "window": self.window,
             "threshold": self.threshold,

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
+from typing import Any
 
 BASELINE = 1.0  # full BSP
 MIN_RESOLUTION = 1 / 4096  # finer fractions would not name a whole BSP update on most jobs
@@ -115,7 +116,7 @@ class FractionEvidence:
     holds: bool
     below_bsp_points: float  # BSP mean minus this mean, in points (negative: above BSP)
 
-    def to_record(self) -> dict:
+    def to_record(self) -> dict[str, Any]:
         return {
             "fraction": self.fraction,
             "label": format_fraction(self.fraction),
@@ -145,7 +146,7 @@ class TimingDecision:
     def schedule(self) -> str:
         return schedule_for(self.fraction)
 
-    def to_record(self) -> dict:
+    def to_record(self) -> dict[str, Any]:
         return {
             "fraction": self.fraction,
             "label": format_fraction(self.fraction),

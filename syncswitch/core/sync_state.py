@@ -12,7 +12,7 @@ from elsewhere.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
@@ -270,7 +270,7 @@ def restore(sync: Synchronizer, state: SynchronizerState) -> None:
     sync.version = state.version
     sync.version_floor = state.version_floor
     sync.ledger = GradientLedger.from_state(dict(state.ledger))
-    sync.time_by_protocol = Counter(state.time_by_protocol)
+    sync.time_by_protocol = defaultdict(float, state.time_by_protocol)
     sync.switches = list(state.switches)
     sync._t0 = sync._clock() - state.time_s
     sync._phase_started_s = state.phase_started_s
@@ -327,3 +327,6 @@ def _load_position(sync: Synchronizer, state: SynchronizerState) -> None:
     sync.lr_scale = state.lr_scale
     sync.momentum_policy = state.momentum_policy
     sync.pinned = state.pinned
+    if sync.stats is not None:
+        sync.stats.forget()  # the weights jumped: no drift across it
+    sync.partials = []

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,28 @@ HTTP_LIMITS = {
 
 def default_tracking_uri(run_dir: Path) -> str:
     return f"sqlite:///{(run_dir / DATABASE).resolve()}"
+
+
+def viewing_hint(tracking_uri: str) -> str:
+    """A command that shows the logged runs with what the `[mlflow]` extra installs (the
+    MLflow client's CLI; `mlflow ui` needs the full `mlflow` package, which it lacks)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    uri = shlex.quote(tracking_uri)
+    try:
+        experiment = MlflowClient(tracking_uri=tracking_uri).get_experiment_by_name(EXPERIMENT)
+    except MlflowException:
+        experiment = None
+    listing = (
+        f"mlflow runs list --experiment-id {experiment.experiment_id}"
+        if experiment is not None
+        else "mlflow experiments search"
+    )
+    return (
+        f"MLFLOW_TRACKING_URI={uri} {listing}   (web UI: pip install mlflow, then "
+        f"mlflow ui --backend-store-uri {uri})"
+    )
 
 
 def missing_packages(tracking_uri: str | None) -> list[str]:
@@ -91,7 +114,7 @@ class MlflowLogger(RunLogger):
             _RESUME_TAG: key,
             "syncswitch.run_dir": str(self.run_dir),
             "syncswitch.schedule": str(config.get("schedule")),
-            "syncswitch.timing": "emulated" if emulation.get("enabled") else "real",
+            "syncswitch.timing": timing_kind(config),
         }
         run = client.create_run(experiment_id, run_name=self.run_dir.name, tags=tags)
         self.run_id = run.info.run_id
@@ -120,7 +143,7 @@ class MlflowLogger(RunLogger):
         """MLflow has no histograms; staleness/mean and staleness/max carry the figures."""
 
     def where(self) -> str:
-        return f"mlflow ui --backend-store-uri {self.tracking_uri}"
+        return viewing_hint(self.tracking_uri)
 
     def close(self, status: str) -> None:
         if self._client is None or self.run_id is None:
@@ -144,3 +167,12 @@ def _check_database_files(run_dir: Path) -> None:
             require_regular_if_present(run_dir / (DATABASE + suffix))
         except UnsafeFileError as error:
             raise ConfigError(f"run directory: {error}") from None
+
+
+def timing_kind(config: dict[str, Any]) -> str:
+    """How the run's times were made, as the report's `timing` column says it: a simulator's
+    virtual clock, emulated device time on real workers, or real hardware."""
+    if config.get("runtime") == "sim":
+        return "simulated"
+    emulation = config.get("emulation") or {}
+    return "emulated" if isinstance(emulation, dict) and emulation.get("enabled") else "real"

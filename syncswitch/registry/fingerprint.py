@@ -22,6 +22,7 @@ from enum import Enum
 from typing import Any
 
 from syncswitch.config import TrainConfig
+from syncswitch.workloads.identity import Workload
 
 FINGERPRINT_VERSION = 1
 
@@ -69,6 +70,11 @@ LATER_JOB_FIELDS: tuple[str, ...] = (
 
 NOT_JOB_FIELDS: tuple[str, ...] = (
     "schedule",
+    # How an online schedule decides its switch point: the decision, not the job.
+    "switch_rule",
+    "switch_threshold",
+    "switch_floor",
+    "switch_ceiling",
     "seed",
     "out",
     "progress",
@@ -87,8 +93,12 @@ NOT_JOB_FIELDS: tuple[str, ...] = (
 )
 
 
-def describe_job(config: TrainConfig) -> dict[str, Any]:
-    """The normalised job fields that the fingerprint hashes (also stored with the job)."""
+def describe_job(config: TrainConfig, workload: Workload | None = None) -> dict[str, Any]:
+    """The normalised job fields that the fingerprint hashes (also stored with the job).
+
+    `workload` names the dataset and model a Python-API run was given (its own objects);
+    without it they are the config's built-in ones.
+    """
     by_name = {f.name: f for f in fields(config)}
     job: dict[str, Any] = {}
     for name in JOB_FIELDS:
@@ -102,8 +112,10 @@ def describe_job(config: TrainConfig) -> dict[str, Any]:
             job[name] = _normalise(value, str(f.type))
     # The model the run actually builds, whether or not it was named.
     job["model"] = config.model_name
+    if workload is not None:
+        job["dataset"], job["model"] = workload.dataset, workload.model
     # Settings the other options make irrelevant would split one job into several.
-    if config.dataset != "mnist1d":
+    if job["dataset"] != "mnist1d":
         job["mnist1d_samples"] = None
     if config.lr_schedule == "step":
         job["lr_milestones"] = [float(m) for m in config.lr_schedule_spec().milestones]
@@ -125,8 +137,8 @@ def describe_job(config: TrainConfig) -> dict[str, Any]:
     return job
 
 
-def fingerprint(config: TrainConfig) -> str:
-    return fingerprint_of(describe_job(config))
+def fingerprint(config: TrainConfig, workload: Workload | None = None) -> str:
+    return fingerprint_of(describe_job(config, workload))
 
 
 def fingerprint_of(job: dict[str, Any]) -> str:

@@ -118,6 +118,13 @@ class JobRecord:
     created: datetime
 
 
+# Where a stored decision came from: a switch-point search's trials, or one online run that
+# decided its own switch point (kept in the evidence, so the schema did not change).
+SEARCH = "search"
+ONLINE = "online"
+DECISION_KINDS = (SEARCH, ONLINE)
+
+
 @dataclass(frozen=True)
 class DecisionRecord:
     id: int
@@ -128,6 +135,12 @@ class DecisionRecord:
     evidence: dict[str, Any]
     reason: str
     created: datetime
+
+    @property
+    def kind(self) -> str:
+        """ "search" or "online" (decisions stored before online runs are searches')."""
+        kind = self.evidence.get("kind", SEARCH)
+        return kind if kind in DECISION_KINDS else SEARCH
 
 
 @dataclass(frozen=True)
@@ -159,10 +172,10 @@ class RegistryLocation:
                 f"registry {redact_url(text)!r} is not a database URL or a file path; use e.g. "
                 "sqlite:////path/registry.db, postgresql+psycopg://user@host/db, or a file path"
             ) from None
-        path = None
+        sqlite_path: Path | None = None
         if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-            path = Path(url.database).expanduser().absolute()
-        return cls(text, path)
+            sqlite_path = Path(url.database).expanduser().absolute()
+        return cls(text, sqlite_path)
 
     @property
     def display(self) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from syncswitch.config import DEFAULT_MODEL
 from syncswitch.rundir import RunData, Switch
 
 # config.json may come from elsewhere: its worker count alone never sizes a table.
@@ -37,6 +38,10 @@ class RunOverview:
     schedule: str
     runtime: str
     timing: str  # real, emulated, simulated
+    dataset: str  # "dataset (model)", as config.json names them
+    workers: int | None
+    epochs: float | None  # the workload, in passes over the training set
+    job: tuple[tuple[str, str], ...]  # what makes two runs the same job, for the warning
     final_accuracy: float | None
     measured_at_fraction: float | None  # where the last accuracy was measured
     best_accuracy: float | None
@@ -65,6 +70,10 @@ def overview(run: RunData, label: str | None = None) -> RunOverview:
         schedule=run.schedule,
         runtime=run.runtime,
         timing=run.timing,
+        dataset=f"{_named(run.config, 'dataset')} ({_model(run.config)})",
+        workers=run.workers,
+        epochs=_number(run.config.get("epochs")),
+        job=job_of(run),
         final_accuracy=float(metrics.test_accuracy[-1]) if has_metrics else None,
         measured_at_fraction=float(metrics.fraction[-1]) if has_metrics else None,
         best_accuracy=float(metrics.test_accuracy.max()) if has_metrics else None,
@@ -77,6 +86,55 @@ def overview(run: RunData, label: str | None = None) -> RunOverview:
         time_by_protocol_s=time_by_protocol(phases(run)),
         notes=tuple(run.notes),
     )
+
+
+# What two runs must share to be the same job (a different seed, schedule, runtime or timing
+# is what a report compares); the timing kind is there too: simulated seconds against real
+# ones is not a time comparison.
+JOB_KEYS = ("dataset", "model", "workers", "epochs", "batch_size", "lr", "mnist1d_samples")
+MAX_NAME_CHARS = 60
+
+
+def job_of(run: RunData) -> tuple[tuple[str, str], ...]:
+    config = run.config
+    values = {key: _named(config, key) for key in JOB_KEYS}
+    values["model"] = _model(config)
+    if values["dataset"] != "mnist1d":
+        values.pop("mnist1d_samples")
+    if (epochs := _number(config.get("epochs"))) is not None:
+        values["epochs"] = f"{epochs:g}"
+    values["timing"] = run.timing
+    return tuple(values.items())
+
+
+def job_differences(runs: list[RunOverview]) -> list[str]:
+    """'key a vs b' for each job setting the runs do not share (values in first-seen order)."""
+    seen: dict[str, list[str]] = {}
+    for run in runs:
+        for key, value in run.job:
+            values = seen.setdefault(key, [])
+            if value not in values:
+                values.append(value)
+    return [f"{key} {' vs '.join(values)}" for key, values in seen.items() if len(values) > 1]
+
+
+def _named(config: dict, key: str) -> str:
+    # config.json may come from elsewhere: what it says is shown, bounded, on one line.
+    value = config.get(key)
+    text = "?" if value is None else " ".join(str(value).split())
+    return text if len(text) <= MAX_NAME_CHARS else text[: MAX_NAME_CHARS - 3] + "..."
+
+
+def _model(config: dict) -> str:
+    if config.get("model") is None:  # the dataset's default model, named or not
+        return DEFAULT_MODEL.get(str(config.get("dataset")), "?")
+    return _named(config, "model")
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if np.isfinite(value) else None
 
 
 def run_end(run: RunData) -> tuple[float, int]:

@@ -1,7 +1,9 @@
 """The report's figure, in the paper's style: test accuracy against wall time and samples.
 
 One line per run; each run's protocol phases are shaded on a strip below (and behind the
-lines when one run is shown) and its switch points are marked on its line. Below them: a
+lines when one run is shown) and its switch points are marked on its line. For a run whose
+schedule ended a phase online: its rule's signal and threshold against training progress with
+the switch marked, beside its accuracy curve on the same axis. Below them: a
 worker timeline of emulated straggler episodes and detections for runs that have any, and a
 staleness histogram per run. Drawn with matplotlib's Agg canvas (files only, no display and
 no pyplot state), so it works on a headless machine and in threads.
@@ -24,7 +26,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from syncswitch.errors import RunDirError
 from syncswitch.files import write_output
@@ -32,7 +34,7 @@ from syncswitch.reports.overview import phases, run_end
 from syncswitch.rundir import RunData
 
 PLOT_SUFFIXES = (".png", ".svg")
-ACCURACY_VS_TIME = "test accuracy vs wall time"
+ACCURACY_VS_TIME = "test accuracy vs time"
 ACCURACY_VS_SAMPLES = "test accuracy vs samples"
 HISTOGRAM_COLUMNS = 4
 MAX_HISTOGRAM_BARS = 120
@@ -43,6 +45,8 @@ MAX_LINE_POINTS = 4000
 MAX_MARKERS = 200
 MAX_SHADED_PHASES = 200  # phases shaded behind a single run's accuracy lines
 MAX_FIGURE_HEIGHT_IN = 60.0
+MAX_TICK_LABEL_CHARS = 40
+X_TICKS = 6  # at most this many labelled ticks on an x axis, so labels never overlap
 
 _PROTOCOL_COLORS = {"bsp": "#4c72b0", "asp": "#dd8452", "ssp": "#55a868"}
 
@@ -63,6 +67,9 @@ def plot_notes(runs: list[tuple[str, RunData]]) -> list[str]:
     stragglers = sum(1 for _, run in shown if run.episodes or run.straggler_marks)
     if stragglers > MAX_TIMELINE_RUNS:
         notes.append(f"straggler timelines of the first {MAX_TIMELINE_RUNS} of {stragglers} runs")
+    online = sum(1 for _, run in shown if run.timing_signals is not None)
+    if online > MAX_TIMELINE_RUNS:
+        notes.append(f"timing-signal panels of the first {MAX_TIMELINE_RUNS} of {online} runs")
     if any(len(run.metrics.time_s) > MAX_LINE_POINTS for _, run in shown):
         notes.append(f"accuracy lines thinned to {MAX_LINE_POINTS} points per run")
     if any(len(run.switches) > MAX_MARKERS for _, run in shown):
@@ -81,8 +88,13 @@ def plot_runs(runs: list[tuple[str, RunData]]) -> Figure:
     runs = [(plain_text(label), run) for label, run in runs[:MAX_PLOTTED_RUNS]]
     straggler_runs = [(label, run) for label, run in runs if run.episodes or run.straggler_marks]
     straggler_runs = straggler_runs[:MAX_TIMELINE_RUNS]
-    histogram_rows = math.ceil(len(runs) / HISTOGRAM_COLUMNS)
+    online_runs = [(label, run) for label, run in runs if run.timing_signals is not None]
+    online_runs = online_runs[:MAX_TIMELINE_RUNS]
+    # A panel is drawn only when it has something to show (no empty staleness histogram).
+    histogram_runs = [(label, run) for label, run in runs if run.staleness_counts]
+    histogram_rows = math.ceil(len(histogram_runs) / HISTOGRAM_COLUMNS)
     heights = [4.0, 0.45 * len(runs) + 0.9]
+    heights += [3.2] * len(online_runs)
     heights += [_timeline_height(run) for _, run in straggler_runs]
     heights += [2.6] * histogram_rows
     height_in = min(sum(heights) + 0.8, MAX_FIGURE_HEIGHT_IN)
@@ -96,11 +108,16 @@ def plot_runs(runs: list[tuple[str, RunData]]) -> Figure:
     _phase_strip(figure.add_subplot(grid[1, 0], sharex=time_axes), runs, by_samples=False)
     _phase_strip(figure.add_subplot(grid[1, 1], sharex=samples_axes), runs, by_samples=True)
     row = 2
+    for label, run in online_runs:
+        signal_axes = figure.add_subplot(grid[row, 0])
+        _timing_signal(signal_axes, label, run)
+        _accuracy_by_fraction(figure.add_subplot(grid[row, 1], sharex=signal_axes), label, run)
+        row += 1
     for label, run in straggler_runs:
         _straggler_timeline(figure.add_subplot(grid[row, :]), label, run)
         row += 1
-    cells = grid[row:, :].subgridspec(histogram_rows, HISTOGRAM_COLUMNS) if runs else None
-    for index, (label, run) in enumerate(runs):
+    cells = grid[row:, :].subgridspec(histogram_rows, HISTOGRAM_COLUMNS) if histogram_runs else None
+    for index, (label, run) in enumerate(histogram_runs):
         assert cells is not None
         _staleness(
             figure.add_subplot(cells[index // HISTOGRAM_COLUMNS, index % HISTOGRAM_COLUMNS]),
@@ -110,6 +127,37 @@ def plot_runs(runs: list[tuple[str, RunData]]) -> Figure:
     timings = sorted({plain_text(run.timing) for _, run in runs})
     figure.suptitle(f"Sync-Switch runs (timing: {', '.join(timings)})", fontsize=13)
     return figure
+
+
+def time_label(runs: list[tuple[str, RunData]]) -> str:
+    """The time axis's label, true to how the runs' times were made: a simulator's virtual
+    seconds are "simulated time"; mixed with real or emulated runs, the label says which."""
+    simulated = [label for label, run in runs if run.timing == "simulated"]
+    if not simulated:
+        return "wall time (s)"
+    if len(simulated) == len(runs):
+        return "simulated time (s)"
+    return f"time (s): simulated for {', '.join(simulated)}; wall time for the others"
+
+
+def _readable_x_ticks(axes, by_samples: bool) -> None:
+    axes.xaxis.set_major_locator(MaxNLocator(nbins=X_TICKS))
+    if by_samples:
+        axes.xaxis.set_major_formatter(FuncFormatter(_compact_count))
+
+
+def _compact_count(value: float, _position: int | None = None) -> str:
+    """640000 -> '640k', 1200000 -> '1.2M': short tick labels at any figure size."""
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= size:
+            return f"{value / size:g}{suffix}"
+    return f"{value:g}"
+
+
+def _short(label: str) -> str:
+    return (
+        label if len(label) <= MAX_TICK_LABEL_CHARS else label[: MAX_TICK_LABEL_CHARS - 3] + "..."
+    )
 
 
 def save_figure(figure: Figure, path: Path) -> None:
@@ -160,7 +208,8 @@ def _accuracy(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:
                 )
                 axes.axvspan(start, end, color=protocol_color(phase.protocol), alpha=0.12, lw=0)
     axes.set_title(ACCURACY_VS_SAMPLES if by_samples else ACCURACY_VS_TIME)
-    axes.set_xlabel("samples processed" if by_samples else "wall time (s)")
+    axes.set_xlabel("samples processed" if by_samples else time_label(runs))
+    _readable_x_ticks(axes, by_samples)
     axes.set_ylabel("test accuracy (%)")
     axes.grid(alpha=0.3)
     handles, labels = axes.get_legend_handles_labels()
@@ -171,6 +220,55 @@ def _accuracy(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:
         labels.append("switch")
     if handles:
         axes.legend(handles, labels, loc="lower right", fontsize=8)
+
+
+def _online_switch(run: RunData) -> float | None:
+    """Where an online run left BSP (summary.json), or None."""
+    timing = run.summary.online_timing if run.summary is not None else None
+    return timing.at_fraction if timing is not None and timing.switched else None
+
+
+def _timing_signal(axes, label: str, run: RunData) -> None:
+    """An online run's signal against its threshold over training, the switch marked."""
+    signals = run.timing_signals
+    assert signals is not None
+    shown = np.where(np.isfinite(signals.signal) & (signals.signal > 0), signals.signal, np.nan)
+    axes.plot(signals.fraction, shown, color="C0", linewidth=1.4, label=f"signal ({signals.rule})")
+    axes.plot(
+        signals.fraction,
+        signals.threshold,
+        color="C3",
+        linestyle="--",
+        linewidth=1.2,
+        label="threshold",
+    )
+    if np.any(np.isfinite(shown)):
+        axes.set_yscale("log")
+    switch = _online_switch(run)
+    if switch is not None:
+        axes.axvline(switch, color="black", linewidth=1.2, label=f"switch at {switch:.3f}")
+    timing = run.summary.online_timing if run.summary is not None else None
+    if timing is not None:
+        for bound in (timing.floor, timing.ceiling):
+            axes.axvline(bound, color="#8c8c8c", linestyle=":", linewidth=1.0)
+    axes.set_title(f"{label}: online timing signal (floor and ceiling dotted)")
+    axes.set_xlabel("training progress (fraction of samples)")
+    axes.set_ylabel("signal")
+    axes.set_xlim(0, 1)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper right", fontsize=8)
+
+
+def _accuracy_by_fraction(axes, label: str, run: RunData) -> None:
+    metrics = run.metrics
+    axes.plot(metrics.fraction, 100 * metrics.test_accuracy, color="C1", linewidth=1.6)
+    switch = _online_switch(run)
+    if switch is not None:
+        axes.axvline(switch, color="black", linewidth=1.2)
+    axes.set_title(f"{label}: test accuracy, the switch marked")
+    axes.set_xlabel("training progress (fraction of samples)")
+    axes.set_ylabel("test accuracy (%)")
+    axes.grid(alpha=0.3)
 
 
 def _phase_strip(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:
@@ -194,10 +292,11 @@ def _phase_strip(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> Non
             axes.plot(
                 at, [row] * len(at), marker="|", markersize=14, color="black", mew=2, ls="none"
             )
-    axes.set_yticks(range(len(runs)), [label for label, _ in runs], fontsize=8)
+    axes.set_yticks(range(len(runs)), [_short(label) for label, _ in runs], fontsize=8)
     axes.set_ylim(len(runs) - 0.5, -0.5)
     axes.set_title("protocol phases (| = switch)", fontsize=9)
-    axes.set_xlabel("samples processed" if by_samples else "wall time (s)")
+    axes.set_xlabel("samples processed" if by_samples else time_label(runs))
+    _readable_x_ticks(axes, by_samples)
     if seen:
         axes.legend(
             [Patch(color=c) for c in seen.values()],
@@ -276,7 +375,8 @@ def _straggler_timeline(axes, label: str, run: RunData) -> None:
     axes.set_yticks(range(len(workers)), [f"worker {w}" for w in workers], fontsize=8)
     axes.set_ylim(len(workers) - 0.5, -0.5)
     axes.set_xlim(0, max(end_s, 1e-9))
-    axes.set_xlabel("wall time (s)")
+    axes.set_xlabel(time_label([(label, run)]))
+    _readable_x_ticks(axes, by_samples=False)
     axes.set_title(f"stragglers: {label}", fontsize=9)
     axes.legend(
         [

@@ -6,26 +6,62 @@ import base64
 import html
 import io
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from syncswitch.errors import RunDirError
 from syncswitch.files import write_output
 from syncswitch.reports.overview import overview, worker_rows
 from syncswitch.reports.plots import plot_notes, plot_runs, save_figure
 from syncswitch.reports.tables import Table, runs_table, workers_table
-from syncswitch.rundir import RunData, load_run
+from syncswitch.rundir import RunData, has_results, load_run, not_a_run_dir
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A directory given to the report that holds no run to report, and why."""
+
+    path: Path
+    reason: str
+
+    def describe(self) -> str:
+        return f"skipped {str(self.path)!r}: {self.reason}"
 
 
 class Report:
-    def __init__(self, runs: list[RunData]) -> None:
+    def __init__(self, runs: list[RunData], skipped: list[Skipped] | None = None) -> None:
         self.runs = runs
+        self.skipped = skipped or []
         self.labelled = list(zip(plot_labels(runs), runs, strict=True))
 
     @classmethod
     def load(cls, paths: list[str | Path]) -> Report:
-        return cls([load_run(path) for path in paths])
+        """The runs among `paths`; a path that is no run directory, or a run that recorded
+        nothing yet (refused or killed before its first evaluation), is skipped and named,
+        so that `report runs/*` reports the others. A run directory whose files are broken
+        is refused in one line. With no run left, one line names what was skipped."""
+        runs, skipped = [], []
+        for given in paths:
+            path = Path(given)
+            problem = not_a_run_dir(path)
+            if problem:
+                skipped.append(Skipped(path, problem))
+                continue
+            run = load_run(path)
+            if has_results(run):
+                runs.append(run)
+            else:
+                skipped.append(
+                    Skipped(path, "no results: no summary.json and no evaluation recorded")
+                )
+        if not runs:
+            raise RunDirError(
+                "no run to report: " + "; ".join(f"{str(s.path)!r} {s.reason}" for s in skipped)
+            )
+        return cls(runs, skipped)
 
     def runs_table(self) -> Table:
         return runs_table([overview(run) for run in self.runs])
@@ -66,6 +102,9 @@ class Report:
             count=len(self.runs),
             noun="directory" if len(self.runs) == 1 else "directories",
             dirs=", ".join(html.escape(str(run.path)) for run in self.runs),
+            skipped="".join(
+                f'<p class="notes">{html.escape(s.describe())}</p>\n' for s in self.skipped
+            ),
             table=tables,
             image=image,
             workers=workers,
@@ -105,6 +144,7 @@ img {{ max-width: 100%; }}
 <body>
 <h1>Sync-Switch report</h1>
 <p>Generated {generated} from {count} run {noun}: {dirs}.</p>
+{skipped}
 {table}
 <figure><img alt="test accuracy against wall time and samples, protocol phases, stragglers and \
 staleness per run" src="data:image/png;base64,{image}"></figure>

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
-from syncswitch.reports.overview import RunOverview, WorkerRow
+from syncswitch.reports.overview import RunOverview, WorkerRow, job_differences
 
 
 @dataclass(frozen=True)
 class Table:
     title: str
     columns: tuple[str, ...]
-    rows: list[tuple[str, ...]]
+    rows: Sequence[tuple[str, ...]]
     notes: list[str] = field(default_factory=list)
     numeric: frozenset[str] = frozenset()  # columns aligned right
 
@@ -21,7 +23,7 @@ class Table:
 
         table = RichTable(title=self.title, title_justify="left", show_lines=False)
         for index, name in enumerate(self.columns):
-            justify = "right" if name in self.numeric else "left"
+            justify: Literal["right", "left"] = "right" if name in self.numeric else "left"
             table.add_column(name, no_wrap=index == 0, justify=justify)
         for row in self.rows:
             table.add_row(*row)
@@ -56,6 +58,9 @@ RUN_COLUMNS = (
     "schedule",
     "runtime",
     "timing",
+    "dataset",
+    "workers",
+    "workload",
     "final acc",
     "best acc",
     "wall time",
@@ -76,6 +81,9 @@ def runs_table(runs: list[RunOverview]) -> Table:
             run.schedule,
             run.runtime,
             run.timing,
+            run.dataset,
+            "-" if run.workers is None else str(run.workers),
+            _workload(run),
             _final_accuracy(run),
             _percent(run.best_accuracy),
             _seconds(run.wall_time_s),
@@ -101,7 +109,18 @@ def runs_table(runs: list[RunOverview]) -> Table:
         notes.append(
             "an incomplete run's accuracy is its last measured one (@ the fraction of samples)"
         )
-    numeric = frozenset(RUN_COLUMNS[5:10]) | {"switch overhead", "dropped"}
+    notes.append("workload: the epochs the job asked for / the samples the run processed")
+    differences = job_differences(runs)
+    if differences:
+        notes.insert(
+            0,
+            "warning: these runs are not the same job ("
+            + "; ".join(differences)
+            + "): their accuracies and 'time vs first' compare unlike things",
+        )
+    numeric = frozenset(
+        ("workers", "final acc", "best acc", "wall time", "samples/s", "time vs first")
+    ) | {"switch overhead", "dropped"}
     return Table("runs", RUN_COLUMNS, rows, notes, numeric)
 
 
@@ -138,6 +157,12 @@ def workers_table(label: str, rows: list[WorkerRow], source: str) -> Table:
     return Table(
         f"workers of {label}", WORKER_COLUMNS, cells, [f"step times from {source}"], numeric
     )
+
+
+def _workload(run: RunOverview) -> str:
+    """Epochs the job asked for, and the samples the run processed."""
+    epochs = "-" if run.epochs is None else f"{run.epochs:g} ep"
+    return epochs if run.samples is None else f"{epochs} / {run.samples:,}"
 
 
 def _final_accuracy(run: RunOverview) -> str:

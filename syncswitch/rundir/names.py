@@ -13,11 +13,13 @@ UPDATES = "updates.csv"  # one row per applied gradient (large: read lazily)
 DROPS = "drops.csv"  # one row per dropped gradient, with its reason
 EVENTS = "events.jsonl"  # switches, decisions, failures, checkpoints: one JSON object a line
 WORKER_STEPS = "worker_steps.csv"  # per-worker step-time statistics, written at the end
-FINAL_WEIGHTS = "final_weights.pt"  # {"flat_weights": tensor}, written at the end
+# The trained model's state_dict (runs before 0.2: {"flat_weights": tensor}).
+FINAL_WEIGHTS = "final_weights.pt"
 CHECKPOINTS = "checkpoints"  # the checkpoint directory (syncswitch.core.checkpoint)
 ACTORS = "actors.json"  # which process is which and where it runs (Ray runtime)
 LIBRARY_LOG = "ray.log"  # Ray's and PyTorch's own output, unless --verbose
 TENSORBOARD = "tensorboard"  # --logger tensorboard's event files
+TIMING_SIGNALS = "timing_signals.csv"  # an online phase's signals at each check of its rule
 
 # What marks a directory as holding an earlier run (a new run must not write into it).
 RUN_MARKERS = (CONFIG, SUMMARY, CHECKPOINTS)
@@ -67,3 +69,19 @@ UPDATE_COLUMNS = (
     *TIMING_COLUMNS,
 )
 DROP_COLUMNS = ("worker", "sequence", "computed_version", "reason", "time_s")
+# Online timing (control/timing.py): one row per check of the rule while the online phase
+# runs; `signal` is what the rule compares with `threshold`, `decision` its reason then.
+TIMING_SIGNAL_COLUMNS = (
+    "samples",
+    "fraction",
+    "rule",
+    "noise_trace",
+    "grad_sq",
+    "drift_sq",
+    "noise_scale",
+    "loss",
+    "signal",
+    "threshold",
+    "decision",
+    *TIMING_COLUMNS,
+)

@@ -136,7 +136,8 @@ def _number_allowed(low: float, high: float, optional: bool, finite: bool) -> st
 
 
 def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string"}.get(type(value), short(value))
+    kinds: dict[type, str] = {dict: "an object", list: "a list", str: "a string"}
+    return kinds.get(type(value), short(value))
 
 
 def short(value: Any, limit: int = 80) -> str:

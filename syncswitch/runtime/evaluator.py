@@ -63,6 +63,14 @@ class Evaluator:
                 count += len(y)
         return correct / count, loss_sum / count
 
+    def trained_model(self, weights: np.ndarray) -> torch.nn.Module:
+        """The model holding the given flat weights, in eval mode, with the BatchNorm running
+        statistics that `evaluate` measures it with: its state_dict reproduces the accuracy."""
+        load_flat_parameters(self.model, torch.tensor(weights, device=self.device))
+        if self._has_batchnorm:
+            self._calibrate_batchnorm()
+        return self.model.eval()
+
     def _calibrate_batchnorm(self) -> None:
         # The server holds parameters only; running statistics are re-estimated from training
         # batches under the snapshot's own weights (a cumulative average, not momentum).

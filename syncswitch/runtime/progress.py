@@ -1,25 +1,82 @@
-"""Live progress on the terminal: protocol, samples, test accuracy and throughput."""
+"""Live progress on the terminal: what the run is doing from its first second, then protocol,
+samples, test accuracy, throughput and an ETA; its last frame is the run's summary figures.
+
+Before the first step a status line says what is starting (`starting(...)`: loading data,
+starting Ray, placing workers); `train()` opens it, the runtimes name their steps, and the
+progress bar replaces it when training begins. On the simulator the bar shows the simulated
+seconds beside the host's elapsed time.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.status import Status
 
 from syncswitch.control.shard import ShardState
 from syncswitch.terminal import project_console
 
+# The start-up status line of the run being set up in this process (one run at a time).
+_startup: Status | None = None
+
+
+@contextmanager
+def startup_status(enabled: bool, first_step: str) -> Iterator[None]:
+    """Show `first_step` at once and each later `starting(...)` step until the bar starts."""
+    global _startup
+    if not enabled:
+        yield
+        return
+    status = project_console().status(f"syncswitch: {first_step} ...")
+    status.start()
+    _startup = status
+    try:
+        yield
+    finally:
+        _startup = None
+        status.stop()
+
+
+def starting(step: str) -> None:
+    """Name the start-up step now under way ("starting Ray", "placing workers", ...)."""
+    if _startup is not None:
+        _startup.update(f"syncswitch: {step} ...")
+
+
+def _end_startup() -> None:
+    global _startup
+    if _startup is not None:
+        _startup.stop()
+        _startup = None
+
 
 class ProgressDisplay:
-    def __init__(self, enabled: bool, total_samples: int) -> None:
+    def __init__(self, enabled: bool, total_samples: int, *, simulated: bool = False) -> None:
         self._enabled = enabled
         self._total = total_samples
+        self._simulated = simulated
         self._progress: Progress | None = None
         self._task: Any = None
 
     def __enter__(self) -> ProgressDisplay:
         if self._enabled:
+            _end_startup()
+            clock = (
+                # The bar's own clocks are the host's; the run's time is the simulator's.
+                [TextColumn("sim {task.fields[run_time]}"), TextColumn("host")]
+                if self._simulated
+                else []
+            )
             self._progress = Progress(
                 TextColumn("[bold]{task.fields[protocol]:>6}"),
                 BarColumn(),
@@ -27,12 +84,21 @@ class ProgressDisplay:
                 TextColumn("acc {task.fields[accuracy]}"),
                 TextColumn("{task.fields[rate]} samples/s"),
                 TextColumn("{task.fields[excluded]}"),
+                *clock,
                 TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
                 console=project_console(),
             )
             self._progress.__enter__()
             self._task = self._progress.add_task(
-                "train", total=self._total, protocol="", accuracy="  -  ", rate="-", excluded=""
+                "train",
+                total=self._total,
+                protocol="",
+                accuracy="  -  ",
+                rate="-",
+                excluded="",
+                run_time="-",
             )
         return self
 
@@ -51,7 +117,22 @@ class ProgressDisplay:
             rate=rate,
             # Elastic BSP: whom the barrier is not waiting for right now.
             excluded=f"not waiting for {','.join(map(str, excluded))}" if excluded else "",
+            run_time=f"{time_s:,.1f} s",
         )
+
+    def finish(self, state: ShardState, final_metric: dict[str, Any] | None) -> None:
+        """The last frame: the whole workload and the final evaluation, as the summary
+        reports them (the loop's last frame was drawn before the final evaluation)."""
+        if self._progress is None:
+            return
+        self.update(state, final_metric)
+        if final_metric is not None:  # summary.json's time and rate are the final point's
+            time_s = float(final_metric["time_s"])
+            self._progress.update(
+                self._task,
+                rate=f"{state.samples / time_s:,.0f}" if time_s > 0 else "-",
+                run_time=f"{time_s:,.1f} s",
+            )
 
     def __exit__(
         self,

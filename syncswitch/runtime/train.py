@@ -29,14 +29,27 @@ from syncswitch.core.checkpoint import CheckpointError, CheckpointStore, LoadedC
 from syncswitch.errors import ConfigError, RunDirError
 from syncswitch.loggers import make_loggers
 from syncswitch.rundir import RunWriter, Summary, default_run_dir, names, read_summary_if_any
+from syncswitch.runtime.progress import starting, startup_status
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset
+from syncswitch.workloads.identity import Workload, model_name_of
 
 
 @dataclass
 class RunResult:
     summary: Summary  # also in RUN_DIR/summary.json
     run_dir: Path
-    final_weights: np.ndarray
+    final_weights: np.ndarray  # the flat parameter vector
+    workload: Workload  # the dataset and model trained, as config.json names them
+    model_factory: Callable[[], torch.nn.Module] | None = None
+    state_dict: dict[str, torch.Tensor] | None = None  # also in RUN_DIR/final_weights.pt
+
+    def model(self) -> torch.nn.Module:
+        """A new instance of the trained model holding the final weights, in eval mode."""
+        if self.model_factory is None or self.state_dict is None:
+            raise ConfigError("this run result holds no model (it was not made by train())")
+        model = self.model_factory()
+        model.load_state_dict(self.state_dict)
+        return model.eval()
 
 
 @dataclass(frozen=True)
@@ -58,21 +71,44 @@ def train(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
     schedule_source: dict[str, Any] | None = None,
     resume: bool = False,
+    model_name: str | None = None,
 ) -> RunResult:
     """Train one job and return its summary; results are written to the run directory.
+
+    A `dataset` and `model_factory` of the user's own are recorded by name (the dataset's
+    `name`, the factory's function or class name, or `model_name`) in config.json, the
+    summary's report and the job's fingerprint. final_weights.pt holds the trained model's
+    state_dict; `RunResult.model()` returns the model itself.
 
     `schedule_source` says where the schedule came from (e.g. a stored timing decision); it
     is written to summary.json as is, and defaults to `{"kind": "given"}`. With `resume`, the
     run continues in `config.out` from its last good checkpoint, appending to its files.
     """
     check_runnable(config)
+    with startup_status(config.progress, "loading data"):
+        return _train(config, model_factory, dataset, loss_fn, schedule_source, resume, model_name)
+
+
+def _train(
+    config: TrainConfig,
+    model_factory: Callable[[], torch.nn.Module] | None,
+    dataset: ArrayDataset | None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    schedule_source: dict[str, Any] | None,
+    resume: bool,
+    model_name: str | None,
+) -> RunResult:
+    workload = workload_of(config, dataset, model_factory, model_name)
     dataset = dataset or load_dataset(
         config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
     )
+    starting("preparing the run")
     if model_factory is None:
         model_factory = BuiltinModel(config.model_name, shape_only(dataset))
+    weights_state = ModelState(model_factory, dataset, loss_fn, workload)
     plan = RunPlan.resolve(config, train_samples=len(dataset.y_train))
     run_dir = Path(config.out or default_run_dir(config.schedule))
+    checkpoint: LoadedCheckpoint | None = None
     if resume:
         refuse_finished_run(run_dir)
         # The directory is not trusted: each candidate state must fit this run's shapes.
@@ -80,10 +116,10 @@ def train(
         checkpoint = load_resume_checkpoint(run_dir, ResumeCheck(plan, parameters))
         refuse_changed_workload(run_dir, checkpoint, plan.total_samples)
     else:
-        checkpoint = refuse_used_run_dir(run_dir)
+        refuse_used_run_dir(run_dir)
     writer = RunWriter(
         run_dir,
-        config.to_dict(),
+        {**config.to_dict(), **workload.config_entries()},
         plan.timing_label(),
         simulated=plan.simulated,
         faults=plan.faults.describe(),
@@ -91,18 +127,71 @@ def train(
         loggers=make_loggers(config.logger or (), config.tracking_uri, run_dir),
     )
     if plan.simulated:
-        return _simulate(plan, writer, dataset, model_factory, loss_fn, checkpoint, schedule_source)
+        return _simulate(plan, writer, dataset, loss_fn, checkpoint, schedule_source, weights_state)
     controller = RunController(
-        plan, writer, resumed_from=checkpoint, schedule_source=schedule_source
+        plan,
+        writer,
+        resumed_from=checkpoint,
+        schedule_source=schedule_source,
+        weights_state=weights_state,
     )
     # Imported here: the controller and everything above load without Ray.
     from syncswitch.runtime.ray.launch import run_on_ray
 
     try:
         summary, final_weights = run_on_ray(config, controller, dataset, model_factory, loss_fn)
-        return RunResult(summary, writer.dir, final_weights)
+        return weights_state.result(summary, writer.dir, final_weights)
     finally:
         writer.close()
+
+
+def workload_of(
+    config: TrainConfig,
+    dataset: ArrayDataset | None = None,
+    model_factory: Callable[[], torch.nn.Module] | None = None,
+    model_name: str | None = None,
+) -> Workload:
+    """The dataset and model a run trains, by name: the config's built-in ones, or the
+    objects the Python API was given (the dataset's `name`; `model_name`, else the
+    factory's own name)."""
+    dataset_name = dataset.name if dataset is not None else config.dataset
+    if model_name is None:
+        model_name = config.model_name if model_factory is None else model_name_of(model_factory)
+    return Workload(dataset=dataset_name, model=model_name)
+
+
+class ModelState:
+    """final_weights.pt's content: the trained model's state_dict, with BatchNorm running
+    statistics measured as the run's evaluations measured them (so it reproduces the run's
+    final accuracy); kept for the RunResult too."""
+
+    def __init__(
+        self,
+        model_factory: Callable[[], torch.nn.Module],
+        dataset: ArrayDataset,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        workload: Workload,
+    ) -> None:
+        self.model_factory = model_factory
+        self.workload = workload
+        self.dataset = dataset
+        self.loss_fn = loss_fn
+        self.state_dict: dict[str, torch.Tensor] | None = None
+
+    def __call__(self, final_weights: np.ndarray) -> dict[str, torch.Tensor]:
+        from syncswitch.runtime.evaluator import Evaluator
+
+        evaluator = Evaluator(
+            self.dataset, self.model_factory, self.loss_fn, threads=torch.get_num_threads()
+        )
+        model = evaluator.trained_model(final_weights)
+        self.state_dict = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        return self.state_dict
+
+    def result(self, summary: Summary, run_dir: Path, final_weights: np.ndarray) -> RunResult:
+        return RunResult(
+            summary, run_dir, final_weights, self.workload, self.model_factory, self.state_dict
+        )
 
 
 def check_runnable(config: TrainConfig) -> None:
@@ -125,10 +214,10 @@ def _simulate(
     plan: RunPlan,
     writer: RunWriter,
     dataset: ArrayDataset,
-    model_factory: Callable[[], torch.nn.Module],
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     checkpoint: LoadedCheckpoint | None,
     schedule_source: dict[str, Any] | None,
+    weights_state: ModelState,
 ) -> RunResult:
     """The same run on the simulator: one process, a virtual clock, no Ray."""
     from syncswitch.runtime.sim.engine import EventQueue
@@ -142,20 +231,21 @@ def _simulate(
         resumed_from=checkpoint,
         schedule_source=schedule_source,
         clock=lambda: events.now_s,
+        weights_state=weights_state,
     )
     threads = torch.get_num_threads()
     try:
         runtime = SimRuntime(
             controller,
             dataset,
-            model_factory,
+            weights_state.model_factory,
             loss_fn,
             plan.cluster,
             events,
             progress=plan.job.progress,
         )
         summary, final_weights = runtime.execute()
-        return RunResult(summary, writer.dir, final_weights)
+        return weights_state.result(summary, writer.dir, final_weights)
     finally:
         writer.close()
         torch.set_num_threads(threads)  # one thread while simulating, as each Ray worker has

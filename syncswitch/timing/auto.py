@@ -14,28 +14,34 @@ from typing import Any
 from syncswitch.config import TrainConfig
 from syncswitch.core.switch_search import format_fraction, schedule_for
 from syncswitch.registry import Registry, RegistryLocation, fingerprint
+from syncswitch.workloads.identity import Workload
 
 DEFAULT_SCHEDULE = "bsp:0.25,asp"  # the paper's finding for 8 workers: a short BSP prefix
 
 
 def resolve_auto_schedule(
-    config: TrainConfig, registry: str | RegistryLocation | None = None
+    config: TrainConfig,
+    registry: str | RegistryLocation | None = None,
+    workload: Workload | None = None,
 ) -> tuple[TrainConfig, dict[str, Any]]:
-    """Replace `schedule: auto` by the stored decision (or the default); say which it was."""
+    """Replace `schedule: auto` by the stored decision (or the default); say which it was.
+    `workload` names a Python-API job's own dataset and model (see fingerprint)."""
     if not config.schedule_is_auto:
         return config, {"kind": "given"}
-    schedule, source = auto_schedule(config, registry)
+    schedule, source = auto_schedule(config, registry, workload)
     return replace(config, schedule=schedule), source
 
 
 def auto_schedule(
-    config: TrainConfig, registry: str | RegistryLocation | None = None
+    config: TrainConfig,
+    registry: str | RegistryLocation | None = None,
+    workload: Workload | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The schedule `schedule: auto` stands for in `config`'s job, and where it came from."""
     location = (
         registry if isinstance(registry, RegistryLocation) else RegistryLocation.resolve(registry)
     )
-    job_fp = fingerprint(config)
+    job_fp = fingerprint(config, workload)
     decision = None
     # Looking up never creates a registry: a missing file simply holds no decision.
     if location.exists():
@@ -47,6 +53,7 @@ def auto_schedule(
         source = {
             "kind": "registry",
             "decision_id": decision.id,
+            "decision_kind": decision.kind,  # "search" or "online"
             "fraction": decision.fraction,
             "label": format_fraction(decision.fraction),
             "schedule": schedule,
@@ -65,7 +72,8 @@ def auto_schedule(
             "fingerprint": job_fp,
             "registry": location.display,
             "hint": f"no stored decision for job {job_fp[:12]}; run `syncswitch search` with "
-            "the same options to find this job's switch point",
+            "the same options to find this job's switch point, or train it once with "
+            "--schedule online",
         }
     return schedule, source
 
@@ -75,10 +83,11 @@ def describe_source(source: dict[str, Any]) -> str:
     if source["kind"] == "registry":
         simulated = source.get("runtime") == "sim"
         where = f"SIMULATED on cluster {source['cluster']}, " if simulated else ""
+        origin = "an online run's" if source.get("decision_kind") == "online" else "a search's"
         return (
             f"schedule {source['schedule']} from stored {'SIMULATED ' if simulated else ''}"
-            f"decision #{source['decision_id']} ({where}BSP fraction {source['label']}, job "
-            f"{source['fingerprint'][:12]}, registry {source['registry']})"
+            f"decision #{source['decision_id']} ({origin}; {where}BSP fraction "
+            f"{source['label']}, job {source['fingerprint'][:12]}, registry {source['registry']})"
         )
     if source["kind"] == "default":
         return f"schedule {source['schedule']} (default): {source['hint']}"

@@ -68,11 +68,13 @@ def time_saved(
         return [trials[key] for key in keys if key in trials]
 
     bsp, chosen = walls(BASELINE), walls(decision.fraction)
-    if not bsp or not chosen or any(r.wall_time_s is None for r in bsp + chosen):
+    bsp_s = [r.wall_time_s for r in bsp if r.wall_time_s is not None]
+    chosen_s = [r.wall_time_s for r in chosen if r.wall_time_s is not None]
+    if not bsp or not chosen or len(bsp_s) < len(bsp) or len(chosen_s) < len(chosen):
         return None
     return TimeSaved(
-        bsp_wall_s=sum(r.wall_time_s for r in bsp) / len(bsp),
-        chosen_wall_s=sum(r.wall_time_s for r in chosen) / len(chosen),
+        bsp_wall_s=sum(bsp_s) / len(bsp_s),
+        chosen_wall_s=sum(chosen_s) / len(chosen_s),
         comparable=all(r.ran_alone for r in bsp + chosen),
     )
 

@@ -301,7 +301,12 @@ class _Search:
     # -- trials ---------------------------------------------------------------------------
 
     def _accuracies(self) -> dict[TrialKey, float]:
-        return {k: r.final_accuracy for k, r in self.known.items() if r.complete}
+        # `complete` means an accuracy too; the second test says so to the type checker.
+        return {
+            k: r.final_accuracy
+            for k, r in self.known.items()
+            if r.complete and r.final_accuracy is not None
+        }
 
     def _trial_config(self, key: TrialKey) -> TrainConfig:
         return replace(

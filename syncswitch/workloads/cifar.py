@@ -377,8 +377,9 @@ def _numpy_rebuilders() -> dict[tuple[str, str], Any]:
     # Take the callables numpy itself pickles with instead of importing its private modules,
     # whose names differ between numpy 1.x (numpy.core) and 2.x (numpy._core).
     sample = np.zeros(1, dtype=np.uint8)
-    numpy_reconstruct = sample.__reduce__()[0]
-    numpy_frombuffer = sample.__reduce_ex__(5)[0]
+    # The reduce tuples' first items are numpy's rebuild functions (typed as str | callable).
+    numpy_reconstruct: Any = sample.__reduce__()[0]
+    numpy_frombuffer: Any = sample.__reduce_ex__(5)[0]
 
     def bounded_reconstruct(subtype: Any, shape: Any, dtype: Any) -> Any:
         if subtype is not _NDARRAY:

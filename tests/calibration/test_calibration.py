@@ -33,8 +33,8 @@ def test_a_simulated_run_is_refused_in_one_line(sim_run: Path, tmp_path: Path, c
     assert "is a simulated run" in capsys.readouterr().err
 
 
-def test_a_fitted_model_is_a_cluster_file_the_simulator_reads(sim_run: Path, tmp_path) -> None:
-    # The simulated run's records stand in for a Ray run's: relabelled, they fit the same way.
+def as_if_ray(sim_run: Path, tmp_path: Path) -> Path:
+    """The simulated run's records standing in for a Ray run's: relabelled, they fit alike."""
     run = tmp_path / "as-if-ray"
     run.mkdir()
     for path in sim_run.iterdir():
@@ -44,7 +44,19 @@ def test_a_fitted_model_is_a_cluster_file_the_simulator_reads(sim_run: Path, tmp
         data = json.loads((run / name).read_text())
         data["runtime"] = "ray"
         (run / name).write_text(json.dumps(data))
+    return run
+
+
+def test_a_fitted_model_is_a_cluster_file_the_simulator_reads(sim_run: Path, tmp_path) -> None:
+    run = as_if_ray(sim_run, tmp_path)
     model, report = calibrate(run, refine=True)
+    assert "refined by replaying" in model.notes["fitted"]
     assert set(report["measured_s_per_step"]) == {"bsp", "asp"}
     assert len(report["refine_rounds"]) > 0 and model.compute.step_time_ms > 0
     assert parse_cluster(yaml.safe_load(cluster_yaml(model))) == model
+
+
+def test_no_refine_does_not_claim_a_refinement(sim_run: Path, tmp_path: Path) -> None:
+    model, report = calibrate(as_if_ray(sim_run, tmp_path), refine=False)
+    assert report["refine_rounds"] == []
+    assert "refined by" not in model.notes["fitted"] and "not refined" in model.notes["fitted"]

@@ -256,3 +256,14 @@ def test_where_the_actors_run_goes_to_the_summary_and_each_change_is_logged(tmp_
     assert run.summary["placement"] == moved
     logged = [{k: v for k, v in e.items() if k != "event"} for e in events(tmp_path, "placement")]
     assert logged == [first, moved]
+
+
+def test_a_run_failing_before_its_first_drain_still_writes_its_summary(tmp_path):
+    # The actors did not start: no shard has reported, so no gradient was sent.
+    run = ScriptedRun(tmp_path, schedule="bsp")
+    run.controller.fail(RuntimeError("actors did not start"))
+    run.writer.close()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"].startswith("failed: RuntimeError")
+    assert summary["gradients"]["sent"] == 0 and summary["gradients"]["applied"] == 0
+    assert run.controller.phase is RunPhase.FAILED

@@ -86,7 +86,7 @@ class WorkerChannel:
         (length,) = LENGTH.unpack_from(self._head)
         version, done, progress = REPLY.unpack_from(self._head, LENGTH.size)
         weights = np.empty(length // FLOAT32.itemsize, dtype=FLOAT32)
-        self._receive_into(sock, memoryview(weights).cast("B"))
+        self._receive_into(sock, weights.data.cast("B"))
         return Reply(version, weights, bool(done), progress)
 
     def _receive_into(self, sock: socket.socket, target: memoryview) -> None:

@@ -105,13 +105,15 @@ class _Connection:
             if not secrets.compare_digest(bytes(self._target), token):
                 raise MalformedMessage("wrong token")
             self.admitted = True
-            return self._expect(head[: self._HEAD])
+            self._expect(head[: self._HEAD])
+            return None
         if self._values is None:
             (length,) = LENGTH.unpack_from(self._head)
             # Its own buffer per request: the synchronizer may keep the gradient (a barrier).
             self._values = np.empty(values_length(length, max_values), dtype=FLOAT32)
             if length:
-                return self._expect(memoryview(self._values).cast("B"))
+                self._expect(self._values.data.cast("B"))
+                return None
         request = decode_request(head[LENGTH.size : self._HEAD], self._values)
         self._values = None
         self._expect(head[: self._HEAD])

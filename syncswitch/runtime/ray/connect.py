@@ -70,9 +70,9 @@ def connect(address: str | None, min_cpus: int) -> bool:
     """
     if ray.is_initialized():
         return False
-    address = cluster_address(address)
-    if address is not None:
-        join_cluster(address)
+    resolved = cluster_address(address)
+    if resolved is not None:
+        join_cluster(resolved)
         return False
     start_local(min_cpus)
     return True
@@ -167,7 +167,8 @@ def start_local(min_cpus: int) -> None:
 
 
 def _force_token_auth() -> None:
-    from ray._raylet import AuthenticationTokenLoader, Config
+    # ray's stub for its compiled _raylet omits these two.
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
     os.environ[AUTH_MODE_ENV] = "token"
     if not (os.environ.get(AUTH_TOKEN_ENV) or os.environ.get(AUTH_TOKEN_PATH_ENV)):

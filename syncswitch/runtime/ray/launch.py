@@ -10,6 +10,7 @@ import torch
 
 from syncswitch.config import TrainConfig
 from syncswitch.control.controller import RunController
+from syncswitch.rundir import Summary
 from syncswitch.runtime.ray.resources import ResourcePlan, plan_resources
 from syncswitch.workloads import ArrayDataset
 
@@ -29,13 +30,15 @@ def run_on_ray(
     dataset: ArrayDataset,
     model_factory: Callable[[], torch.nn.Module],
     loss_fn: Callable,
-) -> tuple[dict, np.ndarray]:
+) -> tuple[Summary, np.ndarray]:
     import ray
 
+    from syncswitch.runtime.progress import starting
     from syncswitch.runtime.ray.connect import cluster_address, cluster_view, connect
     from syncswitch.runtime.ray.supervisor import RaySupervisor
 
     address = cluster_address(config.ray_address)
+    starting(f"joining the Ray cluster at {address.for_ray}" if address else "starting Ray")
     started_ray = connect(config.ray_address, min_cpus=_local_cpus(config))
     try:
         where = f"the Ray cluster at {address.for_ray}" if address else "the local Ray instance"

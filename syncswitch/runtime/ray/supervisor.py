@@ -54,8 +54,8 @@ from syncswitch.core.optimizer import flatten_parameters
 from syncswitch.core.records import EvalPoint
 from syncswitch.core.sharding import parameter_shards
 from syncswitch.core.sync_state import SynchronizerState
-from syncswitch.rundir import names
-from syncswitch.runtime.progress import ProgressDisplay
+from syncswitch.rundir import Summary, names
+from syncswitch.runtime.progress import ProgressDisplay, starting
 from syncswitch.runtime.ray import placement
 from syncswitch.runtime.ray.actors import STARTUP_TIMEOUT_S, ActorDirectory, wait_ready
 from syncswitch.runtime.ray.evaluator import RayEvaluator
@@ -100,7 +100,7 @@ class RaySupervisor:
 
     # -- the run ------------------------------------------------------------------------------
 
-    def execute(self) -> tuple[dict[str, Any], np.ndarray]:
+    def execute(self) -> tuple[Summary, np.ndarray]:
         """Run to the end; the summary and the final flat weights."""
         setup_started = time.perf_counter()
         torch.manual_seed(self.plan.job.seed)
@@ -112,6 +112,7 @@ class RaySupervisor:
         self.dataset_ref = ray.put(self.dataset)
         resumed = self.controller.resumed_from
         try:
+            starting("placing workers")
             self.group = placement.create_group(
                 self.resources, self.plan.workers, self.plan.job.servers, STARTUP_TIMEOUT_S
             )
@@ -164,8 +165,9 @@ class RaySupervisor:
             self._carry_out(controller.on_tick())
         while controller.evaluations_outstanding:
             self._collect_evaluations(block=True)
+        show.finish(controller.state, controller.record.final_metric())
 
-    def _finish(self) -> tuple[dict[str, Any], np.ndarray]:
+    def _finish(self) -> tuple[Summary, np.ndarray]:
         finished = self.controller.workers.finished
         worker_stats = [finished[i] for i in sorted(finished)]
         _, final_weights, _, _ = join_replies(ray.get([s.pull.remote(-1) for s in self.servers]))
@@ -329,7 +331,8 @@ class RaySupervisor:
     def _start_servers(self, restore: tuple[SynchronizerState, ...] | None) -> list:
         role = self.resources.server
         server_cls = ray.remote(ParameterServer)
-        servers = [
+        # Actor handles: their methods' `.remote` is Ray's, which its types do not follow.
+        servers: list[Any] = [
             server_cls.options(
                 **role.actor_options(),
                 **placement.in_bundle(self.group, self.resources.server_bundle(index)),

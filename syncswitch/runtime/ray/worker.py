@@ -136,6 +136,7 @@ class Worker:
     # -- internals --------------------------------------------------------------------------
 
     def _gradient(self, weights: np.ndarray) -> tuple[np.ndarray, float]:
+        assert self.dataset is not None, "run() fetches the dataset before the first step"
         self.flat.load(weights)
         loss = backward_on_batch(
             self.model,

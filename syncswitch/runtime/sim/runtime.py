@@ -25,7 +25,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -52,6 +51,7 @@ from syncswitch.core.optimizer import flatten_parameters
 from syncswitch.core.records import Gradient, Outcome, WorkerStats
 from syncswitch.core.sharding import parameter_shards
 from syncswitch.core.sync_state import SynchronizerState
+from syncswitch.rundir import Summary
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
 from syncswitch.runtime.sim.engine import EventQueue, FifoQueue
@@ -123,7 +123,7 @@ class SimRuntime:
 
     # -- the run ------------------------------------------------------------------------------
 
-    def execute(self) -> tuple[dict[str, Any], np.ndarray]:
+    def execute(self) -> tuple[Summary, np.ndarray]:
         setup_started = time.perf_counter()
         torch.manual_seed(self.plan.job.seed)
         initial = flatten_parameters(self.model_factory()).numpy()
@@ -143,7 +143,7 @@ class SimRuntime:
                 self.controller.start(len(initial), time.perf_counter() - setup_started)
             )
             self.events.at(self.events.now_s + POLL_S, self._poll)
-            with ProgressDisplay(self.progress, self.plan.total_samples) as show:
+            with ProgressDisplay(self.progress, self.plan.total_samples, simulated=True) as show:
                 self._follow(show)
             return self._finish()
         except BaseException as error:
@@ -159,8 +159,9 @@ class SimRuntime:
                 shown_at = time.perf_counter()
                 record = self.controller.record
                 show.update(self.controller.state, record.metrics[-1] if record.metrics else None)
+        show.finish(self.controller.state, self.controller.record.final_metric())
 
-    def _finish(self) -> tuple[dict[str, Any], np.ndarray]:
+    def _finish(self) -> tuple[Summary, np.ndarray]:
         finished = self.controller.workers.finished
         stats = [finished[i] for i in sorted(finished)]
         weights = np.concatenate([s.sync.weights.numpy() for s in self.shards])

@@ -1,0 +1,31 @@
+"""MkDocs hook: the figures the benchmarks commit under benchmarks/results/ are part of the site.
+
+CHANGELOG.md (at the repository's root, where people look for it) is served as a page too.
+The pages link them as `../benchmarks/results/...` (so they also render on a repository
+browser); the site serves them under `benchmarks-results/`, without copying them into docs/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mkdocs.structure.files import File, Files
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+CHANGELOG = ROOT / "CHANGELOG.md"
+SOURCE_PREFIX = "../benchmarks/results/"
+SITE_PREFIX = "benchmarks-results/"
+
+
+def on_files(files: Files, config: Any) -> Files:
+    for path in sorted(RESULTS.rglob("*.png")):
+        uri = SITE_PREFIX + path.relative_to(RESULTS).as_posix()
+        files.append(File.generated(config, uri, abs_src_path=str(path)))
+    files.append(File.generated(config, "changelog.md", abs_src_path=str(CHANGELOG)))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
+    return markdown.replace(SOURCE_PREFIX, SITE_PREFIX)

@@ -1,0 +1,71 @@
+"""Every example under examples/ runs, with short settings on the simulator (no Ray); the
+cluster one, which needs a cluster, is parsed. Marked `examples` (`-m "not examples"` skips)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from syncswitch.cli.main import build_parser, main
+from syncswitch.cli.train import config_from_args
+
+pytestmark = pytest.mark.examples
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+SHORT = ["--runtime", "sim", "--epochs", "1", "--mnist1d-samples", "1000", "--no-progress"]
+
+
+def run_script(name: str, *args: str) -> str:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_custom_model_and_dataset(tmp_path: Path) -> None:
+    out = run_script(
+        "custom_model.py", "--runtime", "sim", "--epochs", "1", "--out", str(tmp_path / "run")
+    )
+    assert "recorded as dataset 'two-spirals', model 'SpiralNet'" in out
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (saved["dataset"], saved["model"]) == ("two-spirals", "SpiralNet")
+
+
+def test_scale_study(tmp_path: Path) -> None:
+    out = run_script("scale_study.py", "--workers", "8", "--epochs", "1", "--samples", "1000",
+                     "--out", str(tmp_path))  # fmt: skip
+    assert "SIMULATED timing" in out
+    assert len(list(tmp_path.glob("w8-*/summary.json"))) == 4
+
+
+@pytest.mark.parametrize("name", ["job.yaml", "stragglers.yaml"])
+def test_yaml_jobs(name: str, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert main(["train", "--config", str(EXAMPLES / name), *SHORT, "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "complete"
+
+
+def test_stragglers_example_emulates_its_episode(tmp_path: Path) -> None:
+    args = build_parser().parse_args(["train", "--config", str(EXAMPLES / "stragglers.yaml")])
+    config = config_from_args(args)
+    assert config.online_policy == "elastic" and config.stragglers
+
+
+def test_cluster_example_parses() -> None:
+    argv = ["train", "--config", str(EXAMPLES / "cluster.yaml"), "--ray-address", "10.0.0.5:6379"]
+    config = config_from_args(build_parser().parse_args(argv))
+    assert config.placement == "spread" and config.dataset == "cifar10"
+    assert config.ray_address == "10.0.0.5:6379"  # from the flag: a file never names a cluster

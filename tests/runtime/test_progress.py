@@ -1,0 +1,41 @@
+"""The terminal display: a start-up status, an ETA, a last frame equal to the summary, and
+the simulator's host time beside its simulated time (no Ray)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+import syncswitch.runtime.progress as progress
+from syncswitch.control.shard import ShardState
+
+
+@pytest.fixture
+def screen(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    text = io.StringIO()
+    console = Console(file=text, force_terminal=True, width=200, color_system=None)
+    monkeypatch.setattr(progress, "project_console", lambda: console)
+    return text
+
+
+def test_the_start_up_status_names_each_step(screen: io.StringIO) -> None:
+    with progress.startup_status(True, "loading data"):
+        progress.starting("starting Ray")
+        assert progress._startup is not None
+    assert progress._startup is None
+    with progress.startup_status(False, "loading data"):
+        assert progress._startup is None  # --no-progress: nothing on the terminal
+
+
+def test_the_last_frame_is_the_summarys_figures(screen: io.StringIO) -> None:
+    with progress.ProgressDisplay(True, 1000, simulated=True) as show:
+        show.update(ShardState(samples=400, time_s=2.0), None)
+        final = ShardState(samples=1000, time_s=5.1)
+        show.finish(final, {"test_accuracy": 0.9687, "time_s": 5.0, "samples": 1000})
+    frame = [line for line in screen.getvalue().splitlines() if "samples" in line][-1]
+    assert "1,000/1,000 samples" in frame
+    assert "acc  96.9%" in frame
+    assert "200 samples/s" in frame  # 1000 samples / 5.0 s, as summary.json computes it
+    assert "sim 5.0 s" in frame and "host" in frame and "ETA" in frame
