@@ -272,10 +272,10 @@ def _refuse_shared_containers(raw: bytes) -> None:
             )
         name = opcode.name
         if name in _PUT_OPS:
-            memo[len(memo) if name == "MEMOIZE" else int(arg)] = stack[-1]
+            memo[len(memo) if name == "MEMOIZE" else _memo_index(arg)] = stack[-1]
             continue
         if name in _GET_OPS:
-            if memo[int(arg)]:
+            if memo[_memo_index(arg)]:
                 raise WorkloadError(
                     "it references one list, tuple, set or dict more than once (a shared "
                     "or recursive structure), which no CIFAR batch holds"
@@ -295,6 +295,13 @@ def _refuse_shared_containers(raw: bytes) -> None:
         del stack[len(stack) - len(before) :]
         for _ in opcode.stack_after:
             stack.append(name in _CONTAINER_OPS or (name in _FILL_OPS and popped[0]))
+
+
+def _memo_index(arg: Any) -> int:
+    """A PUT's or GET's memo index (an int, or digits for the text opcodes)."""
+    if arg is None:
+        raise ValueError("a memo opcode without its index")
+    return int(arg)
 
 
 def _get(batch: dict[Any, Any], key: str, path: Path) -> Any:
