@@ -25,9 +25,18 @@ class RegistryError(UserError):
     """The job registry cannot be opened, read or written; the message says which and why."""
 
 
+class OutputPathError(UserError):
+    """An output path (`--plot`, `--html`, `calibrate -o`) that cannot be written as a file."""
+
+
 class RunDirError(UserError):
     """A run directory that cannot be read: missing, not a run, or with a malformed file."""
 
 
 class TrainingStalled(RuntimeError):
     """The run cannot make progress (e.g. every worker quarantined); results so far are kept."""
+
+
+class RunStopped(TrainingStalled):
+    """The run reached a limit it may not pass (e.g. a worker's `max_worker_restarts`): the
+    CLI prints the one-line reason and exits 1, like a stall; results so far are kept."""

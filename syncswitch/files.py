@@ -63,6 +63,52 @@ def write_atomic(path: Path, data: bytes | str, *, tmp_prefix: str = ".write-") 
         handle.write(payload)
 
 
+def write_output(path: Path, data: bytes | str, what: str) -> None:
+    """Write a result file the user named (`--plot`, `--html`, `calibrate -o`), atomically.
+
+    Checked first, so that a bad path is one OutputPathError line naming it: an existing
+    target must be a regular file or a symbolic link (replaced, never followed); a directory,
+    a device (which an atomic rename would replace, as root even /dev/null) or a FIFO is
+    refused, as is a parent that is not a directory."""
+    from syncswitch.errors import OutputPathError
+
+    check_output(path, what)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, data)
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise OutputPathError(f"{what} {str(path)!r} cannot be written: {reason}") from None
+
+
+def check_output(path: Path, what: str) -> None:
+    """`write_output`'s checks alone, to refuse a bad path before the work that fills it."""
+    from syncswitch.errors import OutputPathError
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as error:  # e.g. a path under a file: ENOTDIR
+        raise OutputPathError(f"{what} {str(path)!r} cannot be written: {error.strerror}") from None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise OutputPathError(f"{what} {str(path)!r} is {_kind(mode)}; give a file name to write")
+    for parent in path.parents:  # the nearest existing ancestor must be a directory
+        try:
+            parent_mode = os.stat(parent).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            raise OutputPathError(
+                f"{what} {str(path)!r} cannot be written: {error.strerror}"
+            ) from None
+        if not stat.S_ISDIR(parent_mode):
+            raise OutputPathError(
+                f"{what} {str(path)!r} cannot be written: {str(parent)!r} is not a directory"
+            )
+        return
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, default=str))
 
@@ -102,9 +148,43 @@ def read_regular(path: Path, max_bytes: int, *, follow_symlinks: bool = True) ->
 
 def open_append(path: Path) -> IO[str]:
     """A text handle appending to `path` (created if absent), never through a symlink."""
+    return os.fdopen(open_append_fd(path), "a", newline="")
+
+
+def open_append_fd(path: Path) -> int:
+    """A descriptor appending to `path` (created if absent): never through a symlink, never
+    blocking on a FIFO, a regular file only (caller closes it)."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _NONBLOCK
-    fd = _open_regular_fd(path, flags, check_symlink=True)
-    return os.fdopen(fd, "a", newline="")
+    return _open_regular_fd(path, flags, check_symlink=True)
+
+
+def require_plain_directory(path: Path, what: str) -> bool:
+    """Whether `path` exists as a real directory (False: absent). A symbolic link (even to a
+    directory: it could point anywhere) or anything else is one UnsafeFileError line."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(mode):
+        return True
+    raise UnsafeFileError(
+        f"{what} {str(path)!r} is {_kind(mode)}; it must be a directory inside the run "
+        "directory, not a link"
+    )
+
+
+def require_regular_if_present(path: Path) -> None:
+    """A file a library will open by name (so it cannot be opened here for it): if present,
+    it must be a regular file, not a symbolic link, FIFO or device."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise UnsafeFileError(
+            f"{str(path)!r} is {_kind(mode)}, not a regular file; files inside a run "
+            "directory must be regular files"
+        )
 
 
 def _open_regular_fd(path: Path, flags: int, *, check_symlink: bool) -> int:
@@ -144,6 +224,7 @@ def _kind(mode: int) -> str:
         (stat.S_ISCHR, "a character device"),
         (stat.S_ISBLK, "a block device"),
         (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
     )
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 

@@ -18,6 +18,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from syncswitch.errors import ConfigError
+from syncswitch.files import UnsafeFileError, open_append_fd
+
 # The terminal is one per process, like its file descriptors, so the console on it is too.
 _terminal_console: Console | None = None
 
@@ -37,7 +40,15 @@ def library_output_to(log_path: Path) -> Iterator[Path]:
     sys.stdout.flush()
     sys.stderr.flush()
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    # Inside the run directory (not trusted on --resume): never through a symbolic link (a
+    # dangling one would create its target), never blocking on a FIFO, a regular file only.
+    try:
+        log_fd = open_append_fd(log_path)
+    except UnsafeFileError as error:
+        raise ConfigError(f"run directory: {error}") from None
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ConfigError(f"run directory: {str(log_path)!r} cannot be opened: {reason}") from None
     saved_out, saved_err = os.dup(1), os.dup(2)
     terminal = os.fdopen(os.dup(saved_err), "w", buffering=1)
     previous = _terminal_console, sys.stdout, sys.stderr

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from syncswitch.config import TrainConfig, make_config
+from syncswitch.config.limits import MAX_WORKERS
 from syncswitch.core.cluster import (
     DEFAULT_LATENCY_MS,
     ClusterModel,
@@ -56,7 +57,7 @@ def calibrate(run_dir: str | Path, *, refine: bool = True) -> tuple[ClusterModel
     run = load_run(run_dir)
     _check_usable(run)
     config = run.config
-    workers = int(config["workers"])
+    workers = _workers(run)
     step_times = run.applied_step_times
     compute = _fit_compute(step_times, workers)
     cycle_sigma = _asp_cycle_sigma(run)
@@ -141,6 +142,18 @@ def _check_usable(run: RunData) -> None:
         )
     if not run.applied_step_times:
         raise ConfigError(f"{str(run.path)!r} has no applied gradients in updates.csv")
+    _workers(run)  # checked before anything is sized by it
+
+
+def _workers(run: RunData) -> int:
+    """config.json's worker count, bounded before anything is allocated per worker."""
+    value = run.config.get("workers")
+    if type(value) is not int or not 1 <= value <= MAX_WORKERS:
+        raise ConfigError(
+            f"{str(run.path)!r}: config.json: workers = {str(value)[:40]!r} is not allowed; it "
+            f"must be an integer in 1..{MAX_WORKERS}"
+        )
+    return value
 
 
 def _fit_compute(step_times: dict[int, np.ndarray], workers: int) -> ComputeModel:
@@ -192,7 +205,7 @@ def _seconds_per_step(run: RunData) -> dict[str, float]:
     run slower for a while (measured on Ray here: the first ~80 BSP rounds up to twice as
     long) and that would be taken for a cost of the protocol; the start-up time
     (`_startup_s`) accounts for it instead."""
-    workers = int(run.config["workers"])
+    workers = _workers(run)
     phases: list[tuple[str, list[float]]] = []
     for protocol, time_s in run.update_columns(("protocol", "time_s")):
         if not phases or phases[-1][0] != protocol:
@@ -220,7 +233,7 @@ def _seconds_per_step(run: RunData) -> dict[str, float]:
 def _startup_s(run: RunData, measured: dict[str, float]) -> float:
     """The run's first phase took longer than its steady pace explains: processes warming up.
     That excess (never below 0) is the cluster's start-up time."""
-    workers = int(run.config["workers"])
+    workers = _workers(run)
     first: str | None = None
     count, last_s = 0, 0.0
     for protocol, time_s in run.update_columns(("protocol", "time_s")):

@@ -46,13 +46,15 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from syncswitch.calibration import calibrate, cluster_yaml
+    from syncswitch.files import check_output, write_output
 
     output = Path(args.output)
     if output.suffix not in (".yaml", ".yml"):
         raise ConfigError(f"--output {str(output)!r}: use a .yaml or .yml file name")
+    check_output(output, "--output")  # before the fit, which takes a while
     print(f"syncswitch: fitting a cluster model to {args.run_dir} ...", file=sys.stderr)
     model, report = calibrate(args.run_dir, refine=not args.no_refine)
-    output.write_text(cluster_yaml(model))
+    write_output(output, cluster_yaml(model), "--output")
     measured = report["measured_s_per_step"]
     last = report["refine_rounds"][-1]["simulated_s_per_step"] if report["refine_rounds"] else {}
     for protocol, seconds in measured.items():

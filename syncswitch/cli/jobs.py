@@ -49,11 +49,11 @@ def run(args: argparse.Namespace) -> int:
     console = Console(
         highlight=False, markup=False, emoji=False, width=None if _terminal() else 160
     )
-    if not location.exists():
-        # Listing never creates a registry.
+    if not location.exists() or _empty_file(location.sqlite_path):
+        # Listing never creates a registry (an empty file is not one either).
         console.print(f"no registry at {location.display} yet: `syncswitch search` creates it")
         return 0
-    with Registry(location) as registry:
+    with Registry(location, create=False) as registry:
         if prefix is not None:
             _show(console, registry, prefix)
         else:
@@ -212,3 +212,18 @@ def _terminal() -> bool:
     import sys
 
     return sys.stdout.isatty()
+
+
+def _empty_file(path: Any) -> bool:
+    """An existing regular file of 0 bytes (lstat: a link or FIFO is left to the registry's
+    own checks, which refuse it in one line)."""
+    import os
+    import stat
+
+    if path is None:
+        return False
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size == 0

@@ -46,16 +46,23 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from syncswitch.errors import RunDirError
+    from syncswitch.files import check_output
     from syncswitch.reports import Report
     from syncswitch.reports.plots import PLOT_SUFFIXES
 
     plot_path = Path(args.plot) if args.plot else None
     if plot_path is not None and plot_path.suffix.lower() not in PLOT_SUFFIXES:
         raise RunDirError(f"--plot {args.plot!r}: the file must end in .png or .svg")
+    for path, what in ((plot_path, "--plot"), (Path(args.html) if args.html else None, "--html")):
+        if path is not None:
+            check_output(path, what)  # before the runs are read
     report = Report.load(args.run_dirs)
     for skipped in report.skipped:
         print(f"syncswitch: {skipped.describe()}", file=sys.stderr)
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    # Names and notes come from run directories: printed as they are, never as rich markup.
+    console = Console(
+        highlight=False, markup=False, emoji=False, width=None if sys.stdout.isatty() else 200
+    )
     tables = report.worker_tables() if args.workers else [report.runs_table()]
     for table in tables:
         console.print(table.to_rich())
@@ -64,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
     figure = report.write_plot(plot_path) if plot_path else None
     if plot_path:
         print(f"plot written to {plot_path}")
+    if plot_path or args.html:
+        for note in report.plot_notes():
+            print(f"note: {note}")
     if args.html:
         report.write_html(Path(args.html), figure)
         print(f"page written to {args.html}")

@@ -64,7 +64,8 @@ def print_summary(
     library_log: Path | None,
     loggers: list[str],
 ) -> None:
-    console = Console(highlight=False)
+    # Paths and reasons (a failed run's status) are printed as they are, never as rich markup.
+    console = Console(highlight=False, markup=False, emoji=False)
     console.print(summary_table(summary, run_dir, library_log=library_log))
     for line in loggers:
         print(f"  {line}")  # e.g. the command that opens TensorBoard on this run

@@ -86,8 +86,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--search-dir",
         metavar="DIR",
         default=None,
-        help="where trial run directories and the report go (default: "
-        "searches/<job fingerprint prefix>/)",
+        help="where trial run directories and the report go, in a subdirectory per job "
+        "(DIR/<job fingerprint prefix>/; default DIR: searches)",
     )
     add_registry_argument(search, "where trials and the decision are stored")
     search.add_argument(

@@ -177,7 +177,8 @@ def config_values(args: argparse.Namespace) -> dict[str, Any]:
 # docs/security.md), and its config.json must not choose where the job connects, nor inject
 # faults.
 _RESUME_OVERRIDES = ("progress", "ray_address", "faults", "logger", "tracking_uri")
-_FROM_FLAGS_ONLY = ("ray_address", "faults", "tracking_uri")
+# The loggers too: they choose where the run's figures are sent (a database, a server).
+_FROM_FLAGS_ONLY = ("ray_address", "faults", "tracking_uri", "logger")
 
 
 def config_for_resume(args: argparse.Namespace) -> TrainConfig:
@@ -201,6 +202,11 @@ def config_for_resume(args: argparse.Namespace) -> TrainConfig:
         print(
             "syncswitch: the run directory's config.json names a Ray cluster; it is ignored "
             "(a resumed run joins a cluster only when --ray-address or RAY_ADDRESS says so)"
+        )
+    if saved.get("logger") not in (None, [], ["csv"], "csv"):
+        print(
+            "syncswitch: the run directory's config.json names loggers; they are not used "
+            "(a resumed run logs to TensorBoard or MLflow only when --logger says so)"
         )
     for name in _RESUME_OVERRIDES:
         given_value = getattr(args, name, None)

@@ -108,7 +108,7 @@ class Stop:
     """The run cannot go on; `reason` is the one line the user sees.
 
     `stalled`: nothing is broken but nothing can be applied (every worker quarantined); the
-    runtime raises TrainingStalled. Otherwise a failure beyond recovery (RuntimeError).
+    runtime raises TrainingStalled. Otherwise a failure beyond recovery (RunStopped).
     """
 
     reason: str

@@ -14,7 +14,7 @@ from typing import Any, get_args
 
 from syncswitch.control.decisions import RunDecision, Stop
 from syncswitch.control.phases import Step
-from syncswitch.errors import TrainingStalled
+from syncswitch.errors import RunStopped, TrainingStalled
 
 DECISION_TYPES: tuple[type, ...] = get_args(RunDecision)
 
@@ -48,5 +48,6 @@ class DecisionDispatch:
 
 
 def raise_stop(stop: Stop) -> None:
-    """The run cannot go on: TrainingStalled when nothing can be applied, else RuntimeError."""
-    raise TrainingStalled(stop.reason) if stop.stalled else RuntimeError(stop.reason)
+    """The run cannot go on: TrainingStalled when nothing can be applied, else RunStopped (a
+    limit reached, e.g. a worker's restarts): one line on the terminal either way."""
+    raise TrainingStalled(stop.reason) if stop.stalled else RunStopped(stop.reason)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from syncswitch.config import TrainConfig
+from syncswitch.config import ConfigError, TrainConfig
 from syncswitch.core.cluster import ClusterModel
 from syncswitch.core.divergence import RollbackConfig
 from syncswitch.core.emulation import EmulationConfig
@@ -95,6 +95,7 @@ class RunPlan:
         """The plan of `config` (validated when it was built: its schedule, cluster, fault
         plan and scenario are taken as it parsed them, not parsed again)."""
         total_samples = round(config.epochs * train_samples)
+        _check_eval_floor(config, total_samples)
         schedule = config.parsed_schedule()
         cluster = config.cluster_model() if config.runtime == "sim" else None
         emulation = config.emulation()
@@ -186,4 +187,26 @@ class RunPlan:
             p.end - a
             for p, a in zip(phases, starts, strict=True)
             if p.spec.protocol is Protocol.BSP
+        )
+
+
+# Evaluations one step may trigger (each crossed multiple of eval_every is one, of the same
+# weights). A tiny smoke-test job (a step of the whole dataset, eval_every 0.05) does 20.
+MAX_EVALUATIONS_PER_STEP = 100
+
+
+def _check_eval_floor(config: TrainConfig, total_samples: int) -> None:
+    """An evaluation interval far below one step would evaluate the same weights hundreds or
+    thousands of times (each evaluation copies the weights and runs the test set): one line
+    instead."""
+    if total_samples <= 0:
+        return
+    step_fraction = min(config.batch_size / total_samples, 1.0)
+    floor = step_fraction / MAX_EVALUATIONS_PER_STEP
+    if config.eval_every < floor:
+        raise ConfigError(
+            f"eval_every = {config.eval_every:g} is far shorter than one step (batch_size "
+            f"{config.batch_size} of {total_samples} training samples = {step_fraction:.3g} of "
+            f"training): each step would evaluate the same weights "
+            f"{step_fraction / config.eval_every:.0f} times; it must be at least {floor:.3g}"
         )

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 from pathlib import Path
 from typing import Any
 
 from syncswitch.errors import ConfigError
+from syncswitch.files import UnsafeFileError, require_regular_if_present
 from syncswitch.loggers.base import Point, RunLogger
 
 EXPERIMENT = "syncswitch"
@@ -25,6 +27,14 @@ DATABASE = "mlflow.db"
 _RESUME_TAG = "syncswitch.run_key"
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 _PARAM_CHARS = 500
+# A tracking server that does not answer is one line within seconds, not minutes of MLflow's
+# default retries (120 s timeout, 7 retries with backoff). Set before the client is made,
+# unless the user's environment says otherwise.
+HTTP_LIMITS = {
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "3",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+}
 
 
 def default_tracking_uri(run_dir: Path) -> str:
@@ -73,6 +83,8 @@ class MlflowLogger(RunLogger):
                 f"logger 'mlflow' needs {', '.join(missing)}: pip install 'syncswitch[mlflow]'"
             )
         self.run_dir = run_dir
+        if tracking_uri is None:
+            _check_database_files(run_dir)
         self.tracking_uri = tracking_uri or default_tracking_uri(run_dir)
         self.run_id: str | None = None
         self._client: Any = None
@@ -81,6 +93,8 @@ class MlflowLogger(RunLogger):
         from mlflow.entities import Param, RunTag
         from mlflow.tracking import MlflowClient
 
+        for name, value in HTTP_LIMITS.items():
+            os.environ.setdefault(name, value)
         self._client = client = MlflowClient(tracking_uri=self.tracking_uri)
         experiment = client.get_experiment_by_name(EXPERIMENT)
         experiment_id = (
@@ -142,6 +156,17 @@ class MlflowLogger(RunLogger):
 def _param_value(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     return text if len(text) <= _PARAM_CHARS else text[: _PARAM_CHARS - 3] + "..."
+
+
+def _check_database_files(run_dir: Path) -> None:
+    """SQLite opens the store by name and follows links: on --resume the run directory is
+    not trusted, so mlflow.db and SQLite's side files, where present, must be regular files
+    (a link would add MLflow's tables to whatever it points at; a FIFO would hang)."""
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        try:
+            require_regular_if_present(run_dir / (DATABASE + suffix))
+        except UnsafeFileError as error:
+            raise ConfigError(f"run directory: {error}") from None
 
 
 def timing_kind(config: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from syncswitch.errors import ConfigError
+from syncswitch.files import UnsafeFileError, require_plain_directory, require_regular_if_present
 from syncswitch.loggers.base import Point, RunLogger
 
 TENSORBOARD_DIR = "tensorboard"
@@ -32,6 +33,7 @@ class TensorBoardLogger(RunLogger):
         self._writer_class = SummaryWriter
         self.log_dir = run_dir / TENSORBOARD_DIR
         self._writer: Any = None
+        _check_log_dir(self.log_dir)
 
     def start(self, config: dict[str, Any], resume_samples: int | None) -> None:
         # A resumed run does again what came after its checkpoint: TensorBoard drops the
@@ -60,3 +62,24 @@ class TensorBoardLogger(RunLogger):
         if self._writer is not None:
             self._writer.add_text("status", status, global_step=0)
             self._writer.close()
+
+
+_MAX_CHECKED_ENTRIES = 10_000
+
+
+def _check_log_dir(log_dir: Path) -> None:
+    """The SummaryWriter opens files by name inside it: on --resume the directory is not
+    trusted, so it must be a real directory (not a link, which would send the events
+    anywhere) holding no links or other non-regular files."""
+    try:
+        if not require_plain_directory(log_dir, "TensorBoard directory"):
+            return
+        for count, entry in enumerate(log_dir.iterdir()):
+            if count >= _MAX_CHECKED_ENTRIES:
+                raise UnsafeFileError(
+                    f"{str(log_dir)!r} holds more than {_MAX_CHECKED_ENTRIES:,} entries; a run "
+                    "writes a few"
+                )
+            require_regular_if_present(entry)
+    except UnsafeFileError as error:
+        raise ConfigError(f"run directory: {error}") from None

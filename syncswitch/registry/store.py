@@ -20,6 +20,7 @@ refused with one line and never written to.
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 import time
@@ -209,12 +210,20 @@ def default_path() -> Path:
 class Registry:
     """The registry's operations; each one is a single short transaction."""
 
-    def __init__(self, location: str | os.PathLike | RegistryLocation | None = None) -> None:
+    def __init__(
+        self,
+        location: str | os.PathLike | RegistryLocation | None = None,
+        *,
+        create: bool = True,
+    ) -> None:
+        """`create=False` (listing): a database without a registry in it is one
+        RegistryError line, and nothing is written to it (no tables, no journal mode)."""
         self.location = (
             location
             if isinstance(location, RegistryLocation)
             else RegistryLocation.resolve(location)
         )
+        self._create = create
         if self.location.sqlite_path is not None:
             _check_sqlite_file(self.location.sqlite_path)
         self._engine = self._create_engine()
@@ -257,6 +266,11 @@ class Registry:
                 self._check_version(conn)
                 if self._is_current(names):
                     return
+            if not self._create:
+                raise RegistryError(
+                    f"registry {self.location.display} holds no syncswitch registry yet "
+                    "(`syncswitch search` creates one); listing never creates it"
+                )
         if self.location.sqlite_path is not None:
             # Outside any transaction (SQLite refuses to change the journal mode inside one);
             # the mode is stored in the file, so every later connection uses it.
@@ -560,19 +574,19 @@ def _check_sqlite_file(path: Path) -> None:
 
 
 def _trial(row: Any) -> TrialRecord:
-    # Typed on the way out: SQLite stores whatever a writer put in a column, and a registry
-    # may be shared, so a value of the wrong type fails here (one line, via _errors) rather
-    # than in whatever prints or averages it.
+    # Typed and ranged on the way out: SQLite stores whatever a writer put in a column, and a
+    # registry may be shared, so a value of the wrong type or out of range fails here (one
+    # line, via _errors) rather than in whatever prints, averages or trains with it.
     return TrialRecord(
-        fraction=float(row.fraction),
-        seed=int(row.seed),
+        fraction=_number(row.fraction, "fraction", 0.0, 1.0),
+        seed=_integer(row.seed, "seed", 0, 2**31 - 1),
         schedule=str(row.schedule),
         status=str(row.status),
-        final_accuracy=_optional(float, row.final_accuracy),
-        wall_time_s=_optional(float, row.wall_time_s),
+        final_accuracy=_optional(_number, row.final_accuracy, "final_accuracy", 0.0, 1.0),
+        wall_time_s=_optional(_number, row.wall_time_s, "wall_time_s", 0.0, 1e9),
         run_dir=_optional(str, row.run_dir),
         created=row.created,
-        concurrent=_optional(int, row.concurrent),
+        concurrent=_optional(_integer, row.concurrent, "concurrent", 1, 10_000),
     )
 
 
@@ -580,17 +594,36 @@ def _decision(row: Any, fingerprint: str) -> DecisionRecord:
     return DecisionRecord(
         id=int(row.id),
         fingerprint=fingerprint,
-        fraction=float(row.fraction),
-        tolerance=float(row.tolerance),
-        repeats=int(row.repeats),
+        fraction=_number(row.fraction, "fraction", 0.0, 1.0),
+        tolerance=_number(row.tolerance, "tolerance", 0.0, 100.0),
+        repeats=_integer(row.repeats, "repeats", 1, 10_000),
         evidence=dict(row.evidence),
         reason=str(row.reason),
         created=row.created,
     )
 
 
-def _optional(kind: Any, value: Any) -> Any:
-    return None if value is None else kind(value)
+def _number(value: Any, name: str, low: float, high: float) -> float:
+    """A finite number in [low, high] (ValueError, one line, otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{name} {str(value)[:40]!r} is not a number")
+    number = float(value)
+    if not (math.isfinite(number) and low <= number <= high):
+        raise ValueError(f"{name} = {number!r}; it must be a finite number in [{low:g}, {high:g}]")
+    return number
+
+
+def _integer(value: Any, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"{name} {str(value)[:40]!r} is not an integer")
+    number = int(str(value)[:40])
+    if not low <= number <= high:
+        raise ValueError(f"{name} = {number}; it must be an integer in {low}..{high}")
+    return number
+
+
+def _optional(kind: Any, value: Any, *checks: Any) -> Any:
+    return None if value is None else kind(value, *checks)
 
 
 def _now() -> datetime:

@@ -7,10 +7,17 @@ the switch marked, beside its accuracy curve on the same axis. Below them: a
 worker timeline of emulated straggler episodes and detections for runs that have any, and a
 staleness histogram per run. Drawn with matplotlib's Agg canvas (files only, no display and
 no pyplot state), so it works on a headless machine and in threads.
+
+Bounded work: what a person can read is drawn, whatever the run directories hold. At most
+`MAX_PLOTTED_RUNS` runs and `MAX_TIMELINE_RUNS` straggler timelines, each run's accuracy line
+thinned to `MAX_LINE_POINTS` points and its switch markers to `MAX_MARKERS`, shapes of one kind
+drawn as one collection, the figure at most `MAX_FIGURE_HEIGHT_IN` high; `plot_notes` says
+what was left out. Text from the runs is drawn as text: `$` never starts matplotlib math.
 """
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
@@ -22,6 +29,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from syncswitch.errors import RunDirError
+from syncswitch.files import write_output
 from syncswitch.reports.overview import phases, run_end
 from syncswitch.rundir import RunData
 
@@ -31,6 +39,12 @@ ACCURACY_VS_SAMPLES = "test accuracy vs samples"
 HISTOGRAM_COLUMNS = 4
 MAX_HISTOGRAM_BARS = 120
 MAX_TIMELINE_WORKERS = 64
+MAX_PLOTTED_RUNS = 12
+MAX_TIMELINE_RUNS = 4
+MAX_LINE_POINTS = 4000
+MAX_MARKERS = 200
+MAX_SHADED_PHASES = 200  # phases shaded behind a single run's accuracy lines
+MAX_FIGURE_HEIGHT_IN = 60.0
 MAX_TICK_LABEL_CHARS = 40
 X_TICKS = 6  # at most this many labelled ticks on an x axis, so labels never overlap
 
@@ -41,10 +55,41 @@ def protocol_color(protocol: str) -> str:
     return _PROTOCOL_COLORS.get(protocol.split("-")[0], "#8c8c8c")
 
 
+def plot_notes(runs: list[tuple[str, RunData]]) -> list[str]:
+    """What the figure of these runs leaves out (empty: everything is drawn)."""
+    notes = []
+    if len(runs) > MAX_PLOTTED_RUNS:
+        notes.append(
+            f"the figure shows the first {MAX_PLOTTED_RUNS} of {len(runs)} runs "
+            "(the tables list all)"
+        )
+    shown = runs[:MAX_PLOTTED_RUNS]
+    stragglers = sum(1 for _, run in shown if run.episodes or run.straggler_marks)
+    if stragglers > MAX_TIMELINE_RUNS:
+        notes.append(f"straggler timelines of the first {MAX_TIMELINE_RUNS} of {stragglers} runs")
+    online = sum(1 for _, run in shown if run.timing_signals is not None)
+    if online > MAX_TIMELINE_RUNS:
+        notes.append(f"timing-signal panels of the first {MAX_TIMELINE_RUNS} of {online} runs")
+    if any(len(run.metrics.time_s) > MAX_LINE_POINTS for _, run in shown):
+        notes.append(f"accuracy lines thinned to {MAX_LINE_POINTS} points per run")
+    if any(len(run.switches) > MAX_MARKERS for _, run in shown):
+        notes.append(f"switch markers thinned to {MAX_MARKERS} per run")
+    return notes
+
+
+def plain_text(text: str) -> str:
+    """Text from a run directory as matplotlib draws it literally (no `$...$` math)."""
+    return str(text).replace("$", r"\$")
+
+
 def plot_runs(runs: list[tuple[str, RunData]]) -> Figure:
-    """The whole figure for labelled runs (label, run), in the order given."""
+    """The whole figure for labelled runs (label, run), in the order given (bounded: see the
+    module docstring and `plot_notes`)."""
+    runs = [(plain_text(label), run) for label, run in runs[:MAX_PLOTTED_RUNS]]
     straggler_runs = [(label, run) for label, run in runs if run.episodes or run.straggler_marks]
+    straggler_runs = straggler_runs[:MAX_TIMELINE_RUNS]
     online_runs = [(label, run) for label, run in runs if run.timing_signals is not None]
+    online_runs = online_runs[:MAX_TIMELINE_RUNS]
     # A panel is drawn only when it has something to show (no empty staleness histogram).
     histogram_runs = [(label, run) for label, run in runs if run.staleness_counts]
     histogram_rows = math.ceil(len(histogram_runs) / HISTOGRAM_COLUMNS)
@@ -52,7 +97,8 @@ def plot_runs(runs: list[tuple[str, RunData]]) -> Figure:
     heights += [3.2] * len(online_runs)
     heights += [_timeline_height(run) for _, run in straggler_runs]
     heights += [2.6] * histogram_rows
-    figure = Figure(figsize=(13, sum(heights) + 0.8), layout="constrained")
+    height_in = min(sum(heights) + 0.8, MAX_FIGURE_HEIGHT_IN)
+    figure = Figure(figsize=(13, height_in), layout="constrained")
     FigureCanvasAgg(figure)
     grid = figure.add_gridspec(len(heights), 2, height_ratios=heights)
     time_axes = figure.add_subplot(grid[0, 0])
@@ -78,7 +124,7 @@ def plot_runs(runs: list[tuple[str, RunData]]) -> Figure:
             label,
             run,
         )
-    timings = sorted({run.timing for _, run in runs})
+    timings = sorted({plain_text(run.timing) for _, run in runs})
     figure.suptitle(f"Sync-Switch runs (timing: {', '.join(timings)})", fontsize=13)
     return figure
 
@@ -117,8 +163,10 @@ def _short(label: str) -> str:
 def save_figure(figure: Figure, path: Path) -> None:
     if path.suffix.lower() not in PLOT_SUFFIXES:
         raise RunDirError(f"plot file {str(path)!r} must end in .png or .svg")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
+    # Drawn in memory, then written atomically: a bad path is one line, never a half file.
+    image = io.BytesIO()
+    figure.savefig(image, format=path.suffix.lower().lstrip("."), dpi=100)
+    write_output(path, image.getvalue(), "--plot")
 
 
 # -- panels ----------------------------------------------------------------------------------
@@ -133,13 +181,15 @@ def _accuracy(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:
         metrics = run.metrics
         x = metrics.samples if by_samples else metrics.time_s
         accuracy = 100 * metrics.test_accuracy
-        axes.plot(x, accuracy, color=color, label=label, linewidth=1.6)
-        for switch in run.switches:
-            at = switch.at_samples if by_samples else switch.time_s
-            y = np.interp(at, x, accuracy) if len(x) else np.nan
+        line = _thinned(len(x), MAX_LINE_POINTS)
+        axes.plot(x[line], accuracy[line], color=color, label=label, linewidth=1.6)
+        switches = [run.switches[i] for i in _thinned(len(run.switches), MAX_MARKERS)]
+        if switches:
+            at = np.array([s.at_samples if by_samples else s.time_s for s in switches], float)
+            y = np.interp(at, x, accuracy) if len(x) else np.full(len(at), np.nan)
             axes.plot(
-                [at],
-                [y],
+                at,
+                y,
                 marker="D",
                 markersize=7,
                 markerfacecolor="white",
@@ -150,7 +200,7 @@ def _accuracy(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:
                 zorder=5,
             )
         if len(runs) == 1:
-            for phase in phases(run):
+            for phase in phases(run)[:MAX_SHADED_PHASES]:
                 start, end = (
                     (phase.start_samples, phase.end_samples)
                     if by_samples
@@ -224,18 +274,24 @@ def _accuracy_by_fraction(axes, label: str, run: RunData) -> None:
 def _phase_strip(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:
     seen: dict[str, str] = {}
     for row, (_, run) in enumerate(runs):
+        bars: dict[str, list[tuple[float, float]]] = {}  # one collection per protocol
         for phase in phases(run):
             start, end = (
                 (phase.start_samples, phase.end_samples)
                 if by_samples
                 else (phase.start_s, phase.end_s)
             )
-            color = protocol_color(phase.protocol)
-            axes.broken_barh([(start, end - start)], (row - 0.35, 0.7), color=color, alpha=0.8)
-            seen.setdefault(phase.protocol, color)
-        for switch in run.switches:
-            at = switch.at_samples if by_samples else switch.time_s
-            axes.plot([at], [row], marker="|", markersize=14, color="black", mew=2, ls="none")
+            bars.setdefault(phase.protocol, []).append((start, end - start))
+        for protocol, spans in bars.items():
+            color = protocol_color(protocol)
+            axes.broken_barh(spans, (row - 0.35, 0.7), color=color, alpha=0.8)
+            seen.setdefault(plain_text(protocol), color)
+        switches = [run.switches[i] for i in _thinned(len(run.switches), MAX_MARKERS)]
+        if switches:
+            at = [s.at_samples if by_samples else s.time_s for s in switches]
+            axes.plot(
+                at, [row] * len(at), marker="|", markersize=14, color="black", mew=2, ls="none"
+            )
     axes.set_yticks(range(len(runs)), [_short(label) for label, _ in runs], fontsize=8)
     axes.set_ylim(len(runs) - 0.5, -0.5)
     axes.set_title("protocol phases (| = switch)", fontsize=9)
@@ -267,6 +323,8 @@ def _straggler_timeline(axes, label: str, run: RunData) -> None:
     end_s, _ = run_end(run)
     fractions = np.concatenate([[0.0], run.metrics.fraction])
     times = np.concatenate([[0.0], run.metrics.time_s])
+    # Collected first and drawn as one collection per kind: a run may hold thousands.
+    episode_bars: dict[int, list[tuple[float, float]]] = {}
     for episode in run.episodes:
         if episode.start is not None and episode.duration is not None:
             start, stop = np.interp(
@@ -277,27 +335,43 @@ def _straggler_timeline(axes, label: str, run: RunData) -> None:
             stop = start + (episode.duration_s or 0.0)
         for worker in episode.workers:
             if worker in workers:
-                row = workers.index(worker)
-                axes.broken_barh(
-                    [(start, stop - start)], (row - 0.4, 0.8), color="#f4a6a6", alpha=0.9
-                )
+                episode_bars.setdefault(workers.index(worker), []).append((start, stop - start))
+    for row, spans in episode_bars.items():
+        axes.broken_barh(spans, (row - 0.4, 0.8), color="#f4a6a6", alpha=0.9)
     flagged: dict[int, float] = {}
+    flagged_bars: dict[int, list[tuple[float, float]]] = {}
+    detections: dict[str, tuple[list[float], list[int]]] = {
+        "#7f7f7f": ([], []),
+        "#b22222": ([], []),
+    }
     for mark in sorted(run.straggler_marks, key=lambda m: m.time_s):
         if mark.worker not in workers:
             continue
         row = workers.index(mark.worker)
         if mark.kind == "detected":
             flagged[mark.worker] = mark.time_s
-            color = "#7f7f7f" if mark.false_detection else "#b22222"
-            axes.plot(
-                [mark.time_s], [row], marker="v", color=color, markersize=9, ls="none", zorder=5
-            )
+            times_of, rows_of = detections["#7f7f7f" if mark.false_detection else "#b22222"]
+            times_of.append(mark.time_s)
+            rows_of.append(row)
         elif mark.worker in flagged:
             began = flagged.pop(mark.worker)
-            axes.broken_barh([(began, mark.time_s - began)], (row - 0.12, 0.24), color="#b22222")
+            flagged_bars.setdefault(row, []).append((began, mark.time_s - began))
     for worker, began in flagged.items():  # still flagged when the run ended
-        row = workers.index(worker)
-        axes.broken_barh([(began, max(end_s - began, 0))], (row - 0.12, 0.24), color="#b22222")
+        flagged_bars.setdefault(workers.index(worker), []).append((began, max(end_s - began, 0)))
+    for row, spans in flagged_bars.items():
+        axes.broken_barh(spans, (row - 0.12, 0.24), color="#b22222")
+    for color, (times_of, rows_of) in detections.items():
+        keep = _thinned(len(times_of), MAX_MARKERS * 10)
+        if keep:
+            axes.plot(
+                [times_of[i] for i in keep],
+                [rows_of[i] for i in keep],
+                marker="v",
+                color=color,
+                markersize=9,
+                ls="none",
+                zorder=5,
+            )
     axes.set_yticks(range(len(workers)), [f"worker {w}" for w in workers], fontsize=8)
     axes.set_ylim(len(workers) - 0.5, -0.5)
     axes.set_xlim(0, max(end_s, 1e-9))
@@ -347,10 +421,17 @@ def _staleness(axes, label: str, run: RunData) -> None:
             bottom=bottom,
             align="edge",
             color=protocol_color(protocol),
-            label=f"{protocol} (mean {mean:.2f})",
+            label=f"{plain_text(protocol)} (mean {mean:.2f})",
         )
         bottom += heights
     axes.set_xlim(low - 0.5, max(high, low + 4) + 0.5)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.legend(fontsize=7)
     axes.tick_params(labelsize=7)
+
+
+def _thinned(count: int, limit: int) -> list[int]:
+    """Indices of at most `limit` of `count` items, evenly spread, first and last kept."""
+    if count <= limit:
+        return list(range(count))
+    return sorted({round(i * (count - 1) / (limit - 1)) for i in range(limit)})

@@ -13,9 +13,9 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from syncswitch.errors import RunDirError
-from syncswitch.files import write_atomic
+from syncswitch.files import write_output
 from syncswitch.reports.overview import overview, worker_rows
-from syncswitch.reports.plots import plot_runs, save_figure
+from syncswitch.reports.plots import plot_notes, plot_runs, save_figure
 from syncswitch.reports.tables import Table, runs_table, workers_table
 from syncswitch.rundir import RunData, has_results, load_run, not_a_run_dir
 
@@ -77,6 +77,10 @@ class Report:
     def figure(self) -> Figure:
         return plot_runs(self.labelled)
 
+    def plot_notes(self) -> list[str]:
+        """What the figure leaves out to stay readable (and fast to draw)."""
+        return plot_notes(self.labelled)
+
     def write_plot(self, path: Path) -> Figure:
         figure = self.figure()
         save_figure(figure, path)
@@ -105,8 +109,7 @@ class Report:
             image=image,
             workers=workers,
         )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, page)
+        write_output(path, page, "--html")
 
 
 def plot_labels(runs: list[RunData]) -> list[str]:

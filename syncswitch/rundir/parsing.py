@@ -12,15 +12,20 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from syncswitch.errors import RunDirError
-from syncswitch.files import UnsafeFileError, read_regular
+from syncswitch.files import UnsafeFileError, open_regular, read_regular
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_LINE_BYTES = 1024 * 1024
+# Files read whole into records (events.jsonl, metrics.csv, drops.csv...): a long run writes
+# a few MB; past this a file is not one a run wrote. updates.csv is streamed, not bounded.
+MAX_RECORDS_FILE_BYTES = 256 * 1024 * 1024
 
 T = TypeVar("T")
 
@@ -60,9 +65,40 @@ def _json_kind(value: Any) -> str:
     )
 
 
+@contextmanager
+def open_run_file(
+    path: Path, *, text: bool = False, max_bytes: int | None = MAX_RECORDS_FILE_BYTES
+) -> Iterator[IO[Any]]:
+    """A run directory's file, opened as `read_json_object` reads: never through a symbolic
+    link, never a FIFO or device (checked on the descriptor, opened without blocking), of at
+    most `max_bytes` (None: streamed, any size). One RunDirError line otherwise;
+    FileNotFoundError is left to the caller."""
+    try:
+        fd = open_regular(path, follow_symlinks=False)
+    except FileNotFoundError:
+        raise
+    except UnsafeFileError as error:
+        raise RunDirError(str(error)) from None
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise RunDirError(f"{path.name} cannot be read ({reason})") from None
+    size = os.fstat(fd).st_size
+    if max_bytes is not None and size > max_bytes:
+        os.close(fd)
+        raise RunDirError(
+            f"{path.name} is {size:,} bytes; at most {max_bytes:,} are read from this file"
+        )
+    if text:
+        handle: IO[Any] = os.fdopen(fd, "r", newline="", encoding="utf-8", errors="replace")
+    else:
+        handle = os.fdopen(fd, "rb")
+    with handle:
+        yield handle
+
+
 def lines(path: Path) -> Iterator[tuple[int, str, bool]]:
     """(line number, text, is last line) with each line's length bounded."""
-    with path.open("rb") as handle:
+    with open_run_file(path) as handle:
         number = 0
         line = handle.readline(MAX_LINE_BYTES + 1)
         while line:
@@ -85,7 +121,7 @@ def read_events(path: Path, notes: list[str]) -> list[dict[str, Any]]:
             event = json.loads(line)
             if not isinstance(event, dict):
                 raise ValueError("not an object")
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:  # RecursionError: nested too deeply
             if last and not line.endswith("\n"):
                 notes.append(f"{path.name}: last line torn (run killed mid-write), skipped")
                 continue
@@ -100,7 +136,7 @@ def csv_records(
     """Each row of a CSV file parsed by `parse` (which raises ValueError on a bad value)."""
     torn_tail = ends_without_newline(path)
     records: list[T] = []
-    with path.open(newline="", encoding="utf-8", errors="replace") as handle:
+    with open_run_file(path, text=True) as handle:
         reader = csv.reader(handle)
         try:
             header = next(reader, None)
@@ -128,7 +164,7 @@ def csv_records(
 
 
 def ends_without_newline(path: Path) -> bool:
-    with path.open("rb") as handle:
+    with open_run_file(path, max_bytes=None) as handle:
         handle.seek(0, 2)
         if handle.tell() == 0:
             return False
@@ -138,7 +174,7 @@ def ends_without_newline(path: Path) -> bool:
 
 def stream_columns(path: Path, names: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
     """The named columns of a big CSV file, row by row, without holding the file."""
-    with path.open(newline="", encoding="utf-8", errors="replace") as handle:
+    with open_run_file(path, text=True, max_bytes=None) as handle:
         reader = csv.reader(handle)
         try:
             header = next(reader, None)

@@ -26,9 +26,9 @@ from syncswitch.control.controller import (
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.resume_check import ResumeCheck, say_refused
 from syncswitch.core.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
-from syncswitch.errors import ConfigError
+from syncswitch.errors import ConfigError, RunDirError
 from syncswitch.loggers import make_loggers
-from syncswitch.rundir import RunWriter, Summary, default_run_dir
+from syncswitch.rundir import RunWriter, Summary, default_run_dir, names, read_summary_if_any
 from syncswitch.runtime.progress import starting, startup_status
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset
 from syncswitch.workloads.identity import Workload, model_name_of
@@ -110,9 +110,11 @@ def _train(
     run_dir = Path(config.out or default_run_dir(config.schedule))
     checkpoint: LoadedCheckpoint | None = None
     if resume:
+        refuse_finished_run(run_dir)
         # The directory is not trusted: each candidate state must fit this run's shapes.
         parameters = sum(p.numel() for p in model_factory().parameters())
         checkpoint = load_resume_checkpoint(run_dir, ResumeCheck(plan, parameters))
+        refuse_changed_workload(run_dir, checkpoint, plan.total_samples)
     else:
         refuse_used_run_dir(run_dir)
     writer = RunWriter(
@@ -260,6 +262,32 @@ def refuse_used_run_dir(run_dir: Path) -> None:
         raise ConfigError(
             f"--out {str(run_dir)!r} already holds a run ({', '.join(used)}); choose another "
             f"directory, remove this one, or continue that run with --resume {run_dir}"
+        )
+
+
+def refuse_finished_run(run_dir: Path) -> None:
+    """A finished run is not resumed: it would train past its end and rewrite its summary."""
+    try:
+        summary = read_summary_if_any(run_dir)
+    except RunDirError as error:
+        raise ConfigError(f"cannot resume {str(run_dir)!r}: {error}") from None
+    if summary is not None and summary.complete:
+        raise ConfigError(
+            f"cannot resume {str(run_dir)!r}: the run is finished (its {names.SUMMARY} says "
+            "complete); start a new run with another --out"
+        )
+
+
+def refuse_changed_workload(run_dir: Path, checkpoint: LoadedCheckpoint, total: int) -> None:
+    """A checkpoint taken at or past the whole workload config.json now describes means the
+    workload was changed (e.g. `epochs` lowered): resuming would report "complete" at some
+    multiple of it."""
+    samples = checkpoint.contents.samples if checkpoint.contents is not None else None
+    if isinstance(samples, int) and samples >= total:
+        raise ConfigError(
+            f"cannot resume {str(run_dir)!r}: its checkpoint was taken after {samples} samples, "
+            f"but {names.CONFIG} now describes a workload of {total} samples (epochs x training "
+            "samples); the config no longer matches the checkpoint"
         )
 
 

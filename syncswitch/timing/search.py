@@ -8,12 +8,21 @@ and stores the decision at the end. Before running anything it reads the job's f
 from the registry, so a search that was stopped resumes where it was: no finished trial runs
 again.
 
-Trial directories: `<search_dir>/trial-<fraction>-s<seed>/`, a normal run directory each.
+Trial directories: `<search_dir>/<fingerprint[:12]>/trial-<fraction>-s<seed>/`, a normal run
+directory each. The job's own subdirectory keeps jobs that share a `--search-dir` apart, and it
+holds `job.json` (the full fingerprint), so a job never works in another's directory even when
+their fingerprints share a prefix. Each trial directory holds `trial.json` (job fingerprint,
+fraction, seed), written before its trial starts: an unfinished trial is cleared only when that
+file says this job made it. Nothing else is ever deleted; a link, a file or a foreign directory
+where a directory of the search should be is refused in one line.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import stat
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -32,7 +41,8 @@ from syncswitch.core.switch_search import (
     next_step,
     schedule_for,
 )
-from syncswitch.errors import RunDirError
+from syncswitch.errors import RunDirError, UserError
+from syncswitch.files import UnsafeFileError, read_regular, write_json_atomic
 from syncswitch.registry import (
     JobRecord,
     Registry,
@@ -41,7 +51,7 @@ from syncswitch.registry import (
     describe_job,
     fingerprint,
 )
-from syncswitch.rundir import Summary, names, read_summary
+from syncswitch.rundir import Summary, read_summary
 from syncswitch.timing.report import TraceWriter, write_report
 from syncswitch.timing.results import SearchResult, time_saved, trial_from_summary
 
@@ -55,6 +65,15 @@ class SearchError(RuntimeError):
     """A trial failed; finished trials are stored, so rerunning the command resumes."""
 
 
+class SearchDirError(UserError):
+    """A search directory or trial directory this job did not make, or not a directory."""
+
+
+JOB_MARKER = "job.json"  # in the job's search directory: whose it is
+TRIAL_MARKER = "trial.json"  # in each trial directory: which job and trial made it
+_MARKER_BYTES = 4096
+
+
 @dataclass(frozen=True)
 class SearchOptions:
     tolerance: float = 0.5  # accuracy points
@@ -62,7 +81,7 @@ class SearchOptions:
     resolution: float = 1 / 64
     max_trials: int = 20
     parallel: int | str = 1  # trials at once, or "auto": as many as the cluster's CPUs allow
-    search_dir: str | None = None  # default: searches/<fingerprint[:12]>
+    search_dir: str | None = None  # default: searches; the job's files go in <fingerprint[:12]>/
 
     def __post_init__(self) -> None:
         valid_int = (
@@ -124,8 +143,16 @@ class _Silent:
         pass
 
 
+DEFAULT_SEARCH_ROOT = Path("searches")
+
+
 def default_search_dir(job_fingerprint: str) -> Path:
-    return Path("searches") / job_fingerprint[:12]
+    return job_search_dir(DEFAULT_SEARCH_ROOT, job_fingerprint)
+
+
+def job_search_dir(search_root: Path, job_fingerprint: str) -> Path:
+    """The job's own directory under a (possibly shared) search root."""
+    return search_root / job_fingerprint[:12]
 
 
 def trial_dir(search_dir: Path, key: TrialKey) -> Path:
@@ -145,8 +172,8 @@ def run_search(
     job_fp = fingerprint(config)
     description = describe_job(config)
     job = registry.ensure_job(job_fp, description)
-    search_dir = Path(options.search_dir) if options.search_dir else default_search_dir(job_fp)
-    search_dir.mkdir(parents=True, exist_ok=True)
+    root = Path(options.search_dir) if options.search_dir else DEFAULT_SEARCH_ROOT
+    search_dir = claim_job_dir(job_search_dir(root, job_fp), job_fp)
     listener = listener or _Silent()
     trace = TraceWriter(search_dir, job_fp, description, spec)
     known = {t.key: t for t in registry.trials(job) if t.complete}
@@ -300,7 +327,9 @@ class _Search:
 
     def _start(self, pool: ThreadPoolExecutor, key: TrialKey) -> None:
         directory = trial_dir(self.search_dir, key)
-        _clear_unfinished(directory)
+        _clear_unfinished(directory, self._source(key))
+        directory.mkdir()
+        write_json_atomic(directory / TRIAL_MARKER, self._source(key))
         started = threading.Event()
         future = pool.submit(self.trainer.run, self._trial_config(key), self._source(key), started)
         self.running[future] = key
@@ -337,6 +366,8 @@ class _Search:
     def _recover(self, key: TrialKey) -> TrialRecord | None:
         """A trial that finished on disk but was not stored (stopped in between): keep it."""
         directory = trial_dir(self.search_dir, key)
+        if _lstat(directory) is not None:
+            _require_plain_dir(directory, "trial directory")
         try:
             # Checked as it is read; a summary that does not read is no finished trial.
             summary = read_summary(directory)
@@ -366,13 +397,69 @@ class _Search:
         listener.trial_finished(run)
 
 
-def _clear_unfinished(directory: Path) -> None:
-    """Remove what an interrupted attempt of this trial left (its files append, not replace)."""
-    if not directory.exists():
+def claim_job_dir(directory: Path, job_fp: str) -> Path:
+    """Make (or check) the job's search directory: a real directory whose `job.json` names this
+    job; one that belongs to another job, or is a link or a file, is refused in one line."""
+    if _lstat(directory) is None:
+        directory.mkdir(parents=True, exist_ok=True)
+    _require_plain_dir(directory, "search directory")
+    marker = directory / JOB_MARKER
+    if _lstat(marker) is None:
+        # A directory of this name from before markers existed is adopted: its trials are
+        # still read (recovered) but never deleted, as they have no trial.json.
+        write_json_atomic(marker, {"fingerprint": job_fp})
+        return directory
+    owner = _read_marker(marker).get("fingerprint")
+    if owner != job_fp:
+        raise SearchDirError(
+            f"{str(directory)!r} belongs to another job ({str(owner)[:64]!r}); move it away or "
+            "choose another --search-dir"
+        )
+    return directory
+
+
+def _clear_unfinished(directory: Path, source: dict[str, Any]) -> None:
+    """Remove what an interrupted attempt of this trial left (its files append, not replace),
+    but only a directory whose `trial.json` says this job's search made it for this trial."""
+    if _lstat(directory) is None:
         return
-    if any(directory.iterdir()) and not (directory / names.CONFIG).exists():
-        raise SearchError(
-            f"{directory} exists and is not a run directory; move it away so that the trial "
-            "can be run there"
+    _require_plain_dir(directory, "trial directory")
+    marker = directory / TRIAL_MARKER
+    owner = _read_marker(marker) if _lstat(marker) is not None else None
+    if owner != source:
+        raise SearchDirError(
+            f"{str(directory)!r} exists and was not made by this trial of this job's search "
+            f"(no matching {TRIAL_MARKER}); move it away so that the trial can be run there"
         )
     shutil.rmtree(directory)
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise SearchDirError(f"{str(path)!r} cannot be read: {error.strerror}") from None
+
+
+def _require_plain_dir(path: Path, what: str) -> None:
+    """A directory, not a link to one (never followed: it could point anywhere)."""
+    info = _lstat(path)
+    if info is None or not stat.S_ISDIR(info.st_mode):
+        found = (
+            "missing"
+            if info is None
+            else ("a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a directory")
+        )
+        raise SearchDirError(f"{what} {str(path)!r} is {found}; it must be a plain directory")
+
+
+def _read_marker(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(read_regular(path, _MARKER_BYTES, follow_symlinks=False))
+    except (UnsafeFileError, OSError, ValueError, RecursionError) as error:
+        raise SearchDirError(f"{str(path)!r} cannot be read as a search marker: {error}") from None
+    if not isinstance(value, dict):
+        raise SearchDirError(f"{str(path)!r} must hold a JSON object (a search marker)")
+    return value

@@ -8,12 +8,19 @@ A data directory may come from elsewhere, so sizes are checked against the forma
 anything is allocated: only regular files are read, no larger than the official files; a
 binary file must be whole records; an array a pickle asks to rebuild may hold no more than
 the largest official batch, and the images must be (N, 3072) uint8.
+
+Work is bounded as well as memory: before unpickling, the pickle's opcodes are scanned (a
+bounded number) and a container referenced twice (a shared or recursive structure: a few KB
+can describe a list whose walk, or a tuple whose hash, never ends) is refused; the labels
+must then be a flat list of at most one batch of integers (or a 1-D integer array).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
+import pickletools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -31,6 +38,9 @@ MAX_RECORDS_PER_FILE = 60_000
 MAX_ARRAY_BYTES = MAX_RECORDS_PER_FILE * _IMAGE_BYTES
 # Pickled batches carry the images plus labels, file names and pickle framing.
 MAX_PICKLE_BYTES = MAX_ARRAY_BYTES + (32 << 20)
+# Opcodes in one pickled batch: the official ones hold a few per label and file name (about
+# 300,000 for CIFAR-100's training file).
+MAX_PICKLE_OPCODES = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -172,10 +182,12 @@ def _read_binary(path: Path, layout: _Layout) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _read_python(path: Path, layout: _Layout) -> tuple[np.ndarray, np.ndarray]:
-    fd, _size = _open_data_file(path, MAX_PICKLE_BYTES)
+    fd, size = _open_data_file(path, MAX_PICKLE_BYTES)
     try:
         with os.fdopen(fd, "rb") as handle:
-            batch = _ArrayOnlyUnpickler(handle).load()
+            raw = handle.read(size)
+        _refuse_shared_containers(raw)
+        batch = _ArrayOnlyUnpickler(io.BytesIO(raw)).load()
     except WorkloadError as exc:
         raise WorkloadError(f"refusing to load '{path}': {exc}") from None
     except Exception as exc:  # any unpickling failure means the file is unusable
@@ -193,14 +205,103 @@ def _read_python(path: Path, layout: _Layout) -> tuple[np.ndarray, np.ndarray]:
             f"(N, {_IMAGE_BYTES})"
         )
     images = np.ascontiguousarray(data).reshape(-1, *_IMAGE_SHAPE)
-    try:
-        labels = np.asarray(_get(batch, layout.label_key, path), dtype=np.int64).reshape(-1)
-    except (TypeError, ValueError) as exc:
-        raise WorkloadError(f"'{path}' is corrupt: bad '{layout.label_key}': {exc}") from exc
+    labels = _flat_labels(_get(batch, layout.label_key, path), path, layout.label_key)
     if len(labels) != len(images):
         raise WorkloadError(f"'{path}' is corrupt: {len(images)} images but {len(labels)} labels")
     _check_labels(path, labels, layout.num_classes)
     return images, labels
+
+
+def _flat_labels(value: Any, path: Path, key: str) -> np.ndarray:
+    """The labels as int64 (N,): a flat list or tuple of at most one batch of integers, or a
+    1-D integer array; anything nested is refused before it is walked."""
+    bad = f"'{path}' is corrupt: bad '{key}'"
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1 or value.dtype.kind not in "iu" or value.size > MAX_RECORDS_PER_FILE:
+            raise WorkloadError(
+                f"{bad}: a {value.dtype} array of shape {value.shape}; "
+                f"it must be 1-D integers, at most {MAX_RECORDS_PER_FILE}"
+            )
+        return value.astype(np.int64)
+    if not isinstance(value, (list, tuple)) or len(value) > MAX_RECORDS_PER_FILE:
+        raise WorkloadError(f"{bad}: it must be a list of at most {MAX_RECORDS_PER_FILE} integers")
+    if not all(type(v) is int for v in value):
+        raise WorkloadError(f"{bad}: it must be a flat list of integers")
+    try:
+        return np.asarray(value, dtype=np.int64).reshape(-1)
+    except OverflowError:
+        raise WorkloadError(f"{bad}: a label is out of range") from None
+
+
+_CONTAINER_OPS = frozenset(
+    {
+        "EMPTY_LIST",
+        "LIST",
+        "EMPTY_DICT",
+        "DICT",
+        "EMPTY_SET",
+        "FROZENSET",
+        "TUPLE",
+        "TUPLE1",
+        "TUPLE2",
+        "TUPLE3",
+        "EMPTY_TUPLE",
+    }
+)
+_PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"})
+_GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
+# Opcodes that leave the object below their arguments on the stack (filled, not replaced).
+_FILL_OPS = frozenset({"APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS", "BUILD"})
+
+
+def _refuse_shared_containers(raw: bytes) -> None:
+    """Scan the pickle's opcodes (at most MAX_PICKLE_OPCODES), following which stack entries
+    are containers, and refuse a container fetched again from the memo: no CIFAR batch shares
+    a list, tuple, set or dict, and a shared or recursive one lets a tiny file describe a
+    structure that is never walked (or hashed) to its end."""
+    stack: list[bool] = []  # True: a container
+    marks: list[int] = []
+    memo: dict[int, bool] = {}
+    # A malformed opcode stream raises here (IndexError, ValueError) as the unpickler would:
+    # the caller says "truncated or corrupt".
+    for count, (opcode, arg, _pos) in enumerate(pickletools.genops(raw)):
+        if count >= MAX_PICKLE_OPCODES:
+            raise WorkloadError(
+                f"it holds more than {MAX_PICKLE_OPCODES:,} pickle opcodes; a CIFAR batch "
+                "holds a few per image"
+            )
+        name = opcode.name
+        if name in _PUT_OPS:
+            memo[len(memo) if name == "MEMOIZE" else _memo_index(arg)] = stack[-1]
+            continue
+        if name in _GET_OPS:
+            if memo[_memo_index(arg)]:
+                raise WorkloadError(
+                    "it references one list, tuple, set or dict more than once (a shared "
+                    "or recursive structure), which no CIFAR batch holds"
+                )
+            stack.append(False)
+            continue
+        if name == "MARK":
+            marks.append(len(stack))
+            continue
+        before = opcode.stack_before
+        if pickletools.markobject in before:
+            del stack[marks.pop() :]
+            before = before[: before.index(pickletools.markobject)]
+        popped = stack[len(stack) - len(before) :] if before else []
+        if len(popped) != len(before):
+            raise ValueError(f"stack underflow at {name}")
+        del stack[len(stack) - len(before) :]
+        for _ in opcode.stack_after:
+            stack.append(name in _CONTAINER_OPS or (name in _FILL_OPS and popped[0]))
+
+
+def _memo_index(arg: Any) -> int:
+    """A PUT's or GET's memo index (an int, or digits for the text opcodes)."""
+    if arg is None:
+        raise ValueError("a memo opcode without its index")
+    return int(arg)
 
 
 def _get(batch: dict[Any, Any], key: str, path: Path) -> Any:

@@ -61,7 +61,7 @@ class ScriptedTrainer:
                 raise RuntimeError("worker 1 died")
             # A run directory as train() leaves it.
             out = Path(config.out)
-            out.mkdir(parents=True)
+            out.mkdir(parents=True, exist_ok=True)
             (out / names.CONFIG).write_text("{}")
             summary = sample_summary(
                 final_accuracy=accuracy_of(key),
@@ -92,6 +92,10 @@ def search(tmp_path: Path, trainer, **options):
         registry.close()
 
 
+def job_dir(tmp_path: Path, job: TrainConfig = JOB) -> Path:
+    return tmp_path / "search" / fingerprint(job)[:12]
+
+
 def expected_decision(**spec):
     values = dict(repeats=2, resolution=1 / 32)
     values.update(spec)
@@ -117,8 +121,9 @@ def test_search_stores_every_trial_and_the_decision_and_writes_the_report(tmp_pa
     # Time saved: the chosen fraction's mean wall time against BSP's.
     saved = result.time_saved
     assert (saved.bsp_wall_s, saved.chosen_wall_s) == (100.0, 30.0) and saved.comparable
-    # The report files.
-    directory = tmp_path / "search"
+    # The report files, in the job's own directory under the (shareable) search dir.
+    directory = tmp_path / "search" / fingerprint(JOB)[:12]
+    assert result.search_dir == directory
     with (directory / "trace.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == decision.trials_used and {r["source"] for r in rows} == {"run"}
@@ -162,7 +167,7 @@ def test_a_trial_finished_on_disk_but_not_stored_is_not_rerun(tmp_path) -> None:
         assert len(registry.trials(job)) == 2
     missed = TrialKey(0.25, 0)
     ScriptedTrainer().run(
-        replace(JOB, schedule="bsp:0.25,asp", out=str(trial_dir(tmp_path / "search", missed))),
+        replace(JOB, schedule="bsp:0.25,asp", out=str(trial_dir(job_dir(tmp_path), missed))),
         {"kind": "search", "fingerprint": fingerprint(JOB), "fraction": 0.25, "seed": 0},
         threading.Event(),
     )
@@ -196,7 +201,7 @@ def test_parallel_trials_run_together_and_their_times_are_flagged(tmp_path) -> N
     assert result.slots == 4 and trainer.max_running > 1
     assert result.decision == expected_decision()  # the same path, just faster
     assert not result.time_saved.comparable
-    assert "not comparable" in (tmp_path / "search" / "trace.md").read_text()
+    assert "not comparable" in (job_dir(tmp_path) / "trace.md").read_text()
     assert max(r.concurrent for r in result.trace) > 1
 
 

@@ -35,7 +35,8 @@ JOB = TrainConfig(workers=2, epochs=2.0, mnist1d_samples=1000, eval_every=0.5)
 
 def test_search_then_auto_reuses_the_decision(ray_session, tmp_path: Path, capsys) -> None:
     registry = tmp_path / "registry.db"
-    search_dir = tmp_path / "search"
+    shared = tmp_path / "search"
+    search_dir = shared / fingerprint(JOB)[:12]  # the job's own directory under --search-dir
     search_args = [
         "search",
         *JOB_ARGS,
@@ -52,7 +53,7 @@ def test_search_then_auto_reuses_the_decision(ray_session, tmp_path: Path, capsy
         "--registry",
         str(registry),
         "--search-dir",
-        str(search_dir),
+        str(shared),
         "--no-progress",
     ]
     assert main(search_args) == 0

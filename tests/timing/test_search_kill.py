@@ -80,7 +80,7 @@ def test_a_killed_search_resumes_without_rerunning_finished_trials(tmp_path: Pat
         search_command(registry, search_dir), capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    with (search_dir / "trace.csv").open() as handle:
+    with (search_dir / fingerprint(JOB)[:12] / "trace.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     trained_again = {
         (float(r["fraction"]), int(r["seed"])) for r in rows if r["source"] != "registry"

@@ -23,7 +23,9 @@ The server reads every connection without blocking on one thread that owns the r
 (`selectors`), holds an emulated gradient until its step ends, and calls the handler; any
 thread may answer with `send`. A wrong token, a length over the shard's size or values that
 are not whole float32 close the connection before anything is allocated for it, and are
-counted. A worker waits for its replies in slices of `PROBE_S`; between slices (and when a
+counted. A connection that does not send the token within 3 s is closed, at most 64 wait
+for it at once, and no accept or recv error (descriptors exhausted included) ends the run
+(server.py). A worker waits for its replies in slices of `PROBE_S`; between slices (and when a
 connection closes) it asks its `probe` (a Ray call) whether the servers are alive, so a dead
 server ends the worker's run as a failed Ray call did before.
 

@@ -1,10 +1,19 @@
 """The server's end of the data plane: a listening socket and one thread that reads every
 worker connection without blocking, holds emulated gradients until their step ends, and hands
-each request to the shard; any thread may answer."""
+each request to the shard; any thread may answer.
+
+Hostile clients (anyone on the machine can connect; only Ray's processes hold the token):
+a connection that has not sent the token within `TOKEN_DEADLINE_S` is closed, at most
+`MAX_PENDING` such connections are kept (a new one closes the oldest), and no error of
+`accept` or `recv` ends the reading thread: each is counted by reason, and when the process
+runs out of descriptors (EMFILE, ENFILE) or kernel memory the oldest unauthenticated
+connection is closed and accepting pauses, backing off, while admitted workers are served.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import heapq
 import itertools
 import os
@@ -12,9 +21,11 @@ import secrets
 import select
 import selectors
 import socket
+import sys
 import threading
 import time
 import traceback
+from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
@@ -34,6 +45,15 @@ from syncswitch.runtime.dataplane.wire import (
 
 _EXACT_WAIT_S = 0.002  # held gradients due sooner than this are waited for by a sleep
 _SEND_TIMEOUT_S = 10.0  # a reply the worker's connection does not take by then is dropped
+TOKEN_DEADLINE_S = 3.0  # a worker sends its token right after connecting; others are closed
+MAX_PENDING = 64  # connections waiting for their token at once; a new one closes the oldest
+# Accepted per round of the loop, at most: fewer than MAX_PENDING, so a worker's connection
+# accepted in one round has its token read in the next before newer ones can push it out.
+_ACCEPTS_PER_ROUND = 32
+_BACKOFF_MIN_S, _BACKOFF_MAX_S = 0.05, 1.0  # accepting paused after a resource error
+_LOG_EVERY_S = 10.0  # a repeated accept error is written to the actor's log this often
+# Errors of accept() about one connection that went away before it was taken: try the next.
+_CONNECTION_GONE = {errno.ECONNABORTED, errno.EPROTO, errno.ECONNRESET}
 
 
 def _listening_socket(host: str) -> socket.socket:
@@ -127,6 +147,11 @@ class ServerEndpoint:
         bound_host, port = self._listener.getsockname()[:2]
         self.address = f"[{bound_host}]:{port}" if ":" in bound_host else f"{bound_host}:{port}"
         self._connections: dict[int, _Connection] = {}
+        # Connections that have not sent the token yet -> when they are closed (monotonic).
+        self._pending: OrderedDict[int, float] = OrderedDict()
+        self._paused_until: float | None = None  # accepting paused (resource exhaustion)
+        self._backoff_s = _BACKOFF_MIN_S
+        self._logged_at = -_LOG_EVERY_S
         self._idents = itertools.count()
         self._send_lock = threading.Lock()
         self._held: list[tuple[float, int, int, Request]] = []  # emulated, until ready_at
@@ -199,29 +224,138 @@ class ServerEndpoint:
 
     def _loop(self) -> None:
         while not self._stopping:
-            timeout = None
-            if self._held:
-                # Woken a little early, _deliver_due sleeps the rest exactly (epoll's timeout
-                # has 1 ms steps, and every step here waits for its reply).
-                timeout = max(0.0, self._held[0][0] - self._clock() - _EXACT_WAIT_S / 2)
-            for key, _ in self._selector.select(timeout):
+            ready = self._selector.select(self._timeout())
+            # Connections first: a worker's token is read before new accepts could push its
+            # connection out of the bounded pending set.
+            accept = False
+            for key, _ in ready:
                 if key.fileobj is self._listener:
-                    self._accept()
-                elif isinstance(key.data, _Connection):
+                    accept = True
+                elif isinstance(key.data, _Connection) and key.data.ident in self._connections:
                     self._read(key.data)
+            if accept:
+                self._accept()
+            self._expire_pending()
+            self._resume_accepting()
             self._deliver_due()
 
+    def _timeout(self) -> float | None:
+        """How long the selector may wait: until the next held gradient, pending deadline or
+        the end of an accept pause (None: until something happens)."""
+        waits: list[float] = []
+        if self._held:
+            # Woken a little early, _deliver_due sleeps the rest exactly (epoll's timeout
+            # has 1 ms steps, and every step here waits for its reply).
+            waits.append(self._held[0][0] - self._clock() - _EXACT_WAIT_S / 2)
+        now = time.monotonic()
+        if self._pending:
+            waits.append(next(iter(self._pending.values())) - now)
+        if self._paused_until is not None:
+            waits.append(self._paused_until - now)
+        return max(0.0, min(waits)) if waits else None
+
     def _accept(self) -> None:
-        while True:
+        for _ in range(_ACCEPTS_PER_ROUND):
             try:
                 sock, _ = self._listener.accept()
-            except BlockingIOError:
+            except (BlockingIOError, InterruptedError):
                 return
+            except OSError as error:
+                if error.errno in _CONNECTION_GONE:
+                    self._reject(f"accept failed: {_errno_name(error)}")
+                    continue
+                if self._accept_failed(error):
+                    continue
+                return
+            self._backoff_s = _BACKOFF_MIN_S
+            self._admit_socket(sock)
+
+    def _admit_socket(self, sock: socket.socket) -> None:
+        """Track a new connection as pending until its token arrives."""
+        try:
             sock.setblocking(False)
             no_delay(sock)
-            connection = _Connection(sock, next(self._idents))
-            self._connections[connection.ident] = connection
+        except OSError as error:  # reset before it was set up
+            sock.close()
+            self._reject(f"accept failed: {_errno_name(error)}")
+            return
+        if len(self._pending) >= MAX_PENDING:
+            self._close_oldest_pending("too many connections without a token")
+        connection = _Connection(sock, next(self._idents))
+        try:
             self._selector.register(sock, selectors.EVENT_READ, connection)
+        except (OSError, ValueError) as error:
+            sock.close()
+            self._reject(f"accept failed: {_errno_name(error)}")
+            return
+        self._connections[connection.ident] = connection
+        self._pending[connection.ident] = time.monotonic() + TOKEN_DEADLINE_S
+
+    def _accept_failed(self, error: OSError) -> bool:
+        """Out of descriptors (EMFILE, ENFILE): close the oldest unauthenticated connection,
+        if there is one, and try again (True). Otherwise (nothing to free, out of memory, or
+        anything else accept should not say): pause accepting for a while, backing off, and
+        serve the admitted workers meanwhile (False)."""
+        reason = f"accept failed: {_errno_name(error)}"
+        self._reject(reason)
+        retry = error.errno in (errno.EMFILE, errno.ENFILE) and bool(self._pending)
+        if retry:
+            self._close_oldest_pending("closed to free a descriptor")
+        else:
+            pause_s = self._backoff_s
+            self._backoff_s = min(2 * self._backoff_s, _BACKOFF_MAX_S)
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(self._listener)
+            self._paused_until = time.monotonic() + pause_s
+        now = time.monotonic()
+        if now - self._logged_at >= _LOG_EVERY_S:
+            self._logged_at = now
+            # To the actor's log (RUN_DIR/ray.log): the run goes on, but something may be
+            # flooding this port.
+            print(
+                f"syncswitch data plane: {reason} ({self.rejected[reason]} so far); "
+                f"{'an unauthenticated connection closed' if retry else 'accepting paused'}; "
+                "admitted workers are served meanwhile",
+                file=sys.stderr,
+                flush=True,
+            )
+        return retry
+
+    def _resume_accepting(self) -> None:
+        if self._paused_until is None or time.monotonic() < self._paused_until:
+            return
+        self._paused_until = None
+        self._selector.register(self._listener, selectors.EVENT_READ)
+
+    def _expire_pending(self) -> None:
+        now = time.monotonic()
+        while self._pending:
+            ident, deadline = next(iter(self._pending.items()))
+            if deadline > now:
+                return
+            self._close_pending(ident, "no token in time")
+
+    def _close_oldest_pending(self, reason: str) -> None:
+        while self._pending:
+            ident = next(iter(self._pending))
+            connection = self._connections.get(ident)
+            if connection is None:
+                self._pending.pop(ident)
+                continue
+            # A worker's token may be waiting unread: it is admitted then, not closed.
+            self._read(connection)
+            if ident not in self._connections:
+                return  # it closed: a descriptor is free
+            if ident in self._pending:
+                self._close_pending(ident, reason)
+                return
+
+    def _close_pending(self, ident: int, reason: str) -> None:
+        self._pending.pop(ident, None)
+        connection = self._connections.get(ident)
+        if connection is not None:
+            self._reject(reason)
+            self._drop(connection)
 
     def _read(self, connection: _Connection) -> None:
         try:
@@ -233,6 +367,8 @@ class ServerEndpoint:
         except (EOFError, OSError):
             self._drop(connection)
             return
+        if connection.admitted:
+            self._pending.pop(connection.ident, None)
         for request in requests:
             if request.ready_at is not None and request.ready_at > self._clock():
                 heapq.heappush(
@@ -243,6 +379,7 @@ class ServerEndpoint:
 
     def _drop(self, connection: _Connection) -> None:
         self._connections.pop(connection.ident, None)
+        self._pending.pop(connection.ident, None)
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(connection.sock)
         connection.sock.close()
@@ -260,3 +397,8 @@ class ServerEndpoint:
                 time.sleep(wait_s)
             _, _, ident, request = heapq.heappop(held)
             self._handle(ident, request)
+
+
+def _errno_name(error: BaseException) -> str:
+    number = getattr(error, "errno", None)
+    return errno.errorcode.get(number, type(error).__name__) if number else type(error).__name__
