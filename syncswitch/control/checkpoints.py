@@ -25,10 +25,13 @@ class CheckpointKeeper:
         *,
         every_s: float,
         clock: Callable[[], float],
+        total_samples: int | None = None,
     ) -> None:
         """`record` is the controller's RunRecord, checkpointed with the servers so that a
-        resumed run knows what this one had learnt."""
+        resumed run knows what this one had learnt; `total_samples`, the workload, so that it
+        can tell when it is resumed under another."""
         self.writer = writer
+        self.total_samples = total_samples
         self.store = CheckpointStore(writer.dir / CHECKPOINT_DIR)
         self.record = record
         self.every_s = every_s
@@ -55,7 +58,9 @@ class CheckpointKeeper:
         first = shard_snapshots[0]
         record = self.record
         kept = replace(record, metrics=[m for m in record.metrics if m["samples"] <= first.samples])
-        checkpoint = RunCheckpoint(tuple(s.state for s in shard_snapshots), kept)
+        checkpoint = RunCheckpoint(
+            tuple(s.state for s in shard_snapshots), kept, self.total_samples
+        )
         info = self.store.save(
             checkpoint.to_plain(),
             samples=first.samples,

@@ -101,7 +101,11 @@ class RunController:
             ]
         self.evaluations = EvaluationAssembly()
         self.checkpoints = CheckpointKeeper(
-            writer, self.record, every_s=plan.reliability.checkpoint_every_s, clock=clock
+            writer,
+            self.record,
+            every_s=plan.reliability.checkpoint_every_s,
+            clock=clock,
+            total_samples=plan.total_samples,
         )
         self.health = HealthChecks(plan, writer, self.record)
         self.divergence = DivergenceWatch(plan, self.record, self.checkpoints, self._log_decision)

@@ -4,7 +4,9 @@ A checkpoint is every server shard's `SynchronizerState` and the controller's `R
 plain form (a dict of tensors and plain data, written with torch.save and read with
 weights_only=True by core/checkpoint.py) carries a format version:
 
-- version 2 (this code writes it): {"format_version": 2, "servers": [...], "controller": {...}}
+- version 2 (this code writes it): {"format_version": 2, "servers": [...], "controller": {...},
+  "total_samples": N} (the workload it was taken in, so a resume under a changed workload is
+  refused; absent in the first version-2 checkpoints)
 - version 1: the same without "format_version" (checkpoints written before it was versioned);
   read as it is, since its fields are the same.
 
@@ -29,6 +31,7 @@ _READABLE = (1, 2)
 class RunCheckpoint:
     servers: tuple[SynchronizerState, ...]  # one per server shard, in shard order
     record: RunRecord
+    total_samples: int | None = None  # the run's whole workload; None in older checkpoints
 
     @property
     def samples(self) -> int:
@@ -40,11 +43,14 @@ class RunCheckpoint:
         return self.servers[0].time_s
 
     def to_plain(self) -> dict[str, Any]:
-        return {
+        plain: dict[str, Any] = {
             "format_version": STATE_VERSION,
             "servers": [state.to_plain() for state in self.servers],
             "controller": self.record.to_state(),
         }
+        if self.total_samples is not None:
+            plain["total_samples"] = self.total_samples
+        return plain
 
     @classmethod
     def from_plain(cls, plain: Any) -> RunCheckpoint:
@@ -75,7 +81,10 @@ class RunCheckpoint:
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             detail = f"missing {error}" if isinstance(error, KeyError) else str(error)
             raise StateFormatError(f"controller record: {detail}") from None
-        return cls(tuple(states), run_record)
+        total = plain.get("total_samples")
+        if total is not None and (type(total) is not int or total < 1):
+            raise StateFormatError(f"total_samples {total!r} is not a positive integer")
+        return cls(tuple(states), run_record, total)
 
 
 def run_checkpoint(loaded: LoadedCheckpoint) -> RunCheckpoint:

@@ -279,16 +279,23 @@ def refuse_finished_run(run_dir: Path) -> None:
 
 
 def refuse_changed_workload(run_dir: Path, checkpoint: LoadedCheckpoint, total: int) -> None:
-    """A checkpoint taken at or past the whole workload config.json now describes means the
-    workload was changed (e.g. `epochs` lowered): resuming would report "complete" at some
-    multiple of it."""
-    samples = checkpoint.contents.samples if checkpoint.contents is not None else None
-    if isinstance(samples, int) and samples >= total:
-        raise ConfigError(
-            f"cannot resume {str(run_dir)!r}: its checkpoint was taken after {samples} samples, "
-            f"but {names.CONFIG} now describes a workload of {total} samples (epochs x training "
-            "samples); the config no longer matches the checkpoint"
-        )
+    """A checkpoint taken under another workload than config.json now describes (e.g.
+    `epochs` lowered or raised): resuming would report "complete" at some multiple or
+    fraction of it. Checkpoints say their workload; older ones are judged by their samples."""
+    contents = checkpoint.contents
+    recorded = getattr(contents, "total_samples", None)
+    samples = getattr(contents, "samples", None)
+    if isinstance(recorded, int) and recorded != total:
+        said = f"was taken in a workload of {recorded} samples"
+    elif isinstance(samples, int) and samples >= total:
+        said = f"was taken after {samples} samples"
+    else:
+        return
+    raise ConfigError(
+        f"cannot resume {str(run_dir)!r}: its checkpoint {said}, but {names.CONFIG} now "
+        f"describes a workload of {total} samples (epochs x training samples); the config no "
+        "longer matches the checkpoint"
+    )
 
 
 def load_resume_checkpoint(run_dir: Path, fits: ResumeCheck | None = None) -> LoadedCheckpoint:

@@ -24,11 +24,14 @@ def _rewrite_latest(run_dir, change) -> None:
 
 
 def test_new_checkpoints_carry_the_format_version_and_read_back_typed(tmp_path):
-    ScriptedRun(tmp_path, schedule="bsp:0.5,asp").run(stop_at=0.65)
+    run = ScriptedRun(tmp_path, schedule="bsp:0.5,asp")
+    run.run(stop_at=0.65)
     loaded = CheckpointStore(tmp_path / CHECKPOINT_DIR).load_latest()
     assert loaded.state["format_version"] == STATE_VERSION == 2
     checkpoint = RunCheckpoint.from_plain(loaded.state)
     assert len(checkpoint.servers) == 2 and checkpoint.samples == loaded.info.samples
+    # The workload it was taken in, so a resume under a changed one can be refused.
+    assert checkpoint.total_samples == run.controller.plan.total_samples
     assert checkpoint.to_plain().keys() == loaded.state.keys()
 
 
@@ -36,7 +39,8 @@ def test_a_checkpoint_in_the_unversioned_layout_resumes_exactly_as_a_new_one(tmp
     ScriptedRun(tmp_path / "new", schedule="bsp:0.5,asp").run(stop_at=0.65)
     shutil.copytree(tmp_path / "new", tmp_path / "old")
     _rewrite_latest(
-        tmp_path / "old", lambda s: {k: v for k, v in s.items() if k != "format_version"}
+        tmp_path / "old",
+        lambda s: {k: v for k, v in s.items() if k not in ("format_version", "total_samples")},
     )
     assert (
         "format_version"

@@ -137,3 +137,14 @@ def test_events_and_csvs_read_back_are_never_followed_or_blocked_on(tmp_path):
         load_run(run_dir)
     except RunDirError as error:
         assert "metrics.csv" in str(error)
+
+
+def test_a_changed_workload_is_refused_even_before_its_end(tmp_path, capsys):
+    # Taken half an epoch into a 10-epoch run; config.json now says 2 epochs. The checkpoint
+    # is not past the new end, but it names the workload it was taken in.
+    state = valid_state()
+    state["servers"][0]["samples"] = 80
+    state["total_samples"] = 10 * 160
+    run_dir = make_run_dir(tmp_path, [state], config={**SMALL_JOB, "epochs": 2.0})
+    err = resume(capsys, run_dir)
+    assert "workload of 1600 samples" in err and "no longer matches the checkpoint" in err
