@@ -35,6 +35,7 @@ from syncswitch.config.limits import (
     MAX_SPEED_FACTOR,
     MAX_STEP_TIME_MS,
     MAX_STRAGGLER_WINDOW,
+    MAX_SWITCH_THRESHOLD,
     MAX_TOTAL_SAMPLES,
     MAX_WORKER_RESTARTS,
     MAX_WORKERS,
@@ -59,6 +60,7 @@ from syncswitch.core.policies import OnlinePolicyKind
 from syncswitch.core.protocol import Protocol, Schedule, ScheduleError
 from syncswitch.core.scenarios import StragglerScenario, build_scenario
 from syncswitch.core.stragglers import DetectorConfig
+from syncswitch.core.switch_timing import RULE_NAMES
 from syncswitch.errors import ConfigError
 from syncswitch.loggers import LOGGERS
 from syncswitch.loggers import missing_packages as missing_logger_packages
@@ -95,7 +97,34 @@ class TrainConfig:
         "bsp:0.25,asp",
         "protocol phases PROTOCOL[:END],...: PROTOCOL is bsp, asp or ssp-S; END is the fraction "
         "of total training samples where the phase ends; the last phase runs to the end; "
-        "'auto': this job's stored switch point (from `syncswitch search`), else bsp:0.25,asp",
+        "'auto': this job's stored switch point (from `syncswitch search` or an online run), "
+        "else bsp:0.25,asp; END 'online' (bsp:online,asp; 'online' alone says that): the run "
+        "decides when to leave BSP, by --switch-rule, between --switch-floor and --switch-ceiling",
+    )
+    switch_rule: str = _opt(
+        "staleness",
+        "for an END 'online': staleness (leave BSP once the error staleness would add under ASP "
+        "falls below --switch-threshold times the gradient's sampling noise), noise-scale (once "
+        "the gradient noise scale exceeds --switch-threshold times the global batch) or plateau "
+        "(once the test loss improves by less than --switch-threshold, relative, per 0.1 of "
+        "training)",
+        choices=list(RULE_NAMES),
+    )
+    switch_threshold: float | None = _opt(
+        None,
+        "the switch rule's threshold (default: the rule's own, 0.35 staleness, 2 noise-scale, "
+        "0.05 plateau)",
+        range=Range(0, MAX_SWITCH_THRESHOLD, low_open=True),
+    )
+    switch_floor: float = _opt(
+        1 / 16,
+        "an online phase ends no earlier than this fraction of training",
+        range=Range(0, 1, high_open=True),
+    )
+    switch_ceiling: float = _opt(
+        7 / 8,
+        "an online phase ends by this fraction of training at the latest, whatever the signal",
+        range=Range(0, 1, low_open=True, high_open=True),
     )
     epochs: float = _opt(
         80.0,
@@ -325,8 +354,15 @@ class TrainConfig:
                 f"speed_factors has {len(self.speed_factors)} values but workers is "
                 f"{self.workers}: give one factor per worker"
             )
+        if self.switch_floor > self.switch_ceiling:
+            raise ConfigError(
+                f"switch_floor = {self.switch_floor:g} is above switch_ceiling = "
+                f"{self.switch_ceiling:g}: the online phase could never end in between"
+            )
         try:
             schedule = None if self.schedule_is_auto else Schedule.parse(self.schedule)
+            if schedule is not None:
+                schedule = schedule.with_online_ceiling(self.switch_ceiling)
             scenario = self._build_scenario(schedule)
             parsed = _Parsed(
                 schedule=schedule,

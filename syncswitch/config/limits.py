@@ -37,3 +37,4 @@ MAX_TEXT_CHARS = 4096  # any text option: schedule, paths, addresses
 MAX_GPUS_PER_ACTOR = 64.0  # more GPUs than any one machine holds
 # Config and list files are a few hundred bytes; a cap keeps a hostile one from filling memory.
 MAX_CONFIG_FILE_BYTES = 1 << 20
+MAX_SWITCH_THRESHOLD = 1e6

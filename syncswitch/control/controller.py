@@ -23,8 +23,9 @@ touches a process. Time comes from the injected clock.
 
 Beside it, each in its own module: `EvaluationAssembly` (weight slices -> evaluations ->
 metrics in training order), `CheckpointKeeper` (snapshots -> checkpoints, timed ones),
-`HealthChecks` (dead, hung and quarantined workers), `DivergenceWatch` (losses -> rollback)
-and `OnlinePolicy` (step times -> exclude, readmit, switch).
+`HealthChecks` (dead, hung and quarantined workers), `DivergenceWatch` (losses -> rollback),
+`OnlinePolicy` (step times -> exclude, readmit, switch) and `OnlineTiming` (the shards'
+gradient statistics or the test losses -> when an online phase ends).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.control.stragglers import OnlinePolicy
 from syncswitch.control.summary import build_summary
+from syncswitch.control.timing import OnlineTiming
 from syncswitch.core.checkpoint import CheckpointError, LoadedCheckpoint
 from syncswitch.core.records import Decision, EvalPoint, Snapshot, WorkerStats
 from syncswitch.files import write_atomic
@@ -100,6 +102,17 @@ class RunController:
         self.health = HealthChecks(plan, writer, self.record)
         self.divergence = DivergenceWatch(plan, self.record, self.checkpoints, self._log_decision)
         self.online = OnlinePolicy(plan, self.record, writer, self._log_decision)
+        self.timing = (
+            OnlineTiming(
+                plan.timing,
+                self.record.timing,
+                writer,
+                plan.schedule.phases[plan.schedule.online_index + 1].spec,
+                self._log_decision,
+            )
+            if plan.timing is not None and plan.schedule.online_index is not None
+            else None
+        )
         self.setup_s = 0.0
         self._workload_done = False  # some shard has applied the whole workload
         self.placement: dict[str, Any] | None = None  # the runtime's word on where actors run
@@ -135,6 +148,8 @@ class RunController:
         self._record(first)
         decisions += self.evaluations.add(reports, self.record.take_train_loss)
         decisions += self.online.react(first)
+        if self.timing is not None and self.phase is RunPhase.TRAINING:
+            decisions += self.timing.react(reports, self.state)
         # The guard reads the losses before this drain's snapshots are written: a snapshot
         # taken after the loss went bad must not push the last good checkpoint out of the
         # store (it keeps two) before the rollback can load it.
@@ -159,6 +174,8 @@ class RunController:
         before = self.phase
         for evaluated in self.evaluations.result(point, accuracy, loss):
             row = evaluated.metric_row()
+            if self.timing is not None:
+                self.timing.add_loss(float(row["fraction"]), float(row["test_loss"]))
             self.record.metrics.append(row)
             self.writer.metric(row)
             self.writer.summary(self.summary([], status="running"))

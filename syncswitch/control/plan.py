@@ -18,6 +18,7 @@ from syncswitch.core.faults import FaultPlan
 from syncswitch.core.hyperparams import MomentumPolicy
 from syncswitch.core.online import OnlineConfig
 from syncswitch.core.protocol import Protocol, Schedule
+from syncswitch.core.switch_timing import Rule, ShareBounds, make_rule, rule_threshold, uses_losses
 from syncswitch.core.synchronizer import SyncConfig
 
 
@@ -28,6 +29,49 @@ class ReliabilityConfig:
     max_worker_restarts: int
     divergence_guard: bool
     rollback: RollbackConfig
+
+
+# The estimator's half-life, as a fraction of the run's BSP rounds, and how often the rule is
+# asked (docs/online-timing.md: the settings the rule was tuned with).
+HALF_LIFE_FRACTION = 0.02
+# Coordinates of each shard's slice the statistics are measured on (0: all; see
+# docs/performance.md for what measuring costs).
+STATS_COORDINATES = 0
+CHECK_EVERY = 0.005
+
+
+@dataclass(frozen=True)
+class TimingPlan:
+    """How the run decides when its online phase ends (control/timing.py)."""
+
+    rule: Rule
+    bounds: ShareBounds  # the floor (at least the phase's start) and the ceiling
+    workers: int  # the run's workers: the staleness an ASP gradient would carry (n - 1)
+    half_life_rounds: float  # the estimator's smoothing, in measured BSP rounds
+    check_every: float = CHECK_EVERY  # a point of history each time progress crosses this
+
+    @classmethod
+    def of(cls, config: TrainConfig, schedule: Schedule, total_samples: int) -> TimingPlan:
+        start, ceiling = schedule.online_window()
+        rounds = total_samples / (config.workers * config.batch_size)
+        return cls(
+            rule=make_rule(config.switch_rule, config.switch_threshold),
+            bounds=ShareBounds(
+                floor=min(max(config.switch_floor, start), ceiling), ceiling=ceiling
+            ),
+            workers=config.workers,
+            half_life_rounds=max(HALF_LIFE_FRACTION * rounds, 1.0),
+        )
+
+    def describe(self) -> dict:
+        return {
+            "rule": self.rule.name,
+            "threshold": rule_threshold(self.rule),
+            "floor": self.bounds.floor,
+            "ceiling": self.bounds.ceiling,
+            "half_life_rounds": round(self.half_life_rounds, 3),
+            "check_every": self.check_every,
+        }
 
 
 @dataclass(frozen=True)
@@ -42,6 +86,7 @@ class RunPlan:
     reliability: ReliabilityConfig
     runtime: str = "ray"  # "ray": measured (or emulated) wall time; "sim": a simulated clock
     cluster: ClusterModel | None = None  # the simulator's cluster model (None on Ray)
+    timing: TimingPlan | None = None  # how an online phase's end is decided; None: no such phase
 
     @classmethod
     def resolve(cls, config: TrainConfig, train_samples: int) -> RunPlan:
@@ -61,6 +106,11 @@ class RunPlan:
                 jitter_sigma=compute.jitter_sigma,
                 speed_factors=compute.speed_factors,
             )
+        timing = (
+            TimingPlan.of(config, schedule, total_samples)
+            if schedule.online_index is not None
+            else None
+        )
         return cls(
             job=config,
             total_samples=total_samples,
@@ -77,6 +127,12 @@ class RunPlan:
                 eval_every=config.eval_every,
                 count_bsp_by_work=config.greedy_return,
                 checkpoint_every=config.checkpoint_every,
+                # Shards measure gradient statistics only for a rule that reads them.
+                stats_coordinates=(
+                    STATS_COORDINATES
+                    if timing is not None and not uses_losses(timing.rule)
+                    else None
+                ),
             ),
             emulation=emulation,
             faults=config.fault_plan(),
@@ -90,6 +146,7 @@ class RunPlan:
             ),
             runtime=config.runtime,
             cluster=cluster,
+            timing=timing,
         )
 
     @property

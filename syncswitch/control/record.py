@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from syncswitch.control.timing import TimingHistory
 from syncswitch.core.records import Decision, SwitchEvent
 
 
@@ -47,6 +48,8 @@ class RunRecord:
     guard_initial_level: float | None = None
     # Training losses since the last evaluation point (the mean goes into metrics.csv).
     losses_since_eval: list[float] = field(default_factory=list)
+    # Online timing's estimator, signal history and decision (a resumed run continues them).
+    timing: TimingHistory = field(default_factory=TimingHistory)
 
     def add_update(self, protocol: str, staleness: int, loss: float) -> None:
         self.staleness.setdefault(protocol, StalenessStats()).add(staleness)
@@ -71,6 +74,7 @@ class RunRecord:
             },
             "rollbacks": self.rollbacks,
             "guard_initial_level": self.guard_initial_level,
+            "timing": self.timing.to_state(),
         }
 
     @classmethod
@@ -88,6 +92,9 @@ class RunRecord:
             },
             rollbacks=int(state["rollbacks"]),
             guard_initial_level=state.get("guard_initial_level"),
+            timing=(  # absent in checkpoints of runs before online timing
+                TimingHistory.from_state(state["timing"]) if "timing" in state else TimingHistory()
+            ),
         )
 
     # -- reading ---------------------------------------------------------------------------------

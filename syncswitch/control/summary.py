@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,8 @@ from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardState
 from syncswitch.core.records import WorkerStats
-from syncswitch.rundir import GradientCounts, Reliability, Summary, Switch
+from syncswitch.core.switch_timing import TIMING_POLICY
+from syncswitch.rundir import GradientCounts, OnlineTimingSummary, Reliability, Summary, Switch
 
 
 def build_summary(
@@ -61,6 +63,7 @@ def build_summary(
         emulation=plan.timing_label(),
         cluster=plan.cluster.describe() if plan.cluster is not None else None,
         online=_online_summary(plan, record, state),
+        online_timing=_timing_summary(plan, record),
         reliability=Reliability(
             checkpoints=record.checkpoints,
             failures=record.failures,
@@ -69,11 +72,46 @@ def build_summary(
             lr_scale=state.lr_scale,
             guard_initial_loss=record.guard_initial_level,
             # Quarantines, rollbacks: every decision but the online policy's.
-            decisions=[d.to_record() for d in record.decisions if d.policy != policy],
+            decisions=[
+                d.to_record() for d in record.decisions if d.policy not in (policy, TIMING_POLICY)
+            ],
             faults_injected=plan.faults.describe(),
         ),
         placement=placement,  # where the actors ran (nodes, hosts, devices), as reported
         run_dir=str(run_dir),
+    )
+
+
+def _timing_summary(plan: RunPlan, record: RunRecord) -> OnlineTimingSummary | None:
+    timing = plan.timing
+    if timing is None:
+        return None
+    described = timing.describe()
+    history = record.timing
+    decision = history.decision
+    index = plan.schedule.online_index
+    assert index is not None
+    # The switch that ended the online phase (by the decision, or at the ceiling on its own).
+    switch = next((s for s in record.switches if s.reason.startswith(TIMING_POLICY)), None)
+    return OnlineTimingSummary(
+        rule=described["rule"],
+        threshold=described["threshold"],
+        floor=timing.bounds.floor,
+        ceiling=timing.bounds.ceiling,
+        switched=switch is not None,
+        at_fraction=switch.at_fraction if switch else None,
+        decided_at=round(decision.progress, 6) if decision else None,
+        at_samples=switch.at_samples if switch else None,
+        time_s=switch.time_s if switch else None,
+        to_protocol=switch.to_protocol if switch else None,
+        reason=decision.reason.value if decision else None,
+        describe=decision.describe() if decision else "",
+        values=(
+            {k: (v if math.isfinite(v) else None) for k, v in decision.values.items()}
+            if decision
+            else {}
+        ),
+        checks=history.checks,
     )
 
 

@@ -21,6 +21,7 @@ from syncswitch.core.policies import Action, OnlinePolicy, OnlinePolicyKind, Run
 from syncswitch.core.records import Decision, Gradient, Outcome, StepObservation
 from syncswitch.core.scenarios import StragglerEpisode, StragglerScenario
 from syncswitch.core.stragglers import DetectorConfig, EventKind, StragglerDetector, StragglerEvent
+from syncswitch.core.switch_timing import TIMING_POLICY
 from syncswitch.core.synchronizer import Synchronizer
 
 
@@ -187,6 +188,9 @@ def carry_out(sync: Synchronizer, decision: Decision) -> Outcome:
     action = decision.action
     if sync.done:
         return Outcome()
+    if action is Action.SWITCH and decision.policy == TIMING_POLICY:
+        # The online phase ends (its next phase's protocol, unless a rollback pinned one).
+        return sync.end_online_phase(reason=f"{TIMING_POLICY}: {decision.reason}")
     if action in (Action.SWITCH, Action.RETURN):
         assert decision.protocol is not None
         target = decision.protocol

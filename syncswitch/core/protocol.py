@@ -6,6 +6,11 @@ parallel). BSP = (n, 0) with a barrier, ASP = (1, unbounded), SSP = (1, s).
 
 Progress is always a fraction of the total training workload (samples), never a step count,
 because one BSP update and one ASP update consume different amounts of data.
+
+One BSP phase may end "online" (`bsp:online,asp`, or `online` alone for that): the run decides
+when, from signals it measures (control/timing.py). Its `end` is then the latest it may end
+(the share's ceiling, `with_online_ceiling`), which the shards enforce themselves; the run
+controller ends it earlier, on every shard alike, when its rule says so.
 """
 
 from __future__ import annotations
@@ -73,12 +78,19 @@ BSP = ProtocolSpec(Protocol.BSP)
 ASP = ProtocolSpec(Protocol.ASP)
 
 
+ONLINE = "online"  # a phase end decided at run time; alone, the schedule bsp:online,asp
+DEFAULT_ONLINE_CEILING = 7 / 8  # the latest an online phase ends unless configured
+
+
 @dataclass(frozen=True)
 class Phase:
-    """A protocol that runs until `end` (fraction of total samples); the last phase ends at 1."""
+    """A protocol that runs until `end` (fraction of total samples); the last phase ends at 1.
+
+    `online`: the run decides when the phase ends; `end` is the latest it may."""
 
     spec: ProtocolSpec
     end: float
+    online: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,13 +113,71 @@ class Schedule:
             if phase.end <= previous:
                 raise ScheduleError(f"phase ends must increase: {phase.end} comes after {previous}")
             previous = phase.end
+        self._validate_online()
+
+    def _validate_online(self) -> None:
+        online = [i for i, phase in enumerate(self.phases) if phase.online]
+        if len(online) > 1:
+            raise ScheduleError("only one phase may end 'online' (the run decides one switch)")
+        for index in online:
+            phase = self.phases[index]
+            if phase.spec.protocol is not Protocol.BSP:
+                raise ScheduleError(
+                    f"only a bsp phase may end 'online' (the run decides when to leave BSP), "
+                    f"not {phase.spec.name}"
+                )
+            following = self.phases[index + 1].spec
+            if not following.protocol.is_async:
+                raise ScheduleError(
+                    f"the phase after 'bsp:online' must be asp or ssp-S, not {following.name}"
+                )
+
+    @property
+    def online_index(self) -> int | None:
+        """The index of the phase whose end the run decides, or None."""
+        return next((i for i, phase in enumerate(self.phases) if phase.online), None)
+
+    def online_window(self) -> tuple[float, float]:
+        """(start, latest end) of the online phase; a schedule without one has none."""
+        index = self.online_index
+        if index is None:
+            raise ValueError(f"schedule {self} has no online phase")
+        start = self.phases[index - 1].end if index else 0.0
+        return start, self.phases[index].end
+
+    def with_online_ceiling(self, ceiling: float) -> Schedule:
+        """The online phase ends by `ceiling` at the latest (or by the next phase's end)."""
+        index = self.online_index
+        if index is None:
+            return self
+        phases = list(self.phases)
+        start, limit = (phases[index - 1].end if index else 0.0), phases[index + 1].end
+        if not start < ceiling < limit:
+            raise ScheduleError(
+                f"the online phase must end between its start {start:g} and the next phase's "
+                f"end {limit:g}, but its ceiling is {ceiling:g}: set --switch-ceiling in between"
+            )
+        end = ceiling
+        phases[index] = Phase(phases[index].spec, end, online=True)
+        return Schedule(tuple(phases))
 
     @classmethod
     def parse(cls, text: str) -> Schedule:
-        """Parse `PROTOCOL[:END],...`, e.g. 'bsp:0.25,asp' or 'bsp:0.1,asp:0.8,bsp'."""
+        """Parse `PROTOCOL[:END],...`, e.g. 'bsp:0.25,asp' or 'bsp:0.1,asp:0.8,bsp'; an END of
+        'online' is decided at run time ('bsp:online,asp'; 'online' alone says that)."""
+        if text.strip().lower() == ONLINE:
+            text = f"bsp:{ONLINE},asp"
         parts = [part.strip() for part in text.split(",")]
         if not text.strip() or any(not part for part in parts):
             raise ScheduleError(f"empty phase in schedule {text!r}; expected e.g. 'bsp:0.25,asp'")
+        ends = [part.partition(":")[2].strip().lower() for part in parts]
+        if ends.count(ONLINE) > 1:
+            raise ScheduleError("only one phase may end 'online' (the run decides one switch)")
+        if ends[-1] == ONLINE:
+            raise ScheduleError(
+                f"the last phase {parts[-1]!r} runs to the end; 'online' ends a phase that has "
+                "another after it (e.g. 'bsp:online,asp')"
+            )
         phases = []
         for index, part in enumerate(parts):
             last = index == len(parts) - 1
@@ -127,7 +197,7 @@ class Schedule:
                         f"phase {part!r} needs an end fraction (e.g. '{name}:0.25'); "
                         "only the last phase may omit it"
                     )
-                phases.append(Phase(spec, _parse_fraction(end_text, part)))
+                phases.append(_middle_phase(spec, end_text, part, parts[index + 1 :]))
         return cls(tuple(phases))
 
     @classmethod
@@ -148,8 +218,26 @@ class Schedule:
         return len(self.phases) - 1
 
     def __str__(self) -> str:
-        parts = [f"{p.spec.name}:{p.end:g}" for p in self.phases[:-1]]
+        ends = [ONLINE if p.online else format(p.end, "g") for p in self.phases[:-1]]
+        parts = [f"{p.spec.name}:{end}" for p, end in zip(self.phases, ends, strict=False)]
         return ",".join([*parts, self.phases[-1].spec.name])
+
+
+def _middle_phase(spec: ProtocolSpec, end_text: str, part: str, rest: list[str]) -> Phase:
+    """A phase that is not the last: its end is a fraction, or 'online' (then its latest end
+    is the default ceiling, or the next fixed end if that comes first, until the run's
+    configured ceiling replaces it)."""
+    if end_text.strip().lower() != ONLINE:
+        return Phase(spec, _parse_fraction(end_text, part))
+    latest = DEFAULT_ONLINE_CEILING
+    if len(rest) > 1:  # the phase after the online one has an end of its own
+        try:
+            next_end = float(rest[0].partition(":")[2])
+        except ValueError:
+            next_end = 1.0  # the next phase's own parse says what is wrong with it
+        if next_end > 0:
+            latest = min(latest, next_end - 1e-9)
+    return Phase(spec, latest, online=True)
 
 
 def _parse_fraction(text: str, part: str) -> float:

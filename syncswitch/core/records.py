@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from syncswitch.core.gradient_stats import RoundPartials
 from syncswitch.core.protocol import ProtocolSpec
 
 if TYPE_CHECKING:
@@ -136,6 +137,8 @@ class Outcome:
     evaluations: list[EvalPoint] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)  # e.g. a quarantine, with its reason
     snapshots: list[Snapshot] = field(default_factory=list)  # states to checkpoint
+    # Gradient statistics of BSP rounds over this shard's slice (an online phase only).
+    partials: list[RoundPartials] = field(default_factory=list)
     done: bool = False
 
     def merge(self, other: Outcome) -> None:

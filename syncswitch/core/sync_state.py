@@ -327,3 +327,6 @@ def _load_position(sync: Synchronizer, state: SynchronizerState) -> None:
     sync.lr_scale = state.lr_scale
     sync.momentum_policy = state.momentum_policy
     sync.pinned = state.pinned
+    if sync.stats is not None:
+        sync.stats.forget()  # the weights jumped: no drift across it
+    sync.partials = []

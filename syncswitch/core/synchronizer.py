@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
+from syncswitch.core.gradient_stats import RoundPartials, RoundStatsAccumulator
 from syncswitch.core.gradients import (
     DropReason,
     GradientLedger,
@@ -60,6 +61,7 @@ from syncswitch.core.records import (
     SwitchEvent,
     UpdateRecord,
 )
+from syncswitch.core.switch_timing import TIMING_POLICY
 from syncswitch.core.sync_state import take_snapshot
 from syncswitch.core.waitroom import WaitRoom
 
@@ -78,6 +80,9 @@ class SyncConfig:
     count_bsp_by_work: bool = False  # a BSP phase ends on its planned BSP samples, not progress
     checkpoint_every: float = 0.0  # snapshot each time progress crosses a multiple; 0 = off
     quarantine_after: int = 3  # consecutive bad gradients that quarantine a worker
+    # Coordinates of this slice the gradient statistics are measured on, while a phase whose
+    # end the run decides is in force (0: all; None: not measured; see gradient_stats.py).
+    stats_coordinates: int | None = None
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -127,6 +132,12 @@ class Synchronizer:
         # Version from which a re-admitted worker's gradients count again under BSP: one it
         # computed while excluded, on older weights, would be applied stale.
         self._admitted_from: dict[int, int] = {}
+        # Gradient statistics of each BSP round, while the schedule's online phase (whose end
+        # the run controller decides from them) is in force; None without one.
+        self.stats: RoundStatsAccumulator | None = None
+        if config.schedule.online_index is not None and config.stats_coordinates is not None:
+            self.stats = RoundStatsAccumulator(self._numel, coordinates=config.stats_coordinates)
+        self.partials: list[RoundPartials] = []  # measured since the last update's outcome
 
     # -- reading state ----------------------------------------------------------------------
 
@@ -252,6 +263,22 @@ class Synchronizer:
             self._admitted_from[worker] = self.version
         return Outcome()
 
+    def end_online_phase(self, reason: str) -> Outcome:
+        """The run controller decided the online phase ends now: go on to the next phase (a
+        protocol a divergence rollback pinned stays in force)."""
+        index = self.config.schedule.online_index
+        if index is None or self.phase_index != index or self.done:
+            return Outcome()  # ended already (its ceiling), or no such phase
+        return self._enter_phase(index + 1, reason)
+
+    def _enter_phase(self, index: int, reason: str) -> Outcome:
+        self.phase_index = index
+        self._phase_bsp_samples = 0
+        new_spec = self.pinned or self.config.schedule.phases[index].spec
+        if new_spec != self.spec:
+            return self.switch_to(new_spec, reason=reason)
+        return Outcome()
+
     def switch_to(self, spec: ProtocolSpec, reason: str) -> Outcome:
         """Put a new protocol in force now, in place, at the current version."""
         started = self._clock()
@@ -334,7 +361,8 @@ class Synchronizer:
             # order.
             gradients = sorted(gradients, key=lambda g: g.worker)
             total = sum(g.samples for g in gradients)
-            mean = torch.stack([g.values * (g.samples / total) for g in gradients]).sum(dim=0)
+            rows = torch.stack([g.values * (g.samples / total) for g in gradients])
+            mean = rows.sum(dim=0)
         lr = self.lr_scale * update_learning_rate(
             cfg.lr, cfg.lr_schedule, self.progress, len(gradients), cfg.workers
         )
@@ -348,6 +376,10 @@ class Synchronizer:
         self.samples_by_protocol[self.spec.protocol.value] += total
         if self.spec.protocol is Protocol.BSP:
             self._phase_bsp_samples += total
+        if len(gradients) > 1 and self.stats is not None and self._measuring:
+            self.partials.append(
+                self.stats.observe_rows(self.version, rows, [g.samples for g in gradients], mean)
+            )
         for g in gradients:
             self.ledger.record_applied(g.worker, g.sequence)
         now_s = self.now_s()
@@ -373,6 +405,8 @@ class Synchronizer:
     def _after_update(self) -> Outcome:
         outcome = Outcome()
         cfg = self.config
+        if self.partials:
+            outcome.partials, self.partials = self.partials, []
         while (
             self._next_eval_index * cfg.eval_every < 1.0 - 1e-9
             and self.progress >= self._next_eval_index * cfg.eval_every - 1e-12
@@ -384,11 +418,8 @@ class Synchronizer:
             return outcome
         index = scheduled_phase(cfg, self.phase_index, self.progress, self._phase_bsp_samples)
         if index != self.phase_index:
-            self.phase_index = index
-            self._phase_bsp_samples = 0
-            new_spec = self.pinned or cfg.schedule.phases[index].spec
-            if new_spec != self.spec:
-                outcome.merge(self.switch_to(new_spec, reason="schedule"))
+            left_online = cfg.schedule.phases[self.phase_index].online
+            outcome.merge(self._enter_phase(index, ONLINE_CEILING if left_online else "schedule"))
         label = self._snapshot_requested
         while (
             cfg.checkpoint_every > 0
@@ -430,6 +461,14 @@ class Synchronizer:
         outcome.released.extend(self.room.release_all())
         outcome.done = True
 
+    @property
+    def _measuring(self) -> bool:
+        """Whether this round's statistics are wanted: the online phase, under BSP."""
+        return (
+            self.phase_index == self.config.schedule.online_index
+            and self.spec.protocol is Protocol.BSP
+        )
+
     def _eval_point(self, fraction: float) -> EvalPoint:
         return EvalPoint(
             fraction=fraction,
@@ -444,6 +483,10 @@ class Synchronizer:
         return _drop_record(gradient, reason, self.now_s())
 
 
+# The reason a switch carries when an online phase reached its ceiling undecided.
+ONLINE_CEILING = f"{TIMING_POLICY}: the BSP share's ceiling reached"
+
+
 def scheduled_phase(config: SyncConfig, index: int, progress: float, phase_bsp_samples: int) -> int:
     """The schedule's phase after an update: `index` (the current one) or a later one, past
     every phase that has ended. A BSP phase counted by work ends when its planned samples have
@@ -452,7 +495,11 @@ def scheduled_phase(config: SyncConfig, index: int, progress: float, phase_bsp_s
     current = index
     while index < len(phases) - 1:
         phase = phases[index]
-        if config.count_bsp_by_work and phase.spec.protocol is Protocol.BSP:
+        if phase.online:
+            # Ended by the run controller (`end_online_phase`), or here at its ceiling: a
+            # detour through ASP does not postpone it.
+            finished = progress >= phase.end
+        elif config.count_bsp_by_work and phase.spec.protocol is Protocol.BSP:
             start = phases[index - 1].end if index else 0.0
             planned = (phase.end - start) * config.total_samples
             # A phase entered late (after an earlier detour) still gets its planned BSP work.

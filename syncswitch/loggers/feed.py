@@ -12,6 +12,8 @@ sent once per evaluation point, so a logger costs nothing per gradient on the wi
     gradients/applied, gradients/dropped[/<reason>]                   per evaluation interval
     switches/count (and a text note)                                  per switch
     stragglers/detected, stragglers/flagged (and a text note)         per detection, recovery
+    timing/signal, timing/threshold, timing/noise_trace, ...          per online-timing check
+    timing/switched_at (and a text note: where and why)               at the online switch
     final/accuracy, final/wall_time_s, ...; workers/<stat>/<w>        at the end
 
 Every series is against samples (the step) and wall time. A backend that fails is switched
@@ -151,8 +153,20 @@ class LoggerFeed:
         self._interval_step_s = defaultdict(lambda: [0.0, 0])
         return values
 
+    def timing_signal(self, row: dict[str, Any]) -> None:
+        """One check of an online phase's rule: its signal against its threshold."""
+        samples = int(row.get("samples") or self._samples)
+        names = ("signal", "threshold", "noise_trace", "grad_sq", "drift_sq", "noise_scale", "loss")
+        self._send({f"timing/{name}": row.get(name) for name in names}, samples, self._time_s)
+
     def event(self, kind: str, payload: dict[str, Any]) -> None:
-        if kind == "switch":
+        if kind == "online_timing":
+            samples = int(payload.get("samples", self._samples))
+            time_s = float(payload.get("time_s", self._time_s))
+            self._send({"timing/switched_at": payload.get("progress")}, samples, time_s)
+            text = f"online timing: {payload.get('describe', '')}"
+            self._call("text", "online_timing", text, samples, self._wall(time_s))
+        elif kind == "switch":
             self._switch(payload)
         elif kind in ("straggler_detected", "straggler_recovered"):
             self._straggler(kind, payload)

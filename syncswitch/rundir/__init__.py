@@ -46,6 +46,7 @@ from syncswitch.rundir.reader import (
 from syncswitch.rundir.summary import (
     SUMMARY_KEYS,
     GradientCounts,
+    OnlineTimingSummary,
     Reliability,
     Summary,
     Switch,
@@ -72,6 +73,7 @@ __all__ = [
     "Episode",
     "GradientCounts",
     "Metrics",
+    "OnlineTimingSummary",
     "Reliability",
     "RunData",
     "RunWriter",

@@ -18,6 +18,7 @@ CHECKPOINTS = "checkpoints"  # the checkpoint directory (syncswitch.core.checkpo
 ACTORS = "actors.json"  # which process is which and where it runs (Ray runtime)
 LIBRARY_LOG = "ray.log"  # Ray's and PyTorch's own output, unless --verbose
 TENSORBOARD = "tensorboard"  # --logger tensorboard's event files
+TIMING_SIGNALS = "timing_signals.csv"  # an online phase's signals at each check of its rule
 
 # What marks a directory as holding an earlier run (a new run must not write into it).
 RUN_MARKERS = (CONFIG, SUMMARY, CHECKPOINTS)
@@ -67,3 +68,19 @@ UPDATE_COLUMNS = (
     *TIMING_COLUMNS,
 )
 DROP_COLUMNS = ("worker", "sequence", "computed_version", "reason", "time_s")
+# Online timing (control/timing.py): one row per check of the rule while the online phase
+# runs; `signal` is what the rule compares with `threshold`, `decision` its reason then.
+TIMING_SIGNAL_COLUMNS = (
+    "samples",
+    "fraction",
+    "rule",
+    "noise_trace",
+    "grad_sq",
+    "drift_sq",
+    "noise_scale",
+    "loss",
+    "signal",
+    "threshold",
+    "decision",
+    *TIMING_COLUMNS,
+)

@@ -4,12 +4,13 @@
 `Summary.from_json()` checks what it reads (types, finiteness, ranges) and refuses a bad
 file in one `RunDirError` line naming the file, the field and what is allowed. Keys that
 runs of earlier versions did not write (runtime, host_time_s, schedule_source,
-samples_by_protocol, cluster, online, reliability, placement) read as their defaults, so old
-run directories still read.
+samples_by_protocol, cluster, online, online_timing, reliability, placement) read as their
+defaults, so old run directories still read.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -133,6 +134,57 @@ class Reliability:
         )
 
 
+@dataclass(frozen=True)
+class OnlineTimingSummary:
+    """Where an online phase ended and why: the rule, its bounds, the decision and the signal
+    values at that moment (`switched` False while the run has not decided yet)."""
+
+    rule: str
+    threshold: float
+    floor: float
+    ceiling: float
+    switched: bool = False
+    at_fraction: float | None = None  # where BSP ended (the shards' switch)
+    decided_at: float | None = None  # progress when the controller decided (a drain later)
+    at_samples: int | None = None
+    time_s: float | None = None
+    to_protocol: str | None = None
+    reason: str | None = None  # "signal" (the rule fired) or "ceiling"
+    describe: str = ""  # the decision in one line, as events.jsonl and the terminal say it
+    values: dict[str, float | None] = field(default_factory=dict)  # None: not finite
+    checks: int = 0  # times the rule was asked
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> OnlineTimingSummary:
+        read = Fields(data, where)
+        values = read.mapping("values", {})
+        if not all(v is None or (_is_finite(v)) for v in values.values()):
+            raise read.refuse("values", "an object of finite numbers or nulls")
+        return cls(
+            rule=read.text("rule"),
+            threshold=read.number("threshold", low=0.0),
+            floor=read.number("floor", low=0.0, high=1.0),
+            ceiling=read.number("ceiling", low=0.0, high=1.0),
+            switched=bool(read.data.get("switched", False)),
+            at_fraction=read.number("at_fraction", None, low=0.0, high=1.0, optional=True),
+            decided_at=read.number("decided_at", None, low=0.0, high=1.0, optional=True),
+            at_samples=read.optional_integer("at_samples", None),
+            time_s=read.number("time_s", None, low=0.0, optional=True),
+            to_protocol=read.optional_text("to_protocol", None),
+            reason=read.optional_text("reason", None),
+            describe=read.text("describe", ""),
+            values=values,
+            checks=read.integer("checks", 0),
+        )
+
+
+def _is_finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Summary:
     """summary.json: what the run did so far (`status` says whether it is over).
@@ -165,6 +217,7 @@ class Summary:
     emulation: dict[str, Any]  # the timing label: {"enabled": ..., "kind": ..., ...}
     cluster: dict[str, Any] | None = None  # the simulator's cluster model
     online: dict[str, Any] | None = None  # the online policy's figures, when one ran
+    online_timing: OnlineTimingSummary | None = None  # where an online phase ended, and why
     reliability: Reliability | None = None
     placement: dict[str, Any] | None = None  # where the actors ran, as the runtime said
     run_dir: str
@@ -222,6 +275,7 @@ class Summary:
         rate = {"low": 0.0, "optional": True}
         switches = read.objects("switches")
         reliability = None if read.absent("reliability") else read.data["reliability"]
+        timing = read.mapping("online_timing", None, optional=True)
         return cls(
             status=read.text("status"),
             final_accuracy=read.number("final_accuracy", **accuracy),
@@ -249,6 +303,11 @@ class Summary:
             emulation=read.mapping("emulation"),
             cluster=read.mapping("cluster", None, optional=True),
             online=read.mapping("online", None, optional=True),
+            online_timing=(
+                None
+                if timing is None
+                else OnlineTimingSummary.from_json(timing, f"{where}: online_timing")
+            ),
             reliability=(
                 None
                 if reliability is None

@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # the loggers import torch; a writer without loggers never ne
 
 _TIMED_METRICS = names.METRIC_COLUMNS[: -len(names.TIMING_COLUMNS)]
 _TIMED_WORKERS = names.WORKER_COLUMNS[: -len(names.TIMING_COLUMNS)]
+_TIMED_SIGNALS = names.TIMING_SIGNAL_COLUMNS[: -len(names.TIMING_COLUMNS)]
 
 
 def default_run_dir(schedule: str) -> Path:
@@ -107,10 +108,12 @@ class RunWriter:
             _truncate_csv(self.dir / names.METRICS, "samples", samples)
             _truncate_csv(self.dir / names.UPDATES, "samples", samples)
             _truncate_csv(self.dir / names.DROPS, "time_s", time_s)
+            _truncate_csv(self.dir / names.TIMING_SIGNALS, "samples", samples)
         self._updates = CsvLog(self.dir / names.UPDATES, names.UPDATE_COLUMNS)
         self._drops = CsvLog(self.dir / names.DROPS, names.DROP_COLUMNS)
         self._metrics = CsvLog(self.dir / names.METRICS, names.METRIC_COLUMNS)
         self._events = _open_log(self.dir / names.EVENTS)
+        self._signals: CsvLog | None = None  # opened by the first row (online runs only)
 
     @property
     def _labels(self) -> list[bool]:
@@ -135,6 +138,15 @@ class RunWriter:
         self._metrics.write([[row.get(c, "") for c in _TIMED_METRICS] + self._labels])
         if self._feed:
             self._feed.metric(row)
+
+    def timing_signal(self, row: dict[str, Any]) -> None:
+        """One check of an online phase's rule (names.TIMING_SIGNAL_COLUMNS)."""
+        if self._signals is None:
+            self._signals = CsvLog(self.dir / names.TIMING_SIGNALS, names.TIMING_SIGNAL_COLUMNS)
+        cells = ["" if row.get(c) is None else row[c] for c in _TIMED_SIGNALS]
+        self._signals.write([cells + self._labels])
+        if self._feed:
+            self._feed.timing_signal(row)
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
         self._events.write(json.dumps({"event": kind, **payload}) + "\n")
@@ -161,8 +173,9 @@ class RunWriter:
     def close(self) -> None:
         if self._feed:
             self._feed.close()
-        for log in (self._updates, self._drops, self._metrics):
-            log.close()
+        for log in (self._updates, self._drops, self._metrics, self._signals):
+            if log is not None:
+                log.close()
         self._events.close()
 
     def _logger_failed(self, name: str, reason: str) -> None:

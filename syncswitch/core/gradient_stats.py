@@ -1,0 +1,385 @@
+"""Gradient statistics measured inside a BSP round: sampling noise and drift.
+
+In a BSP round the server holds every worker's gradient before it sums them. Each is a mean
+over its worker's batch of b_i samples, so with per-sample gradients of mean G and covariance
+Sigma (both slowly changing with the weights), E|g_i|^2 = |G|^2 + tr(Sigma)/b_i, and the round's
+sample-weighted mean g (over B = sum b_i samples) has E|g|^2 = |G|^2 + tr(Sigma)/B. Two batch
+sizes seen at once are exactly McCandlish et al.'s estimator ("An empirical model of
+large-batch training", 2018, appendix A): with n worker gradients,
+
+    tr(Sigma) ~ S = (sum_i b_i |g_i|^2 - B |g|^2) / (n - 1)       (unbiased; = b * sample variance
+                                                                    of the g_i when all b_i = b)
+    |G|^2     ~ |g|^2 - S / B                                       (unbiased)
+
+and the simple noise scale B_simple = tr(Sigma) / |G|^2, taken as a ratio of smoothed numerator
+and denominator as they recommend (each is unbiased, their ratio per round is not).
+
+Drift: how far the mean gradient moves in one BSP update. Two consecutive rounds' means differ
+by the true change plus two independent noises, E|g_t - g_{t-1}|^2 = |G_t - G_{t-1}|^2 +
+tr(Sigma_t)/B_t + tr(Sigma_{t-1})/B_{t-1}, so subtracting both rounds' S/B leaves an unbiased
+estimate of D = |G_t - G_{t-1}|^2 (what a gradient one BSP update stale gets wrong; the timing
+rule in switch_timing.py scales it to ASP's staleness).
+
+Sharding: every quantity is a sum over coordinates (|g_i|^2, |g|^2 and <g_t, g_{t-1}> over a
+shard's slice), so each shard reports its slice's partial sums (`RoundPartials`, which add
+with `+`) and whoever holds all shards' partials for a round (the run controller) adds them
+and feeds the sum to one `GradientStatsEstimator`. Only scalars cross processes.
+
+Cost: a shard keeps one buffer (the previous round's mean over its slice) and, on a measured
+round, computes n + 2 dot products and one copy over its slice: no other allocation. That is
+measured every `every`-th round (in pairs: the round before a measured one only copies its
+mean and takes |g|^2, so the drift is still between consecutive updates), and optionally on a
+fixed strided subset of coordinates (`stride`), scaled up by the number of coordinates, which
+keeps the sums unbiased for any layout that is not periodic in the stride, and optionally on
+the squared norms of only m of the n workers (`workers`; the noise estimate stays unbiased:
+E[sum_U b_i |g_i|^2] - B_U E|g|^2 = (m - B_U/B) tr(Sigma)), which makes a measured round cost
+m + 2 passes over the slice whatever n is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class RoundPartials:
+    """One BSP round's sums over one shard's slice (or, added up, over all coordinates).
+
+    `version` is the version the round's update produced, so shards' partials for the same
+    round are recognised and a drift is only taken between consecutive updates. Sums are over
+    the coordinates measured, already scaled to the slice's full size when subsampled.
+    """
+
+    version: int
+    workers: int  # n: gradients in the round
+    samples: int  # B: samples in the round (sum of the workers' batches)
+    weighted_sq: float | None  # sum_i b_i |g_i|^2 over the measured workers; None on a
+    # round that only keeps its mean
+    mean_sq: float  # |g|^2 of the round's sample-weighted mean (of all its workers)
+    cross: float | None  # <g_t, g_{t-1}> when the previous round was version - 1, else None
+    measured_workers: int = 0  # m: workers in weighted_sq (0: all n)
+    measured_samples: int = 0  # B_U: their samples (0: all B)
+
+    def __add__(self, other: RoundPartials) -> RoundPartials:
+        if (self.version, self.workers, self.samples, self.measured_workers) != (
+            other.version,
+            other.workers,
+            other.samples,
+            other.measured_workers,
+        ):
+            raise ValueError(
+                f"partials of different rounds: version/workers/samples "
+                f"{self.version}/{self.workers}/{self.samples} and "
+                f"{other.version}/{other.workers}/{other.samples}"
+            )
+        return RoundPartials(
+            version=self.version,
+            workers=self.workers,
+            samples=self.samples,
+            weighted_sq=_add_optional(self.weighted_sq, other.weighted_sq),
+            mean_sq=self.mean_sq + other.mean_sq,
+            cross=_add_optional(self.cross, other.cross),
+            measured_workers=self.measured_workers,
+            measured_samples=self.measured_samples,
+        )
+
+
+def _add_optional(a: float | None, b: float | None) -> float | None:
+    # A quantity one shard did not measure is not measured for the round.
+    return None if a is None or b is None else a + b
+
+
+def add_partials(partials: Sequence[RoundPartials]) -> RoundPartials:
+    """All shards' partials of one round, summed."""
+    if not partials:
+        raise ValueError("no partials to add")
+    total = partials[0]
+    for part in partials[1:]:
+        total = total + part
+    return total
+
+
+class RoundStatsAccumulator:
+    """The shard side: turns a BSP round's gradients into `RoundPartials`.
+
+    Holds one buffer, the previous measured mean over this shard's (strided) slice.
+    """
+
+    def __init__(
+        self,
+        numel: int,
+        *,
+        every: int = 1,
+        stride: int = 1,
+        workers: int = 0,
+        coordinates: int = 0,
+        seed: int = 0,
+    ) -> None:
+        """`every`: measure one round in this many (in pairs); `stride`: every stride-th
+        coordinate only; `workers`: the squared norms of this many workers' gradients only
+        (0: all), a subset that rotates with the version so every worker takes its turn;
+        `coordinates`: `observe_rows` measures a fixed random subset of this many coordinates
+        (0: all), drawn once from `seed` so that every round sees the same ones."""
+        if numel < 1:
+            raise ValueError(f"numel must be >= 1, got {numel}")
+        if every < 1:
+            raise ValueError(f"every must be >= 1, got {every}")
+        if stride < 1:
+            raise ValueError(f"stride must be >= 1, got {stride}")
+        if workers < 0 or workers == 1:
+            raise ValueError(f"workers must be 0 (all) or >= 2, got {workers}")
+        if coordinates < 0:
+            raise ValueError(f"coordinates must be >= 0, got {coordinates}")
+        self.workers = workers
+        self.every = every
+        self._index: torch.Tensor | None = None
+        if 0 < coordinates < numel:
+            generator = torch.Generator().manual_seed(seed)
+            self._index = torch.randperm(numel, generator=generator)[:coordinates].sort().values
+        self.stride = min(stride, numel)
+        measured = len(range(0, numel, self.stride)) if self._index is None else coordinates
+        self._scale = numel / measured  # sums over the subset, scaled to the whole slice
+        self._previous = torch.zeros(measured)
+        self._previous_version: int | None = None
+
+    def wants(self, version: int) -> bool:
+        """Whether the round producing `version` is used (the caller may skip the work)."""
+        phase = version % self.every
+        return phase == 0 or phase == self.every - 1
+
+    def observe(
+        self,
+        version: int,
+        values: Sequence[torch.Tensor],
+        samples: Sequence[int],
+        mean: torch.Tensor,
+    ) -> RoundPartials | None:
+        """One round's gradients (flat, this shard's slice) and their sample-weighted mean.
+
+        `version` is the version the round's update produces. Returns None on rounds not
+        measured (see `every`); a round just before a measured one keeps its mean only.
+        """
+        if len(values) < 2 or len(values) != len(samples):
+            raise ValueError("a round needs two or more gradients, each with its sample count")
+        if not self.wants(version):
+            return None
+        mean_view = self._view(mean)
+        mean_sq = float(torch.dot(mean_view, mean_view)) * self._scale
+        cross = None
+        if self._previous_version == version - 1:
+            cross = float(torch.dot(mean_view, self._previous)) * self._scale
+        weighted_sq = None
+        n = len(values)
+        chosen = range(n)
+        if 0 < self.workers < n:
+            start = (version // max(self.every, 1)) * self.workers
+            chosen = sorted((start + j) % n for j in range(self.workers))
+        measured_samples = int(sum(samples[i] for i in chosen))
+        if version % self.every == 0:
+            weighted_sq = self._scale * sum(samples[i] * self._square(values[i]) for i in chosen)
+        self._previous.copy_(mean_view)
+        self._previous_version = version
+        return RoundPartials(
+            version=version,
+            workers=len(values),
+            samples=int(sum(samples)),
+            weighted_sq=weighted_sq,
+            mean_sq=mean_sq,
+            cross=cross,
+            measured_workers=len(chosen),
+            measured_samples=measured_samples,
+        )
+
+    def observe_rows(
+        self,
+        version: int,
+        rows: torch.Tensor,
+        samples: Sequence[int],
+        mean: torch.Tensor,
+    ) -> RoundPartials:
+        """Every round, all workers, the cheapest exact form: `rows` are the gradients as the
+        synchronizer stacks them before its sum (row i = g_i b_i / B, flat), `mean` their sum.
+
+        One norm call over the stacked rows gives every |g_i|^2 (= |row_i|^2 (B / b_i)^2), two
+        dot products the mean's norm and its drift against the previous round's mean; on a
+        fixed random subset of coordinates when `coordinates` was set (scaled up to the
+        slice: unbiased, as every coordinate is in the subset with the same probability)."""
+        n = rows.shape[0]
+        if n < 2 or n != len(samples):
+            raise ValueError("a round needs two or more gradients, each with its sample count")
+        if self._index is not None:
+            rows = rows.index_select(1, self._index)
+            mean_view = mean.reshape(-1).index_select(0, self._index)
+        else:
+            mean_view = mean.reshape(-1)
+        total = int(sum(samples))
+        row_sq = torch.linalg.vector_norm(rows, dim=1).square()
+        factors = torch.tensor([total * total / b for b in samples], dtype=row_sq.dtype)
+        weighted_sq = float(torch.dot(row_sq, factors)) * self._scale
+        mean_sq = float(torch.dot(mean_view, mean_view)) * self._scale
+        cross = None
+        if self._previous_version == version - 1:
+            cross = float(torch.dot(mean_view, self._previous)) * self._scale
+        self._previous.copy_(mean_view)
+        self._previous_version = version
+        return RoundPartials(version, n, total, weighted_sq, mean_sq, cross)
+
+    def forget(self) -> None:
+        """The weights jumped (a rollback, a restore): no drift across it."""
+        self._previous_version = None
+
+    def _square(self, tensor: torch.Tensor) -> float:
+        view = self._view(tensor)
+        return float(torch.dot(view, view))
+
+    def _view(self, tensor: torch.Tensor) -> torch.Tensor:
+        flat = tensor.reshape(-1)
+        return flat if self.stride == 1 else flat[:: self.stride]
+
+
+@dataclass(frozen=True)
+class RoundEstimate:
+    """One round's unsmoothed estimates (None where the round did not measure them)."""
+
+    version: int
+    noise_trace: float | None  # tr(Sigma) of the per-sample gradient
+    grad_sq: float | None  # |G|^2
+    drift_sq: float | None  # |G_t - G_{t-1}|^2, one BSP update apart
+
+
+@dataclass(frozen=True)
+class GradientSignals:
+    """The smoothed signals after some rounds (exponential moving averages, bias-corrected)."""
+
+    version: int  # of the last round taken in
+    rounds: int  # rounds whose noise was measured
+    workers: int
+    samples: int  # B of the last round
+    noise_trace: float  # tr(Sigma)
+    grad_sq: float  # |G|^2
+    drift_sq: float | None  # per BSP update; None until two consecutive rounds were seen
+
+    @property
+    def noise_scale(self) -> float:
+        """B_simple = tr(Sigma) / |G|^2 (inf while |G|^2 is estimated <= 0)."""
+        return self.noise_trace / self.grad_sq if self.grad_sq > 0 else math.inf
+
+
+@dataclass
+class ExponentialAverage:
+    """An exponential moving average with Adam's start-up bias correction."""
+
+    decay: float
+    value: float = 0.0
+    weight: float = 0.0  # 1 - decay^k after k values
+
+    def add(self, x: float) -> None:
+        self.value = self.decay * self.value + (1.0 - self.decay) * x
+        self.weight = self.decay * self.weight + (1.0 - self.decay)
+
+    def get(self) -> float | None:
+        return self.value / self.weight if self.weight > 0 else None
+
+
+class GradientStatsEstimator:
+    """The controller side: rounds' summed partials in, smoothed signals out.
+
+    `half_life_rounds`: how many measured rounds it takes for an old round's weight to halve.
+    """
+
+    def __init__(self, half_life_rounds: float = 50.0) -> None:
+        if half_life_rounds <= 0:
+            raise ValueError(f"half_life_rounds must be > 0, got {half_life_rounds}")
+        decay = 0.5 ** (1.0 / half_life_rounds)
+        self.half_life_rounds = half_life_rounds
+        self._noise = ExponentialAverage(decay)
+        self._grad = ExponentialAverage(decay)
+        self._drift = ExponentialAverage(decay)
+        self._rounds = 0
+        self._last: RoundPartials | None = None
+        self._last_noise_per_sample: float | None = None  # S/B of the last round measured
+        self._workers = 0
+
+    def add(self, partials: RoundPartials) -> RoundEstimate:
+        """Take in one round (all shards' partials added); return its own estimates."""
+        n, big_b = partials.workers, partials.samples
+        noise = grad = drift = None
+        if partials.weighted_sq is not None:
+            # E[sum_U b_i |g_i|^2] = B_U |G|^2 + m tr(Sigma) over the measured workers U and
+            # E|g|^2 = |G|^2 + tr(Sigma)/B, so the difference below is (m - B_U/B) tr(Sigma);
+            # with U all n workers, (n - 1) tr(Sigma).
+            m = partials.measured_workers or n
+            big_b_u = partials.measured_samples or big_b
+            noise = (partials.weighted_sq - big_b_u * partials.mean_sq) / (m - big_b_u / big_b)
+            grad = partials.mean_sq - noise / big_b
+            self._noise.add(noise)
+            self._grad.add(grad)
+            self._rounds += 1
+        last = self._last
+        if partials.cross is not None and last is not None and last.version == partials.version - 1:
+            # The noise of both means is subtracted; a round that did not measure its own
+            # noise uses the nearest one measured (the noise changes slowly between rounds).
+            here = noise / big_b if noise is not None else self._last_noise_per_sample
+            there = self._last_noise_per_sample
+            if last.weighted_sq is None and here is not None:
+                there = here * big_b / last.samples  # S_t / B_{t-1}
+            if here is not None and there is not None:
+                raw = partials.mean_sq + last.mean_sq - 2.0 * partials.cross
+                drift = raw - here - there
+                self._drift.add(drift)
+        if noise is not None:
+            self._last_noise_per_sample = noise / big_b
+        self._last = partials
+        self._workers = n
+        return RoundEstimate(partials.version, noise, grad, drift)
+
+    @property
+    def signals(self) -> GradientSignals | None:
+        noise, grad, last = self._noise.get(), self._grad.get(), self._last
+        if noise is None or grad is None or last is None:
+            return None
+        return GradientSignals(
+            version=last.version,
+            rounds=self._rounds,
+            workers=self._workers,
+            samples=last.samples,
+            noise_trace=noise,
+            grad_sq=grad,
+            drift_sq=self._drift.get(),
+        )
+
+    def forget_previous(self) -> None:
+        """No drift across the next round (the weights jumped: a rollback, a restore)."""
+        self._last = None
+
+    # -- resume: the history a resumed run needs is the EMAs and the last round -----------
+
+    def to_state(self) -> dict:
+        return {
+            "half_life_rounds": self.half_life_rounds,
+            "noise": [self._noise.value, self._noise.weight],
+            "grad": [self._grad.value, self._grad.weight],
+            "drift": [self._drift.value, self._drift.weight],
+            "rounds": self._rounds,
+            "workers": self._workers,
+            "last": asdict(self._last) if self._last is not None else None,
+            "last_noise_per_sample": self._last_noise_per_sample,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> GradientStatsEstimator:
+        estimator = cls(float(state["half_life_rounds"]))
+        emas = {"noise": estimator._noise, "grad": estimator._grad, "drift": estimator._drift}
+        for key, ema in emas.items():
+            ema.value, ema.weight = (float(x) for x in state[key])
+        estimator._rounds = int(state["rounds"])
+        estimator._workers = int(state["workers"])
+        last = state["last"]
+        estimator._last = RoundPartials(**last) if last is not None else None
+        noise = state["last_noise_per_sample"]
+        estimator._last_noise_per_sample = None if noise is None else float(noise)
+        return estimator
