@@ -20,12 +20,14 @@ Under the table: the issue's goals checked per worker count, PASS or FAIL.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import statistics
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -134,8 +136,11 @@ def bsp_share(summary: Summary) -> float | None:
 
 
 def row_of(table: str, case: str, config: TrainConfig, summary: Summary, host_s: float) -> EvalRow:
-    reason = next((s.reason for s in summary.switches if s.to_protocol == "asp"), "")
     record = summary.to_json()
+    timing = record.get("online_timing")
+    reason = next((s.reason for s in summary.switches if s.to_protocol == "asp"), "")
+    if timing:  # the online decision in one line: rule, reason, signal values
+        reason = timing.get("describe") or reason
     return EvalRow(
         table=table,
         case=case,
@@ -150,9 +155,37 @@ def row_of(table: str, case: str, config: TrainConfig, summary: Summary, host_s:
         bsp_share=bsp_share(summary),
         switch_reason=reason,
         online=summary.online,
-        extra={k: record[k] for k in ("timing_decision", "switch_timing") if k in record},
+        extra={"online_timing": timing} if timing else {},
         summary=record,
     )
+
+
+@dataclass
+class Cached:
+    """A run made before (here or by the scale study) that a case or a trial reuses."""
+
+    summary: Summary
+    host_s: float
+    reused_from: str | None  # the scale study's runs.jsonl, when it came from there
+
+    def row(self, table: str, case: str, config: TrainConfig) -> EvalRow:
+        row = row_of(table, case, config, self.summary, self.host_s)
+        if self.reused_from is not None:
+            row.extra["reused_from"] = self.reused_from
+            row.summary = None  # a stand-in, not this run's summary
+            row.bsp_share = share_of(config.schedule)
+        return row
+
+
+def share_of(schedule: str) -> float | None:
+    """The BSP share a fixed schedule names: 1 for bsp, 0 for asp, F for bsp:F,asp."""
+    if schedule == "bsp":
+        return 1.0
+    if schedule == "asp":
+        return 0.0
+    if schedule.startswith("bsp:") and schedule.endswith(",asp"):
+        return float(schedule[4:-4])
+    return None
 
 
 class Runner:
@@ -164,27 +197,52 @@ class Runner:
         self.scratch = scratch
         self.dataset = dataset
         self.rows = [row_from(EvalRow, r) for r in log.read()]
+        self.scale: dict[tuple[str, int, int], dict[str, Any]] = {}
+        self.scale_path: str | None = None
+
+    def use_scale_study(self, path: Path) -> None:
+        """Serve the scale study's runs (same job, seed for seed) to the cases and trials."""
+        self.scale_path = str(path)
+        for record in RunLog(path).read():
+            self.scale[(record["schedule"], record["workers"], record["seed"])] = record
 
     def find(self, case: str, workers: int, seed: int) -> EvalRow | None:
         return next(
             (r for r in self.rows if (r.case, r.workers, r.seed) == (case, workers, seed)), None
         )
 
-    def cached_summary(
-        self, schedule: str, workers: int, seed: int
-    ) -> tuple[Summary, float] | None:
-        """A finished run of the same fixed schedule (identical config): a search trial
-        reuses it instead of training it again (fixed schedules only; `online` is not)."""
+    def cached_summary(self, schedule: str, workers: int, seed: int) -> Cached | None:
+        """A finished run of the same fixed schedule (identical config): a search trial or a
+        case reuses it instead of training it again (fixed schedules only, never `online`);
+        with --reuse-scale, the scale study's runs too."""
+        if schedule == "online" or "online" in schedule:
+            return None
         for row in self.rows:
             if (
                 row.schedule == schedule
-                and schedule != "online"
                 and (row.workers, row.seed) == (workers, seed)
                 and row.summary is not None
                 and row.case in ("bsp", "asp", "bsp:0.25,asp", "search", "search-trial")
             ):
-                return Summary.from_json(row.summary), row.host_time_s or 0.0
-        return None
+                reused = row.extra.get("reused_from")
+                return Cached(Summary.from_json(row.summary), row.host_time_s or 0.0, reused)
+        record = self.scale.get((schedule, workers, seed))
+        template = next((r.summary for r in self.rows if r.summary is not None), None)
+        if record is None or template is None:
+            return None
+        # The search reads a trial's final accuracy and (simulated) time only; the rest of this
+        # stand-in summary is another run's and is not used.
+        stand_in = dataclasses.replace(
+            Summary.from_json(template),
+            final_accuracy=record["final_accuracy"],
+            best_accuracy=record["best_accuracy"],
+            wall_time_s=record["sim_time_s"],
+            schedule=schedule,
+            switches=(),
+            samples_by_protocol={},
+            online_timing=None,
+        )
+        return Cached(stand_in, record["host_time_s"], self.scale_path)
 
     def run(
         self,
@@ -203,13 +261,12 @@ class Runner:
         config = config_for(self.table, case, workers, seed, schedule, out, overrides)
         cached = self.cached_summary(config.schedule, workers, seed) if not overrides else None
         if cached is not None:
-            summary, host_s = cached
+            row = cached.row(self.table, case, config)
         else:
             started = time.perf_counter()
             summary = train(config, dataset=self.dataset).summary
-            host_s = time.perf_counter() - started
+            row = row_of(self.table, case, config, summary, time.perf_counter() - started)
         shutil.rmtree(out, ignore_errors=True)  # the rows keep the summaries
-        row = row_of(self.table, case, config, summary, host_s)
         self.add(row)
         return row
 
@@ -240,11 +297,11 @@ class _LoggingTrainer:
         cached = self.runner.cached_summary(config.schedule, config.workers, config.seed)
         if cached is not None:
             started.set()
-            summary, host_s = cached
-        else:
-            begun = time.perf_counter()
-            summary = self.inner.run(config, source, started)
-            host_s = time.perf_counter() - begun
+            self.runner.add(cached.row("sim", "search-trial", config))
+            return cached.summary
+        begun = time.perf_counter()
+        summary = self.inner.run(config, source, started)
+        host_s = time.perf_counter() - begun
         self.runner.add(row_of("sim", "search-trial", config, summary, host_s))
         return summary
 
@@ -252,7 +309,7 @@ class _LoggingTrainer:
         self.inner.close()
 
 
-def run_search_at(runner: Runner, workers: int, repeats: int) -> EvalRow:
+def run_search_at(runner: Runner, workers: int, repeats: int, resolution: float) -> EvalRow:
     """`syncswitch search --runtime sim` for the job at `workers` (the package's search path,
     in this process): its decision, trial count and the trials' host and simulated cost."""
     found = runner.find("search-decision", workers, 0)
@@ -269,7 +326,7 @@ def run_search_at(runner: Runner, workers: int, repeats: int) -> EvalRow:
     try:
         result = run_search(
             config,
-            SearchOptions(repeats=repeats, search_dir=str(where / "trials")),
+            SearchOptions(repeats=repeats, resolution=resolution, search_dir=str(where / "trials")),
             registry,
             trainer=_LoggingTrainer(RayTrainer(config), runner),
         )
@@ -291,6 +348,7 @@ def run_search_at(runner: Runner, workers: int, repeats: int) -> EvalRow:
         extra={
             "trials": len(result.trace),
             "repeats": repeats,
+            "resolution": resolution,
             "trial_host_s": round(sum(r.host_time_s or 0.0 for r in used), 1),
             "trial_sim_s": round(sum(r.time_s or 0.0 for r in used), 1),
             "search_host_s": round(elapsed, 1),
@@ -558,10 +616,22 @@ def main() -> None:
     cli.add_argument(
         "--epochs", type=float, default=None, help="sim: epochs instead of 40 (a quick look)"
     )
+    cli.add_argument(
+        "--search-resolution", default="1/64", help="the search's --resolution (default 1/64)"
+    )
     cli.add_argument("--search-repeats", type=int, default=2, help="seeds per search trial")
     add_out(cli, "benchmarks/results/online-eval", "results folder (one subfolder per table)")
     add_keep(cli)
     cli.add_argument("--show", action="store_true", help="run nothing: print the table")
+    cli.add_argument(
+        "--reuse-scale",
+        type=Path,
+        default=None,
+        metavar="RUNS_JSONL",
+        help="sim: take the fixed-schedule runs (bsp, asp, bsp:0.25,asp) the scale study "
+        "already made with the same job and seed from its runs.jsonl (the same config gives "
+        "the same run, bit for bit) instead of running them again; marked in the rows",
+    )
     args = cli.parse_args()
     known = SIM_CASES if args.table == "sim" else RAY_CASES
     unknown = [c for c in args.cases or () if c not in known]
@@ -599,12 +669,16 @@ def sim(args: argparse.Namespace, out: Path, log: RunLog) -> None:
     dataset = load_dataset("mnist1d", mnist1d_samples=SIM_JOB["mnist1d_samples"])
     scratch = Path(tempfile.mkdtemp(prefix="online-eval-"))
     runner = Runner("sim", log, scratch, dataset)
+    if args.reuse_scale is not None:
+        runner.use_scale_study(args.reuse_scale)
     try:
         for case in cases:
             for w in workers:
                 schedule = CASES[case].get("schedule")
                 if case == "search":
-                    decision = run_search_at(runner, w, args.search_repeats)
+                    decision = run_search_at(
+                        runner, w, args.search_repeats, float(Fraction(args.search_resolution))
+                    )
                     schedule = decision.schedule
                     print(
                         f"search at {w} workers: {decision.schedule} "
