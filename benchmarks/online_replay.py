@@ -1,8 +1,10 @@
 """Prototype (issue 21): replay switch-timing rules on recorded BSP signals (SIMULATED).
 
-Reads what benchmarks/online_signals.py recorded for pure-BSP runs (per-round estimates and
-the evaluator's curve), smooths the per-round estimates again with a half-life given in
-training progress (the same for every worker count), and prints, for each rule and threshold,
+Reads what the first round's prototype recorder (benchmarks/online_signals.py, removed once
+the run itself measured the signals: see commit 1080066) recorded for pure-BSP runs in
+benchmarks/results/online-signals/ (per-round estimates and the evaluator's curve), smooths
+the per-round estimates again with a half-life given in training progress (the same for
+every worker count), and prints, for each rule and threshold,
 the BSP share at which a run would have switched: the first check at which `decide` says
 switch. Checks happen every `--check-every` of progress (a run checks at each drain).
 
@@ -29,6 +31,7 @@ from syncswitch.core.switch_timing import (
     decide,
     staleness_ratio,
 )
+from syncswitch.rundir.summary import FINAL_ACCURACY
 
 
 def gradient_points(path: Path, half_life: float, every: int = 1) -> list[GradientPoint]:
@@ -206,7 +209,7 @@ def print_results(runs_path: Path, scale_path: Path) -> None:
         share = r["schedule"].split(":")[1].split(",")[0]
         if r.get("variant"):
             share += f" ({r['variant']})"
-        delta = 100 * (r["final_accuracy"] - base["final_accuracy"])
+        delta = 100 * (r[FINAL_ACCURACY] - base[FINAL_ACCURACY])
         print(
             f"| {r['workers']} | {r['seed']} | {share} | {100 * r['final_accuracy']:.2f} | "
             f"{r['sim_time_s']:.1f} | {100 * base['final_accuracy']:.2f} | "
@@ -234,7 +237,7 @@ def print_results(runs_path: Path, scale_path: Path) -> None:
 
         def mean(rows: list[dict]) -> tuple[float, float]:
             return (
-                100 * statistics.fmean(r["final_accuracy"] for r in rows),
+                100 * statistics.fmean(r[FINAL_ACCURACY] for r in rows),
                 statistics.fmean(r["sim_time_s"] for r in rows),
             )
 

@@ -24,7 +24,7 @@ def shown_key(key: object) -> str:
 def unknown_key_problem(
     keys: Iterable[object], allowed: Sequence[str], allowed_text: str | None = None
 ) -> str | None:
-    """"unknown key 'x' (did you mean 'y'?); allowed keys are ..." for the first of `keys`
+    """ "unknown key 'x' (did you mean 'y'?); allowed keys are ..." for the first of `keys`
     not in `allowed`, or None when every key is allowed. `allowed_text` replaces the list of
     allowed keys where it would be too long to be useful."""
     for key in keys:

@@ -88,12 +88,7 @@ def _list(console: Any, registry: Any) -> None:
     for item in overview:
         job = item.job.description
         latest = item.latest
-        decision = (
-            f"{format_fraction(latest.fraction)} (#{latest.id}, {latest.repeats} "
-            f"repeat{'s' if latest.repeats != 1 else ''}, tol {latest.tolerance:g})"
-            if latest
-            else "-"
-        )
+        decision = _decision_cell(latest, format_fraction) if latest else "-"
         table.add_row(
             item.job.fingerprint[:12],
             str(job.get("model")),
@@ -109,6 +104,16 @@ def _list(console: Any, registry: Any) -> None:
         )
     console.print(table)
     console.print("trials: complete/all; `syncswitch jobs --show JOB` for one job's details")
+
+
+def _decision_cell(latest: Any, format_fraction: Any) -> str:
+    """The latest decision in a cell: its share, number, and where it came from."""
+    if latest.kind == "online":
+        return f"{format_fraction(latest.fraction)} (#{latest.id}, online run)"
+    return (
+        f"{format_fraction(latest.fraction)} (#{latest.id}, search, {latest.repeats} "
+        f"repeat{'s' if latest.repeats != 1 else ''}, tol {latest.tolerance:g})"
+    )
 
 
 def _fingerprint_prefix(text: str) -> str:
@@ -162,11 +167,16 @@ def _show(console: Any, registry: Any, prefix: str) -> None:
         console.print("no decision yet: run `syncswitch search` with this job's options")
         return
     for decision in decisions:
+        if decision.kind == "online":
+            how = "from an online run"
+        else:
+            how = (
+                f"from a search, tolerance {decision.tolerance:g} points, {decision.repeats} "
+                f"repeat{'s' if decision.repeats != 1 else ''}"
+            )
         console.print(
             f"decision #{decision.id} ({decision.created:%Y-%m-%d %H:%M} UTC): BSP fraction "
-            f"{format_fraction(decision.fraction)}, tolerance {decision.tolerance:g} points, "
-            f"{decision.repeats} repeat{'s' if decision.repeats != 1 else ''} - "
-            f"{decision.reason}"
+            f"{format_fraction(decision.fraction)}, {how} - {decision.reason}"
         )
     console.print(
         "`syncswitch train --schedule auto` with this job's options uses the latest decision"

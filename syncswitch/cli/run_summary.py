@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from syncswitch.rundir import GradientCounts, Summary, Switch, names
+from syncswitch.rundir import GradientCounts, OnlineTimingSummary, Summary, Switch, names
 
 
 def summary_json(summary: Summary, run_dir: Path) -> str:
@@ -40,6 +40,8 @@ def summary_table(summary: Summary, run_dir: Path, *, library_log: Path | None) 
     table.add_row("samples/s", f"{rate:,.0f} ({summary.samples:,} samples)" if rate else "-")
     table.add_row("phases", _phases(summary))
     table.add_row("switches", _switches(summary.switches))
+    if summary.online_timing is not None:
+        table.add_row("online timing", online_timing_line(summary.online_timing))
     table.add_row("dropped", _dropped(summary.gradients))
     if summary.placement:
         table.add_row("placement", _placement(summary.placement))
@@ -85,6 +87,25 @@ def _switches(switches: tuple[Switch, ...]) -> str:
     ]
     more = len(switches) - len(shown)
     return "; ".join(shown) + (f"; +{more} more" if more else "")
+
+
+def online_timing_line(timing: OnlineTimingSummary) -> str:
+    """Where an online phase ended and why, with the signal against its threshold then."""
+    bounds = f"floor {timing.floor:.3g}, ceiling {timing.ceiling:.3g}"
+    if not timing.switched:
+        why = f"decided ({timing.reason})" if timing.reason else "not decided"
+        return f"BSP kept: {why}; {timing.rule} rule, threshold {timing.threshold:g}, {bounds}"
+    why = {
+        "signal": "the signal crossed its threshold",
+        "ceiling": "the ceiling was reached first",
+    }.get(timing.reason or "", timing.reason or "")
+    shown = ", ".join(
+        f"{k} {v:.4g}" for k, v in timing.values.items() if v is not None and k != "threshold"
+    )
+    return (
+        f"left BSP at {timing.at_fraction:.1%} of samples: {why} ({timing.rule}, threshold "
+        f"{timing.threshold:g}; {shown}; {bounds})"
+    )
 
 
 def _dropped(gradients: GradientCounts) -> str:

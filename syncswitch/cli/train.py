@@ -227,6 +227,7 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
     else:
         with library_output_to(run_dir / LIBRARY_LOG) as library_log:
             result = train(config, **train_args)
+    _store_online_share(args, config, result.summary)
     if args.json:
         print(summary_json(result.summary, result.run_dir))
     else:
@@ -237,6 +238,26 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
             loggers=_logger_lines(config, result.run_dir),
         )
     return 0
+
+
+def _store_online_share(args: argparse.Namespace, config: TrainConfig, summary: Any) -> None:
+    """An online run's chosen share goes to the registry for `--schedule auto` next time."""
+    if summary.online_timing is None:
+        return
+    from syncswitch.registry import RegistryError
+    from syncswitch.timing.online import record_online_decision
+
+    try:
+        stored = record_online_decision(config, summary, args.registry)
+    except RegistryError as error:
+        print(f"syncswitch: the online decision was not stored: {error}", file=sys.stderr)
+        return
+    if stored is not None:
+        print(
+            f"syncswitch: stored the online run's BSP share {stored.fraction:g} as decision "
+            f"#{stored.id} for job {stored.fingerprint[:12]} (`--schedule auto` reuses it)",
+            file=sys.stderr,
+        )
 
 
 def _logger_lines(config: TrainConfig, run_dir: Path) -> list[str]:

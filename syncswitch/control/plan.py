@@ -34,9 +34,10 @@ class ReliabilityConfig:
 # The estimator's half-life, as a fraction of the run's BSP rounds, and how often the rule is
 # asked (docs/online-timing.md: the settings the rule was tuned with).
 HALF_LIFE_FRACTION = 0.02
-# Coordinates of each shard's slice the statistics are measured on (0: all; see
-# docs/performance.md for what measuring costs).
-STATS_COORDINATES = 0
+# Coordinates of each shard's slice the statistics are measured on: a fixed random subset of
+# this many, when the slice has more than twice as many (docs/performance.md: what measuring
+# every coordinate costs, and this subset).
+STATS_COORDINATES = 4096
 CHECK_EVERY = 0.005
 
 

@@ -137,11 +137,13 @@ class RoundStatsAccumulator:
         self.workers = workers
         self.every = every
         self._index: torch.Tensor | None = None
-        if 0 < coordinates < numel:
-            generator = torch.Generator().manual_seed(seed)
-            self._index = torch.randperm(numel, generator=generator)[:coordinates].sort().values
+        self._factors: tuple[tuple[int, ...], torch.Tensor] | None = None  # (samples, B^2/b_i)
+        # A subset saves little unless it is much smaller than the slice (gathering it costs
+        # a pass of its own): under half the slice, else every coordinate is measured.
+        if 0 < coordinates <= numel // 2:
+            self._index = _random_coordinates(numel, coordinates, seed)
         self.stride = min(stride, numel)
-        measured = len(range(0, numel, self.stride)) if self._index is None else coordinates
+        measured = len(range(0, numel, self.stride)) if self._index is None else len(self._index)
         self._scale = numel / measured  # sums over the subset, scaled to the whole slice
         self._previous = torch.zeros(measured)
         self._previous_version: int | None = None
@@ -168,6 +170,7 @@ class RoundStatsAccumulator:
         if not self.wants(version):
             return None
         mean_view = self._view(mean)
+        self._follow_dtype(mean_view)
         mean_sq = float(torch.dot(mean_view, mean_view)) * self._scale
         cross = None
         if self._previous_version == version - 1:
@@ -216,9 +219,10 @@ class RoundStatsAccumulator:
             mean_view = mean.reshape(-1).index_select(0, self._index)
         else:
             mean_view = mean.reshape(-1)
+        self._follow_dtype(mean_view)
         total = int(sum(samples))
         row_sq = torch.linalg.vector_norm(rows, dim=1).square()
-        factors = torch.tensor([total * total / b for b in samples], dtype=row_sq.dtype)
+        factors = self._weights(tuple(samples), total, row_sq.dtype)
         weighted_sq = float(torch.dot(row_sq, factors)) * self._scale
         mean_sq = float(torch.dot(mean_view, mean_view)) * self._scale
         cross = None
@@ -227,6 +231,19 @@ class RoundStatsAccumulator:
         self._previous.copy_(mean_view)
         self._previous_version = version
         return RoundPartials(version, n, total, weighted_sq, mean_sq, cross)
+
+    def _weights(self, samples: tuple[int, ...], total: int, dtype: torch.dtype) -> torch.Tensor:
+        """(B / b_i)^2 b_i = B^2 / b_i per row, kept while the round's batches stay the same."""
+        cached = self._factors
+        if cached is None or cached[0] != samples or cached[1].dtype != dtype:
+            cached = (samples, torch.tensor([total * total / b for b in samples], dtype=dtype))
+            self._factors = cached
+        return cached[1]
+
+    def _follow_dtype(self, mean_view: torch.Tensor) -> None:
+        if self._previous.dtype != mean_view.dtype:  # the first round says the gradients' dtype
+            self._previous = torch.zeros_like(mean_view)
+            self._previous_version = None
 
     def forget(self) -> None:
         """The weights jumped (a rollback, a restore): no drift across it."""
@@ -239,6 +256,13 @@ class RoundStatsAccumulator:
     def _view(self, tensor: torch.Tensor) -> torch.Tensor:
         flat = tensor.reshape(-1)
         return flat if self.stride == 1 else flat[:: self.stride]
+
+
+def _random_coordinates(numel: int, coordinates: int, seed: int) -> torch.Tensor:
+    """`coordinates` of a slice of `numel`, drawn at random without replacement (every one
+    with the same chance, so sums scaled by numel / coordinates stay unbiased), in order."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randperm(numel, generator=generator)[:coordinates].sort().values
 
 
 @dataclass(frozen=True)

@@ -170,6 +170,11 @@ class Schedule:
         parts = [part.strip() for part in text.split(",")]
         if not text.strip() or any(not part for part in parts):
             raise ScheduleError(f"empty phase in schedule {text!r}; expected e.g. 'bsp:0.25,asp'")
+        if any(part.partition(":")[0].strip().lower() == ONLINE for part in parts):
+            raise ScheduleError(
+                f"'online' in {text!r} is a phase end, not a protocol: write 'bsp:online,asp' "
+                "(or 'online' alone for that)"
+            )
         ends = [part.partition(":")[2].strip().lower() for part in parts]
         if ends.count(ONLINE) > 1:
             raise ScheduleError("only one phase may end 'online' (the run decides one switch)")

@@ -134,6 +134,7 @@ class Synchronizer:
         self._admitted_from: dict[int, int] = {}
         # Gradient statistics of each BSP round, while the schedule's online phase (whose end
         # the run controller decides from them) is in force; None without one.
+        self._online_index = config.schedule.online_index  # asked every round: kept
         self.stats: RoundStatsAccumulator | None = None
         if config.schedule.online_index is not None and config.stats_coordinates is not None:
             self.stats = RoundStatsAccumulator(self._numel, coordinates=config.stats_coordinates)
@@ -363,6 +364,12 @@ class Synchronizer:
             total = sum(g.samples for g in gradients)
             rows = torch.stack([g.values * (g.samples / total) for g in gradients])
             mean = rows.sum(dim=0)
+            if self.stats is not None and self._measuring:
+                # Measured before the update, while the stacked rows are at hand (they are let
+                # go before the step, as without measuring); the round produces version + 1.
+                samples = [g.samples for g in gradients]
+                self.partials.append(self.stats.observe_rows(self.version + 1, rows, samples, mean))
+            del rows
         lr = self.lr_scale * update_learning_rate(
             cfg.lr, cfg.lr_schedule, self.progress, len(gradients), cfg.workers
         )
@@ -376,10 +383,6 @@ class Synchronizer:
         self.samples_by_protocol[self.spec.protocol.value] += total
         if self.spec.protocol is Protocol.BSP:
             self._phase_bsp_samples += total
-        if len(gradients) > 1 and self.stats is not None and self._measuring:
-            self.partials.append(
-                self.stats.observe_rows(self.version, rows, [g.samples for g in gradients], mean)
-            )
         for g in gradients:
             self.ledger.record_applied(g.worker, g.sequence)
         now_s = self.now_s()
@@ -464,10 +467,7 @@ class Synchronizer:
     @property
     def _measuring(self) -> bool:
         """Whether this round's statistics are wanted: the online phase, under BSP."""
-        return (
-            self.phase_index == self.config.schedule.online_index
-            and self.spec.protocol is Protocol.BSP
-        )
+        return self.phase_index == self._online_index and self.spec.protocol is Protocol.BSP
 
     def _eval_point(self, fraction: float) -> EvalPoint:
         return EvalPoint(

@@ -36,9 +36,7 @@ def installed(package: str) -> bool:
         return False
 
 
-def make_loggers(
-    names: Iterable[str], tracking_uri: str | None, run_dir: Path
-) -> list[RunLogger]:
+def make_loggers(names: Iterable[str], tracking_uri: str | None, run_dir: Path) -> list[RunLogger]:
     """The backends named (a config's `logger`; csv needs none: the run directory is it)."""
     loggers: list[RunLogger] = []
     names = set(names)

@@ -9,7 +9,10 @@ from syncswitch.registry.fingerprint import (
     fingerprint,
 )
 from syncswitch.registry.store import (
+    DECISION_KINDS,
     ENV_VAR,
+    ONLINE,
+    SEARCH,
     DecisionRecord,
     JobOverview,
     JobRecord,
@@ -21,11 +24,14 @@ from syncswitch.registry.store import (
 from syncswitch.registry.trial import TRACE_COLUMNS, TrialRecord, TrialSource, TrialStatus
 
 __all__ = [
+    "DECISION_KINDS",
     "ENV_VAR",
     "FINGERPRINT_VERSION",
     "JOB_FIELDS",
     "LATER_JOB_FIELDS",
     "NOT_JOB_FIELDS",
+    "ONLINE",
+    "SEARCH",
     "TRACE_COLUMNS",
     "DecisionRecord",
     "JobOverview",

@@ -69,6 +69,11 @@ LATER_JOB_FIELDS: tuple[str, ...] = (
 
 NOT_JOB_FIELDS: tuple[str, ...] = (
     "schedule",
+    # How an online schedule decides its switch point: the decision, not the job.
+    "switch_rule",
+    "switch_threshold",
+    "switch_floor",
+    "switch_ceiling",
     "seed",
     "out",
     "progress",

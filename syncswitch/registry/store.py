@@ -117,6 +117,13 @@ class JobRecord:
     created: datetime
 
 
+# Where a stored decision came from: a switch-point search's trials, or one online run that
+# decided its own switch point (kept in the evidence, so the schema did not change).
+SEARCH = "search"
+ONLINE = "online"
+DECISION_KINDS = (SEARCH, ONLINE)
+
+
 @dataclass(frozen=True)
 class DecisionRecord:
     id: int
@@ -127,6 +134,12 @@ class DecisionRecord:
     evidence: dict[str, Any]
     reason: str
     created: datetime
+
+    @property
+    def kind(self) -> str:
+        """ "search" or "online" (decisions stored before online runs are searches')."""
+        kind = self.evidence.get("kind", SEARCH)
+        return kind if kind in DECISION_KINDS else SEARCH
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """The report's figure, in the paper's style: test accuracy against wall time and samples.
 
 One line per run; each run's protocol phases are shaded on a strip below (and behind the
-lines when one run is shown) and its switch points are marked on its line. Below them: a
+lines when one run is shown) and its switch points are marked on its line. For a run whose
+schedule ended a phase online: its rule's signal and threshold against training progress with
+the switch marked, beside its accuracy curve on the same axis. Below them: a
 worker timeline of emulated straggler episodes and detections for runs that have any, and a
 staleness histogram per run. Drawn with matplotlib's Agg canvas (files only, no display and
 no pyplot state), so it works on a headless machine and in threads.
@@ -40,8 +42,10 @@ def protocol_color(protocol: str) -> str:
 def plot_runs(runs: list[tuple[str, RunData]]) -> Figure:
     """The whole figure for labelled runs (label, run), in the order given."""
     straggler_runs = [(label, run) for label, run in runs if run.episodes or run.straggler_marks]
+    online_runs = [(label, run) for label, run in runs if run.timing_signals is not None]
     histogram_rows = math.ceil(len(runs) / HISTOGRAM_COLUMNS)
     heights = [4.0, 0.45 * len(runs) + 0.9]
+    heights += [3.2] * len(online_runs)
     heights += [_timeline_height(run) for _, run in straggler_runs]
     heights += [2.6] * histogram_rows
     figure = Figure(figsize=(13, sum(heights) + 0.8), layout="constrained")
@@ -54,6 +58,11 @@ def plot_runs(runs: list[tuple[str, RunData]]) -> Figure:
     _phase_strip(figure.add_subplot(grid[1, 0], sharex=time_axes), runs, by_samples=False)
     _phase_strip(figure.add_subplot(grid[1, 1], sharex=samples_axes), runs, by_samples=True)
     row = 2
+    for label, run in online_runs:
+        signal_axes = figure.add_subplot(grid[row, 0])
+        _timing_signal(signal_axes, label, run)
+        _accuracy_by_fraction(figure.add_subplot(grid[row, 1], sharex=signal_axes), label, run)
+        row += 1
     for label, run in straggler_runs:
         _straggler_timeline(figure.add_subplot(grid[row, :]), label, run)
         row += 1
@@ -125,6 +134,55 @@ def _accuracy(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:
         labels.append("switch")
     if handles:
         axes.legend(handles, labels, loc="lower right", fontsize=8)
+
+
+def _online_switch(run: RunData) -> float | None:
+    """Where an online run left BSP (summary.json), or None."""
+    timing = run.summary.online_timing if run.summary is not None else None
+    return timing.at_fraction if timing is not None and timing.switched else None
+
+
+def _timing_signal(axes, label: str, run: RunData) -> None:
+    """An online run's signal against its threshold over training, the switch marked."""
+    signals = run.timing_signals
+    assert signals is not None
+    shown = np.where(np.isfinite(signals.signal) & (signals.signal > 0), signals.signal, np.nan)
+    axes.plot(signals.fraction, shown, color="C0", linewidth=1.4, label=f"signal ({signals.rule})")
+    axes.plot(
+        signals.fraction,
+        signals.threshold,
+        color="C3",
+        linestyle="--",
+        linewidth=1.2,
+        label="threshold",
+    )
+    if np.any(np.isfinite(shown)):
+        axes.set_yscale("log")
+    switch = _online_switch(run)
+    if switch is not None:
+        axes.axvline(switch, color="black", linewidth=1.2, label=f"switch at {switch:.3f}")
+    timing = run.summary.online_timing if run.summary is not None else None
+    if timing is not None:
+        for bound in (timing.floor, timing.ceiling):
+            axes.axvline(bound, color="#8c8c8c", linestyle=":", linewidth=1.0)
+    axes.set_title(f"{label}: online timing signal (floor and ceiling dotted)")
+    axes.set_xlabel("training progress (fraction of samples)")
+    axes.set_ylabel("signal")
+    axes.set_xlim(0, 1)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper right", fontsize=8)
+
+
+def _accuracy_by_fraction(axes, label: str, run: RunData) -> None:
+    metrics = run.metrics
+    axes.plot(metrics.fraction, 100 * metrics.test_accuracy, color="C1", linewidth=1.6)
+    switch = _online_switch(run)
+    if switch is not None:
+        axes.axvline(switch, color="black", linewidth=1.2)
+    axes.set_title(f"{label}: test accuracy, the switch marked")
+    axes.set_xlabel("training progress (fraction of samples)")
+    axes.set_ylabel("test accuracy (%)")
+    axes.grid(alpha=0.3)
 
 
 def _phase_strip(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:

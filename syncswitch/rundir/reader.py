@@ -8,6 +8,7 @@ killed run's per-worker view asks for it, and then streamed.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,6 +68,21 @@ class Metrics:
         return len(self.time_s)
 
 
+@dataclass(frozen=True)
+class TimingSignals:
+    """timing_signals.csv as columns: the online rule's signal and threshold at each check."""
+
+    samples: np.ndarray
+    fraction: np.ndarray
+    signal: np.ndarray  # NaN where the rule had no value yet
+    threshold: np.ndarray
+    decision: tuple[str, ...]
+    rule: str
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
 @dataclass
 class RunData:
     """Everything a report needs from one run directory."""
@@ -82,6 +98,7 @@ class RunData:
     drops_by_worker: Counter[int]
     worker_stats: list[dict[str, float]] | None  # worker_steps.csv, written at the end
     notes: list[str] = field(default_factory=list)  # torn lines and other oddities
+    timing_signals: TimingSignals | None = None  # an online phase's signal, when there was one
 
     # -- what kind of run ------------------------------------------------------------------
 
@@ -245,6 +262,7 @@ def _load(run_dir: Path) -> RunData:
         drops_by_worker=drops_by_worker,
         worker_stats=_read_worker_stats(run_dir / names.WORKER_STEPS, notes),
         notes=notes,
+        timing_signals=_read_timing_signals(run_dir / names.TIMING_SIGNALS, notes),
     )
 
 
@@ -270,6 +288,36 @@ def _read_metrics(path: Path, notes: list[str]) -> Metrics:
         test_accuracy=np.asarray(columns[4], dtype=float),
         test_loss=np.asarray(columns[5], dtype=float),
         train_loss=np.asarray(columns[6], dtype=float),
+    )
+
+
+def _read_timing_signals(path: Path, notes: list[str]) -> TimingSignals | None:
+    if not path.is_file():
+        return None
+
+    def parse(row: dict[str, str]) -> tuple:
+        signal = row["signal"].strip()
+        return (
+            int(row["samples"]),
+            finite(row["fraction"]),
+            float(signal) if signal else math.nan,  # inf: a noise scale over a gradient of 0
+            finite(row["threshold"]),
+            row["decision"],
+            row["rule"],
+        )
+
+    required = ("samples", "fraction", "rule", "signal", "threshold", "decision")
+    rows = csv_records(path, required, notes, parse)
+    if not rows:
+        return None
+    columns = list(zip(*rows, strict=True))
+    return TimingSignals(
+        samples=np.asarray(columns[0], dtype=np.int64),
+        fraction=np.asarray(columns[1], dtype=float),
+        signal=np.asarray(columns[2], dtype=float),
+        threshold=np.asarray(columns[3], dtype=float),
+        decision=tuple(columns[4]),
+        rule=str(columns[5][-1]),
     )
 
 

@@ -47,6 +47,7 @@ def auto_schedule(
         source = {
             "kind": "registry",
             "decision_id": decision.id,
+            "decision_kind": decision.kind,  # "search" or "online"
             "fraction": decision.fraction,
             "label": format_fraction(decision.fraction),
             "schedule": schedule,
@@ -65,7 +66,8 @@ def auto_schedule(
             "fingerprint": job_fp,
             "registry": location.display,
             "hint": f"no stored decision for job {job_fp[:12]}; run `syncswitch search` with "
-            "the same options to find this job's switch point",
+            "the same options to find this job's switch point, or train it once with "
+            "--schedule online",
         }
     return schedule, source
 
@@ -75,10 +77,11 @@ def describe_source(source: dict[str, Any]) -> str:
     if source["kind"] == "registry":
         simulated = source.get("runtime") == "sim"
         where = f"SIMULATED on cluster {source['cluster']}, " if simulated else ""
+        origin = "an online run's" if source.get("decision_kind") == "online" else "a search's"
         return (
             f"schedule {source['schedule']} from stored {'SIMULATED ' if simulated else ''}"
-            f"decision #{source['decision_id']} ({where}BSP fraction {source['label']}, job "
-            f"{source['fingerprint'][:12]}, registry {source['registry']})"
+            f"decision #{source['decision_id']} ({origin}; {where}BSP fraction "
+            f"{source['label']}, job {source['fingerprint'][:12]}, registry {source['registry']})"
         )
     if source["kind"] == "default":
         return f"schedule {source['schedule']} (default): {source['hint']}"

@@ -202,3 +202,42 @@ def test_a_subset_of_workers_adds_across_shards_like_the_whole():
     assert expected is not None
     assert (summed.measured_workers, summed.measured_samples) == (3, 12)
     assert summed.weighted_sq == pytest.approx(expected.weighted_sq, rel=1e-5)
+
+
+def test_observe_rows_gives_the_partials_observe_gives() -> None:
+    # The synchronizer's stacked rows (g_i b_i / B) and their sum: one norm call, the same sums.
+    generator = torch.Generator().manual_seed(3)
+    samples = [8, 8, 16, 4]
+    total = sum(samples)
+    by_rows, by_values = RoundStatsAccumulator(50), RoundStatsAccumulator(50)
+    for version in (1, 2, 4):
+        values = [torch.randn(50, generator=generator, dtype=torch.float64) for _ in samples]
+        rows = torch.stack([v * (b / total) for v, b in zip(values, samples, strict=True)])
+        mean = rows.sum(dim=0)
+        got = by_rows.observe_rows(version, rows, samples, mean)
+        want = by_values.observe(version, values, samples, mean)
+        assert want is not None
+        assert got.weighted_sq == pytest.approx(want.weighted_sq, rel=1e-9)
+        assert got.mean_sq == pytest.approx(want.mean_sq, rel=1e-9)
+        assert (got.cross is None) == (want.cross is None)  # no drift across version 3
+        if got.cross is not None:
+            assert got.cross == pytest.approx(want.cross, rel=1e-9)
+
+
+def test_a_fixed_coordinate_subset_keeps_the_noise_estimate_within_ten_percent() -> None:
+    generator = torch.Generator().manual_seed(5)
+    numel, workers, batch = 4000, 8, 16
+    sigma = torch.linspace(0.5, 2.0, numel, dtype=torch.float64)  # an uneven diagonal
+    true_noise = float((sigma**2).sum())
+    accumulator = RoundStatsAccumulator(numel, coordinates=400, seed=1)
+    estimator = GradientStatsEstimator(half_life_rounds=1e9)
+    for version in range(1, 201):
+        values = [
+            0.1 + sigma * torch.randn(numel, generator=generator, dtype=torch.float64) / batch**0.5
+            for _ in range(workers)
+        ]
+        rows = torch.stack(values) / workers
+        estimator.add(accumulator.observe_rows(version, rows, [batch] * workers, rows.sum(0)))
+    signals = estimator.signals
+    assert signals is not None
+    assert signals.noise_trace == pytest.approx(true_noise, rel=0.1)

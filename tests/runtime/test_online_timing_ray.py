@@ -1,0 +1,38 @@
+"""`syncswitch train --schedule online` on Ray: the run decides when to leave BSP and says so."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from syncswitch.registry import ENV_VAR
+from syncswitch.rundir import names, read_summary
+
+
+@pytest.mark.ray
+def test_a_ray_online_run_switches_and_says_where_and_why(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "--schedule", "online", "--workers", "4", "--servers", "2"]
+    argv += ["--epochs", "2", "--mnist1d-samples", "1000", "--no-progress", "--out", str(out)]
+    env = {**os.environ, ENV_VAR: str(tmp_path / "registry.db")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "syncswitch.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "online timing" in proc.stdout and "left BSP at" in " ".join(proc.stdout.split())
+    summary = read_summary(out)
+    timing = summary.online_timing
+    assert summary.complete and timing is not None and timing.switched
+    assert timing.reason in ("signal", "ceiling") and timing.values
+    # Both shards switched at the one decision: one switch in the run's record.
+    assert [(s.from_protocol, s.to_protocol) for s in summary.switches] == [("bsp", "asp")]
+    assert (out / names.TIMING_SIGNALS).exists()
+    assert "stored the online run's BSP share" in proc.stderr
