@@ -555,7 +555,7 @@ def goals(
 
 def _label(item: tuple[str, CaseMeans]) -> str:
     case, means = item
-    return f"{case} (share {_fraction(means.share)})" if case == "search" else case
+    return f"{case} (share {means.share:.3f})" if case == "search" and means.share else case
 
 
 def goals_text(
