@@ -4,8 +4,8 @@
     python benchmarks/online_eval.py ray          # Ray, 8 workers, 20 ms steps, 2 seeds (EMULATED)
     python benchmarks/online_eval.py straggler    # Ray, stragglers + elastic + online (EMULATED)
 
-Each command appends one JSON line per run to OUT/<table>/runs.jsonl as the run ends (with the
-run's whole summary.json) and rewrites OUT/<table>/table.md after every run; `--keep` resumes
+Each command appends one JSON line per run to OUT-<table>/runs.jsonl as the run ends (with the
+run's whole summary.json) and rewrites OUT-<table>/table.md after every run; `--keep` resumes
 (runs already in runs.jsonl are not run again), `--show` prints the table without running.
 
 sim: the scale study's job and cluster (benchmarks/sim_scale.py: MNIST-1D 20,000 samples, 40
@@ -640,7 +640,11 @@ def main() -> None:
         "--search-resolution", default="1/64", help="the search's --resolution (default 1/64)"
     )
     cli.add_argument("--search-repeats", type=int, default=2, help="seeds per search trial")
-    add_out(cli, "benchmarks/results/online-eval", "results folder (one subfolder per table)")
+    add_out(
+        cli,
+        "benchmarks/results/online-eval",
+        "results folders' prefix (OUT-sim, OUT-ray, OUT-straggler)",
+    )
     add_keep(cli)
     cli.add_argument("--show", action="store_true", help="run nothing: print the table")
     cli.add_argument(
@@ -657,7 +661,8 @@ def main() -> None:
     unknown = [c for c in args.cases or () if c not in known]
     if unknown:
         raise SystemExit(f"unknown case(s) {', '.join(unknown)}; {args.table}: {', '.join(known)}")
-    out = args.out / args.table
+    # OUT-sim/, OUT-ray/, OUT-straggler/: one folder per table, each a results folder of its own
+    out = args.out.with_name(f"{args.out.name}-{args.table}")
     log = RunLog(out / "runs.jsonl")
     if not (args.keep or args.show) and log.read():
         raise SystemExit(f"{log.path} has runs: --keep to resume, or move it away to start again")
