@@ -46,6 +46,7 @@ from harness import (
 
 from syncswitch.config import TrainConfig
 from syncswitch.rundir import Summary
+from syncswitch.rundir.summary import FINAL_ACCURACY  # the scale study's rows use the same key
 
 TOLERANCE_POINTS = 0.5  # the "within 0.5 point of BSP"
 TIME_FACTOR = 1.05  # "at most 1.05x the time of the smallest fixed share that does so"
@@ -234,7 +235,7 @@ class Runner:
         # stand-in summary is another run's and is not used.
         stand_in = dataclasses.replace(
             Summary.from_json(template),
-            final_accuracy=record["final_accuracy"],
+            final_accuracy=record[FINAL_ACCURACY],
             best_accuracy=record["best_accuracy"],
             wall_time_s=record["sim_time_s"],
             schedule=schedule,
@@ -750,7 +751,7 @@ def scale_grid(path: Path) -> list[EvalRow]:
             seed=r["seed"],
             schedule=r["schedule"],
             timing="SIMULATED",
-            final_accuracy=r["final_accuracy"],
+            final_accuracy=r[FINAL_ACCURACY],
             time_s=r["sim_time_s"],
             bsp_share=share_of(r["schedule"]),
         )
