@@ -94,7 +94,11 @@ def online_timing_line(timing: OnlineTimingSummary) -> str:
     bounds = f"floor {timing.floor:.3g}, ceiling {timing.ceiling:.3g}"
     if not timing.switched:
         why = f"decided ({timing.reason})" if timing.reason else "not decided"
-        return f"BSP kept: {why}; {timing.rule} rule, threshold {timing.threshold:g}, {bounds}"
+        return (
+            f"no switch of its own: {why} (a rollback's pinned protocol or an online policy "
+            f"may have had the last word); {timing.rule} rule, threshold "
+            f"{timing.threshold:g}, {bounds}"
+        )
     why = {
         "signal": "the signal crossed its threshold",
         "ceiling": "the ceiling was reached first",

@@ -177,7 +177,7 @@ class RoundStatsAccumulator:
             cross = float(torch.dot(mean_view, self._previous)) * self._scale
         weighted_sq = None
         n = len(values)
-        chosen = range(n)
+        chosen: Sequence[int] = range(n)
         if 0 < self.workers < n:
             start = (version // max(self.every, 1)) * self.workers
             chosen = sorted((start + j) % n for j in range(self.workers))

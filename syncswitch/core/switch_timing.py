@@ -161,7 +161,8 @@ class Verdict:
 
 
 class Rule(TypingProtocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def check(self, history: Sequence) -> Verdict: ...
 

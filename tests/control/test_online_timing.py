@@ -192,3 +192,24 @@ def test_an_old_summary_without_online_timing_still_reads(tmp_path: Path):
     (tmp_path / names.SUMMARY).write_text(json.dumps(data))
     assert read_summary(tmp_path).online_timing is None
     assert run.controller.timing is None
+
+
+def test_greedy_and_online_timing_compose(tmp_path):
+    def slow(run: ScriptedRun) -> None:
+        run.slow[1] = 5.0
+
+    run = ScriptedRun(
+        tmp_path,
+        schedule="online",
+        epochs=20.0,
+        servers=2,
+        online_policy="greedy",
+        switch_ceiling=0.6,
+        script={0.1: slow},
+    ).run()
+    summary = read_summary(tmp_path)
+    # Greedy left BSP first; the online phase then ended at its ceiling without a switch.
+    assert [s.reason.split(":")[0] for s in summary.switches] == ["greedy switch"]
+    assert all(s.sync.spec.name == "asp" and s.sync.phase_index == 1 for s in run.shards)
+    assert summary.online_timing is not None and not summary.online_timing.switched
+    assert summary.gradients.unaccounted == 0

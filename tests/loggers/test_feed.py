@@ -130,3 +130,21 @@ def test_a_failing_backend_is_switched_off_and_the_others_go_on():
     assert failures == [("recorder", "ConnectionError: tracking server unreachable")]
     assert feed.loggers == [working]
     assert working.series("test/accuracy") == [(10, 0.3), (20, 0.4)]
+
+
+def test_online_timing_signals_and_the_decision_reach_the_loggers() -> None:
+    recorder = Recorder()
+    feed = LoggerFeed([recorder])
+    feed.start({"schedule": "online"}, None)
+    row = {"samples": 640, "fraction": 0.2, "signal": 0.9, "threshold": 0.35, "drift_sq": None}
+    feed.timing_signal(row)
+    feed.timing_signal({**row, "samples": 1280, "signal": 0.3})
+    assert recorder.series("timing/signal") == [(640, 0.9), (1280, 0.3)]
+    assert recorder.series("timing/threshold") == [(640, 0.35), (1280, 0.35)]
+    assert recorder.series("timing/drift_sq") == []  # no value: no point
+    feed.event(
+        "online_timing",
+        {"samples": 1280, "time_s": 2.0, "progress": 0.4, "describe": "switch at 0.400 (...)"},
+    )
+    assert recorder.series("timing/switched_at") == [(1280, 0.4)]
+    assert recorder.texts[-1] == ("online_timing", "online timing: switch at 0.400 (...)", 1280)
