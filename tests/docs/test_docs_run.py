@@ -7,6 +7,7 @@ machine cannot have (a cluster, CUDA, CIFAR files) must be refused in one line."
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import re
@@ -105,7 +106,9 @@ def unique(commands: list[tuple[str, str]]) -> list[Any]:
 
 
 def run_dir_name(command: str) -> str:
-    return "runs/" + re.sub(r"[^A-Za-z0-9.-]+", "_", " ".join(words(command)))[:80]
+    """A readable run directory per command; the digest keeps long look-alikes apart."""
+    digest = hashlib.sha256(command.encode()).hexdigest()[:8]
+    return f"runs/{re.sub(r'[^A-Za-z0-9.-]+', '_', ' '.join(words(command)))[:60]}-{digest}"
 
 
 def killed_run(run_dir: str) -> None:
