@@ -582,7 +582,7 @@ def _trial(row: Any) -> TrialRecord:
         seed=_integer(row.seed, "seed", 0, 2**31 - 1),
         schedule=str(row.schedule),
         status=str(row.status),
-        final_accuracy=_optional(_number, row.final_accuracy, "final_accuracy", 0.0, 1.0),
+        final_accuracy=_optional(_number, row.final_accuracy, FINAL_ACCURACY, 0.0, 1.0),
         wall_time_s=_optional(_number, row.wall_time_s, "wall_time_s", 0.0, 1e9),
         run_dir=_optional(str, row.run_dir),
         created=row.created,

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from syncswitch.rundir import names
 from syncswitch.rundir.values import Fields
 
 RUNTIMES = ("ray", "sim")
@@ -269,7 +270,7 @@ class Summary:
         return record
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "summary.json") -> Summary:
+    def from_json(cls, data: Any, where: str = names.SUMMARY) -> Summary:
         read = Fields(data, where)
         accuracy: dict[str, Any] = {"low": 0.0, "high": 1.0, "optional": True}
         rate: dict[str, Any] = {"low": 0.0, "optional": True}
@@ -278,7 +279,7 @@ class Summary:
         timing = read.mapping("online_timing", None, optional=True)
         return cls(
             status=read.text("status"),
-            final_accuracy=read.number("final_accuracy", **accuracy),
+            final_accuracy=read.number(FINAL_ACCURACY, **accuracy),
             best_accuracy=read.number("best_accuracy", **accuracy),
             final_test_loss=read.number("final_test_loss", optional=True, finite=False),
             runtime=read.text("runtime", "ray", choices=RUNTIMES),

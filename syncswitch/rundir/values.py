@@ -17,7 +17,7 @@ _MISSING = object()
 
 
 class Fields:
-    """The fields of one JSON object read from `where` (e.g. "summary.json", "gradients")."""
+    """The fields of one JSON object read from `where` (e.g. the summary, or its "gradients")."""
 
     def __init__(self, data: Any, where: str) -> None:
         if not isinstance(data, dict):
