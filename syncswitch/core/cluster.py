@@ -16,6 +16,17 @@ every simulated run's summary, so a simulated time always says what cluster it s
     server:
       message_ms: 0.02           # CPU per gradient received, whatever its size
       ns_per_parameter: 1.0      # CPU per parameter of the slice it applies
+      applies_after_step: false  # true: an overlapped gradient is applied once its step ends
+    nodes:                       # how the processes share machines (docs/simulator.md)
+      workers_per_node: 1        # workers one node holds (--placement packs or spreads them)
+      cores: 0                   # each node's cores; 0 = a core for every process (no contention)
+      servers_with_workers: false  # servers, evaluator and driver on the first worker node
+      nic_gbps: 0                # each node's NIC, each direction, shared; 0 = no NIC limit
+    host_cpu:                    # host CPU beside the device time, on the node's cores
+      worker_ms: 0               # a worker per step: framework, (de)serialisation, data plane
+      compute_ms: 0              # a worker per step inside its device time (a CPU "device")
+      evaluator_ms: 0            # the evaluator per evaluation
+      driver_ms: 0               # the driver (controller, run-directory rows) per gradient
     restart_s: 5                 # a crashed or killed worker is back after this long
     startup_s: 0                 # before the first steps: processes starting and warming up
 
@@ -28,6 +39,12 @@ server takes latency + B / worker bandwidth on the worker's side, and the server
 carries one transfer at a time at its full bandwidth, in arrival order (the same throughput as
 fair sharing; so a busy server becomes the bottleneck as workers grow). The server's CPU
 applies one gradient at a time, in arrival order. Weights go back the same way.
+
+Nodes (optional; left out, every process has a core and a link of its own, as before): the
+workers are placed on nodes of `workers_per_node` as `--placement` places them on Ray; every
+role's host CPU (a worker's per step, a server's per gradient, the evaluator's, the driver's)
+queues for its node's `cores`, so more busy processes than cores slow each other down; and
+transfers between nodes queue for each node's NIC.
 """
 
 from __future__ import annotations
@@ -93,10 +110,62 @@ class NetworkModel:
 class ServerModel:
     message_ms: float = DEFAULT_MESSAGE_MS
     ns_per_parameter: float = DEFAULT_NS_PER_PARAMETER
+    # With `sends_during_step`: False, the server applies the gradient while the step goes on
+    # (its handling overlaps the step); True, the gradient is held until its step ends and
+    # applied then, as the Ray data plane does (only the transfer overlaps the step).
+    applies_after_step: bool = False
 
     def apply_s(self, parameters: int) -> float:
         """Server CPU to receive and apply one gradient of `parameters` values."""
         return self.message_ms / 1e3 + parameters * self.ns_per_parameter / 1e9
+
+
+@dataclass(frozen=True)
+class NodeModel:
+    """How the job's processes share machines. The defaults are a node per worker with a core
+    for every process and no NIC limit: nothing is shared, as before nodes were modelled."""
+
+    workers_per_node: int = 1
+    cores: int = 0  # 0: as many cores as processes, so none ever waits for one
+    # True: the servers, the evaluator and the driver run on the first worker node (one
+    # machine, or Ray's pack placement of every bundle); False: on nodes of their own.
+    servers_with_workers: bool = False
+    nic_gbps: float = 0.0  # each node's NIC, each direction; 0: only the links limit
+
+    @property
+    def contended(self) -> bool:
+        return self.cores > 0
+
+    def nic_s(self, nbytes: int) -> float:
+        """A message's time on a node's NIC (what its workers' transfers queue for)."""
+        return nbytes * 8 / (self.nic_gbps * 1e9) if self.nic_gbps > 0 else 0.0
+
+    def worker_nodes(self, workers: int, placement: str) -> list[int]:
+        """The node each worker runs on, as Ray places a placement group's bundles: pack
+        fills a node before the next, spread deals them round the fewest nodes that hold
+        them, strict-spread gives each its own."""
+        per_node = max(1, self.workers_per_node)
+        if placement == "strict-spread":
+            return list(range(workers))
+        nodes = -(-workers // per_node)
+        if placement == "spread":
+            return [w % nodes for w in range(workers)]
+        return [w // per_node for w in range(workers)]
+
+
+@dataclass(frozen=True)
+class HostCpuModel:
+    """Host CPU (milliseconds of one core) each role spends beside the device's time; it
+    queues for its node's cores when `nodes.cores` limits them."""
+
+    worker_ms: float = 0.0  # per step, before the device's part: framework, data plane
+    compute_ms: float = 0.0  # per step, inside the device time (a host "device", emulation)
+    evaluator_ms: float = 0.0  # per evaluation of the weights
+    driver_ms: float = 0.0  # per gradient: the controller's drain and the run's rows
+
+    @property
+    def any(self) -> bool:
+        return any((self.worker_ms, self.compute_ms, self.evaluator_ms, self.driver_ms))
 
 
 @dataclass(frozen=True)
@@ -105,6 +174,8 @@ class ClusterModel:
     compute: ComputeModel = field(default_factory=ComputeModel)
     network: NetworkModel = field(default_factory=NetworkModel)
     server: ServerModel = field(default_factory=ServerModel)
+    nodes: NodeModel = field(default_factory=NodeModel)
+    host_cpu: HostCpuModel = field(default_factory=HostCpuModel)
     restart_s: float = DEFAULT_RESTART_S
     # Run seconds before the workers' first steps: on a real system, processes starting and
     # warming up (imports, first allocations, first transfers), which a run's wall time counts.
@@ -116,16 +187,34 @@ class ClusterModel:
         described = asdict(self)
         described["compute"]["speed_factors"] = list(self.compute.speed_factors)
         described["notes"] = dict(self.notes)
+        # What a model without nodes said before they existed, so its summaries and its
+        # jobs' fingerprints stay as they were.
+        for key, default in (
+            ("nodes", NodeModel()),
+            ("host_cpu", HostCpuModel()),
+        ):
+            if getattr(self, key) == default:
+                del described[key]
+        if not self.server.applies_after_step:
+            del described["server"]["applies_after_step"]
         return described
 
     def with_compute(self, compute: ComputeModel) -> ClusterModel:
         return replace(self, compute=compute)
 
 
-_SECTIONS: dict[str, type[ComputeModel] | type[NetworkModel] | type[ServerModel]] = {
+_SECTIONS: dict[str, type] = {
     "compute": ComputeModel,
     "network": NetworkModel,
     "server": ServerModel,
+    "nodes": NodeModel,
+    "host_cpu": HostCpuModel,
+}
+_FLAGS = ("sends_during_step", "applies_after_step", "servers_with_workers")
+# (lowest, highest) per whole-number key.
+_COUNTS: dict[str, tuple[int, int]] = {
+    "workers_per_node": (1, 1 << 20),
+    "cores": (0, 1 << 16),
 }
 _TOP_KEYS = ("name", *_SECTIONS, "restart_s", "startup_s", "notes")
 # (lowest allowed, whether the lowest is allowed, highest) per numeric key.
@@ -139,6 +228,11 @@ _BOUNDS: dict[str, tuple[float, bool, float]] = {
     "ns_per_parameter": (0.0, True, 1e6),
     "restart_s": (0.0, True, 3600.0),
     "startup_s": (0.0, True, 3600.0),
+    "nic_gbps": (0.0, True, MAX_BANDWIDTH_GBPS),
+    "worker_ms": (0.0, True, MAX_MS),
+    "compute_ms": (0.0, True, MAX_MS),
+    "evaluator_ms": (0.0, True, MAX_MS),
+    "driver_ms": (0.0, True, MAX_MS),
 }
 
 
@@ -160,18 +254,21 @@ def parse_cluster(data: object, where: str = "cluster") -> ClusterModel:
         allowed = tuple(f.name for f in fields(model))
         _refuse_unknown(values, allowed, f"{where}: {section}")
         checked: dict[str, Any] = {
-            key: _checked_number(f"{where}: {section}.{key}", key, value)
+            key: _checked_count(f"{where}: {section}.{key}", key, value)
+            if key in _COUNTS
+            else _checked_number(f"{where}: {section}.{key}", key, value)
             for key, value in values.items()
-            if key not in ("speed_factors", "sends_during_step")
+            if key not in ("speed_factors", *_FLAGS)
         }
-        if "sends_during_step" in values:
-            flag = values["sends_during_step"]
+        for key in _FLAGS:
+            if key not in values:
+                continue
+            flag = values[key]
             if not isinstance(flag, bool):
                 raise ClusterError(
-                    f"{where}: {section}.sends_during_step = {flag!r} is not allowed; it must "
-                    "be true or false"
+                    f"{where}: {section}.{key} = {flag!r} is not allowed; it must be true or false"
                 )
-            checked["sends_during_step"] = flag
+            checked[key] = flag
         if "speed_factors" in values:
             checked["speed_factors"] = _checked_factors(
                 f"{where}: {section}.speed_factors", values["speed_factors"]
@@ -210,6 +307,15 @@ def _checked_number(where: str, key: str, value: object) -> float:
     lowest = f">= {low:g}" if low_allowed else f"> {low:g}"
     raise ClusterError(
         f"{where} = {value!r} is not allowed; it must be a number {lowest} and <= {high:g}"
+    )
+
+
+def _checked_count(where: str, key: str, value: object) -> int:
+    low, high = _COUNTS[key]
+    if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+        return value
+    raise ClusterError(
+        f"{where} = {value!r} is not allowed; it must be a whole number in {low}..{high}"
     )
 
 
@@ -257,6 +363,10 @@ PAPER_K80 = {
         "message_ms": 0.2,
         "ns_per_parameter": 1.0,
     },
+    # The paper's shape: one K80 VM per worker, parameter servers on VMs of their own; a VM's
+    # egress cap is its worker link above (so no separate NIC limit), and host CPU is left
+    # out (the K80 step dominates; not measured).
+    "nodes": {"workers_per_node": 1, "servers_with_workers": False},
     # Estimate: a restarted TensorFlow worker process rejoins in ~30 s (the paper's whole-
     # cluster restart at a switch idled 150-270 s).
     "restart_s": 30.0,
@@ -267,7 +377,12 @@ PAPER_K80 = {
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "default": {"name": "default", "notes": {"network": "documented defaults (10 GbE)"}},
+    "default": {
+        "name": "default",
+        # A node per worker, servers on their own, every process with a core of its own.
+        "nodes": {"workers_per_node": 1, "cores": 0, "servers_with_workers": False},
+        "notes": {"network": "documented defaults (10 GbE)"},
+    },
     "paper-k80": PAPER_K80,
 }
 

@@ -56,6 +56,7 @@ from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
 from syncswitch.runtime.sim.engine import EventQueue, FifoQueue
 from syncswitch.runtime.sim.gradients import GradientComputer
+from syncswitch.runtime.sim.nodes import SimNodes
 from syncswitch.workloads import ArrayDataset
 
 POLL_S = 0.1  # simulated seconds between drains, as the Ray supervisor polls
@@ -134,6 +135,15 @@ class SimRuntime:
         self._worker_link_s = [network.worker_s(b) for b in self._message_bytes]
         self._server_link_s = [network.server_s(b) for b in self._message_bytes]
         self._apply_s = [self.cluster.server.apply_s(s.stop - s.start) for s in self.slices]
+        self.nodes = SimNodes.place(
+            self.cluster, self.plan.workers, len(self.slices), self.plan.job.placement
+        )
+        self._nic_s = [self.cluster.nodes.nic_s(b) for b in self._message_bytes]
+        host = self.cluster.host_cpu
+        self._worker_cpu_s = (host.worker_ms / 1e3, host.compute_ms / 1e3)
+        # The server's handling waits for an event of its own when its node's cores are shared
+        # or it holds gradients until their steps end: then jobs reach the cores in time order.
+        self._serve_later = self.cluster.nodes.contended or self.cluster.server.applies_after_step
         resumed = self.controller.resumed_from
         try:
             restore = run_checkpoint(resumed).servers if resumed else None
@@ -203,6 +213,10 @@ class SimRuntime:
         }
 
     def _evaluate(self, decision: Evaluate) -> Step:
+        if self.cluster.host_cpu.evaluator_ms:
+            # Not on anyone's path, but it takes a core of its node meanwhile.
+            ms = self.cluster.host_cpu.evaluator_ms
+            self.nodes.cpu(self.nodes.driver_node, self.events.now_s, ms / 1e3)
         accuracy, loss = self.evaluator.evaluate(decision.weights)
         return self.controller.on_evaluated(decision.point, accuracy, loss)
 
@@ -301,6 +315,8 @@ class SimRuntime:
         """A shard's weights to one worker: over the server's link (replies leave one after
         another), then the worker's."""
         sent = self._links_out[shard_index].serve(ready_s, self._server_link_s[shard_index])
+        if self._nic_s[shard_index]:
+            sent = self._through_nics(worker.index, shard_index, sent, inbound=False)
         self.events.at(
             sent + self._worker_link_s[shard_index],
             self._receive,
@@ -366,14 +382,23 @@ class SimRuntime:
         # Stragglers timed in seconds count run time, which a resumed run carries over.
         run_s = self.shards[0].sync.now_s()
         step_s = self.plan.emulation.stragglers.step_time_s(worker.index, base_s, progress, run_s)
-        worker.step_started_s, worker.step_s = now, step_s
+        # The worker's host CPU (taking in the weights, then the compute a host "device"
+        # does) queues for its node's cores; the device's time starts after the first part.
+        started_s, computed_s = now, now
+        framework_s, compute_s = self._worker_cpu_s
+        if framework_s or compute_s:
+            node = self.nodes.worker_node[worker.index]
+            cpu_start, computed_s = self.nodes.cpu(node, now, framework_s + compute_s)
+            started_s = cpu_start + framework_s
+        worker.step_started_s, worker.step_s = started_s, step_s
         worker.step_times.append(step_s)
         # Normally the gradient leaves when the step ends; with `sends_during_step` (an
-        # emulated device time, as on Ray with --step-time-ms) it leaves at once and counts as
-        # arrived when the step's time is up, so its transfer and handling overlap the step.
+        # emulated device time, as on Ray with --step-time-ms) it leaves once computed and
+        # counts as arrived when the step's time is up, so its transfer (and, unless the
+        # server applies after the step, its handling) overlaps the step.
         overlap = self.cluster.compute.sends_during_step
         self.events.at(
-            now if overlap else now + step_s,
+            computed_s if overlap else max(started_s + step_s, computed_s),
             self._push,
             worker.index,
             worker.life,
@@ -382,6 +407,7 @@ class SimRuntime:
             gradient,
             loss,
             step_s,
+            started_s + step_s,
         )
         worker.sequence += 1
 
@@ -400,6 +426,7 @@ class SimRuntime:
         gradient: np.ndarray,
         loss: float,
         step_s: float,
+        due_s: float,
     ) -> None:
         worker = self.workers[index]
         if life != worker.life:
@@ -407,14 +434,14 @@ class SimRuntime:
         now = self.events.now_s
         worker.last_heard_s = now
         batch = self.plan.job.batch_size
+        overlap = self.cluster.compute.sends_during_step
         for shard_index, (part, version) in enumerate(zip(self.slices, versions, strict=True)):
-            # Over the worker's link, then in turn over the server's link and its CPU.
-            on_link = self._links_in[shard_index].serve(
-                now + self._worker_link_s[shard_index], self._server_link_s[shard_index]
-            )
-            applied_at = self._cpus[shard_index].serve(on_link, self._apply_s[shard_index])
-            if self.cluster.compute.sends_during_step:
-                applied_at = max(applied_at, now + step_s)
+            # Over the worker's link (and the NICs between nodes), then in turn over the
+            # server's link and its CPU.
+            leaves = now + self._worker_link_s[shard_index]
+            if self._nic_s[shard_index]:
+                leaves = self._through_nics(index, shard_index, leaves, inbound=True)
+            on_link = self._links_in[shard_index].serve(leaves, self._server_link_s[shard_index])
             message = Gradient(
                 worker=index,
                 sequence=sequence,
@@ -424,13 +451,52 @@ class SimRuntime:
                 loss=loss,
                 step_time_s=step_s,
             )
+            if self._serve_later:
+                held = overlap and self.cluster.server.applies_after_step
+                ready = max(on_link, due_s) if held else on_link
+                self.events.at(
+                    ready, self._handle, shard_index, self._server_life, message, due_s
+                )
+                continue
+            applied_at = self._cpus[shard_index].serve(on_link, self._apply_s[shard_index])
+            if overlap:
+                applied_at = max(applied_at, due_s)
             self.events.at(applied_at, self._arrive, shard_index, self._server_life, message)
+
+    def _handle(self, shard_index: int, server_life: int, message: Gradient, due_s: float) -> None:
+        """The server's CPU takes a gradient that is ready now: after the ones before it, on
+        a core of its node."""
+        cpu = self._cpus[shard_index]
+        ready = max(self.events.now_s, cpu.free_at_s)
+        node = self.nodes.server_node[shard_index]
+        _, applied_at = self.nodes.cpu(node, ready, self._apply_s[shard_index])
+        cpu.free_at_s = applied_at
+        cpu.busy_s += self._apply_s[shard_index]
+        if self.cluster.compute.sends_during_step:
+            applied_at = max(applied_at, due_s)
+        self.events.at(applied_at, self._arrive, shard_index, server_life, message)
+
+    def _through_nics(self, worker: int, shard_index: int, ready_s: float, inbound: bool) -> float:
+        """A message between a worker and a server on different nodes queues for the sending
+        node's NIC and then the receiving node's."""
+        worker_node = self.nodes.worker_node[worker]
+        server_node = self.nodes.server_node[shard_index]
+        if worker_node == server_node:
+            return ready_s
+        sender, receiver = (worker_node, server_node) if inbound else (server_node, worker_node)
+        nic_s = self._nic_s[shard_index]
+        ready_s = self.nodes.nic_out[sender].serve(ready_s, nic_s)
+        return self.nodes.nic_in[receiver].serve(ready_s, nic_s)
 
     def _arrive(self, shard_index: int, server_life: int, message: Gradient) -> None:
         if server_life != self._server_life:
             return  # sent to servers that have since been replaced: lost with them
         worker = self.workers[message.worker]
         worker.last_heard_s = self.events.now_s
+        if self.cluster.host_cpu.driver_ms and self.cluster.nodes.contended:
+            # The driver's share of each gradient (its drain, the run's rows) takes a core.
+            ms = self.cluster.host_cpu.driver_ms
+            self.nodes.cpu(self.nodes.driver_node, self.events.now_s, ms / 1e3)
         self._released(self.shards[shard_index].submit(message), shard_index)
 
     def _kill(self, index: int) -> None:
