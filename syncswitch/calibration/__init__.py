@@ -4,6 +4,6 @@ replaying that run's job on the simulator. It reads run directories and calls `t
 not part of the simulator itself, which only runs a cluster model it is given.
 """
 
-from syncswitch.calibration.fit import calibrate, cluster_yaml
+from syncswitch.calibration.fit import MAX_REPLAY_ERROR, Replay, calibrate, cluster_yaml
 
-__all__ = ["calibrate", "cluster_yaml"]
+__all__ = ["MAX_REPLAY_ERROR", "Replay", "calibrate", "cluster_yaml"]

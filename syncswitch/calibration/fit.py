@@ -1,43 +1,51 @@
-"""`syncswitch calibrate`: a cluster model fitted to a finished Ray run's own records.
+"""`syncswitch calibrate`: a cluster model fitted to finished Ray runs' own records.
 
-What is fitted, and from what (every figure read from the run directory):
+What is fitted, and from what (every figure read from the run directories or timed here):
 
 - compute: each worker's applied step times (updates.csv). The base step time and the jitter
   are fitted robustly (median and inter-quartile range of the log step times), so straggler
   episodes do not inflate them; a worker whose median differs from the others' by more than
-  10% gets a speed factor.
-- the cost around a step: how much longer than its compute each protocol's steps took in
-  steady state (updates.csv's times, without each phase's first fifth, which fresh processes
-  run slower). ASP's extra time per step is a round trip (two
-  latencies) plus one server apply; BSP's extra time per round is the wait for the slowest
-  worker's step (known from the fitted compute) plus the server applying every worker's
-  gradient in turn. Two protocols give two equations for the latency and the apply cost;
-  the simulator then replays the run's own job and corrects both until its seconds per step
-  match the measured ones (`_REFINE_ROUNDS` rounds).
+  10% gets a speed factor. An emulated run's ASP cycles set the jitter (their spread).
+- nodes: where the run's actors ran (summary.json's placement): on one node, every worker,
+  the servers, the evaluator and the driver share its cores (this machine's, or `cores`).
+- host CPU per role: the workers' compute CPU per step from their own records
+  (worker_steps.csv); the server's CPU per gradient and the evaluator's per evaluation timed
+  here on the job's own model and server code.
+- what is left, fitted by replaying the runs on the simulator: the workers' framework and
+  data-plane CPU per step (it shows as contention: BSP rounds, many workers) and the
+  network latency (the rest of each step), corrected together until the replayed seconds
+  per step of every run and protocol match the measured ones (Gauss-Newton, least squares).
 - start-up: the first phase's excess over its steady pace (processes warming up).
 - bandwidths keep the default (10 Gbps): on one machine a message's size barely changes its
-  time, so the run cannot tell bandwidth apart from latency.
+  time, so the runs cannot tell bandwidth apart from latency.
 
-A run with one protocol only fits the latency, with the apply cost left at its default.
+The model is then replayed on each run's whole job, and the wall time and each protocol's
+seconds per step compared (`Replay`); the CLI refuses to write a model that misses its own
+runs by more than `MAX_REPLAY_ERROR`.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import statistics
 import tempfile
-from dataclasses import fields, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from syncswitch.calibration.host import recorded_compute_ms, timed_costs
 from syncswitch.config import TrainConfig, make_config
 from syncswitch.config.limits import MAX_WORKERS
 from syncswitch.core.cluster import (
-    DEFAULT_LATENCY_MS,
     ClusterModel,
     ComputeModel,
+    HostCpuModel,
     NetworkModel,
+    NodeModel,
     ServerModel,
 )
 from syncswitch.errors import ConfigError
@@ -45,75 +53,150 @@ from syncswitch.rundir import RunData, load_run
 from syncswitch.runtime.train import train
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset
 
-_REFINE_ROUNDS = 4
-_PROBE_GRADIENTS = 4000  # the replayed job is shortened to about this many gradients
+MAX_REPLAY_ERROR = 0.05  # a model whose replay misses its own runs by more is refused
+_REFINE_ROUNDS = 8
+_PROBE_GRADIENTS = 3000  # a replay during the fit is shortened to about this many gradients
 _SPEED_FACTOR_TOLERANCE = 0.10
 _WARM_UP = 0.2  # the share of each phase's updates left out of the step-cost fit
 _WARM_UP_S = 5.0  # the run's first seconds, left out of the ASP cycle spread
+# The unknowns the replays fit, where the fit starts, and their finite-difference steps: a
+# worker's framework CPU per step, the server's CPU per reply, the one-way latency, and the
+# driver's CPU per gradient (ms).
+_UNKNOWNS = ("worker_ms", "reply_ms", "latency_ms", "driver_ms")
+_START = (0.3, 0.5, 0.1, 0.3)
+_STEP = (0.25, 0.25, 0.1, 0.25)
 
 
-def calibrate(run_dir: str | Path, *, refine: bool = True) -> tuple[ClusterModel, dict]:
-    """A cluster model for the run in `run_dir`, and a report of what was fitted to what."""
-    run = load_run(run_dir)
-    _check_usable(run)
-    config = run.config
-    workers = _workers(run)
-    step_times = run.applied_step_times
-    compute = _fit_compute(step_times, workers)
-    cycle_sigma = _asp_cycle_sigma(run)
-    if cycle_sigma is not None:
+@dataclass(frozen=True)
+class CalibrationRun:
+    """One run the model is fitted to, as the fit reads it."""
+
+    path: Path
+    run: RunData
+    job: TrainConfig
+    dataset: ArrayDataset
+    workers: int
+    measured: dict[str, float]  # steady seconds per step (ASP) or round (BSP), per protocol
+    wall_s: float
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A run's measured figures against the model's replay of its whole job."""
+
+    run: str
+    workers: int
+    measured: dict[str, float]  # "wall" (s) and each protocol's seconds per step
+    simulated: dict[str, float]
+
+    def errors(self) -> dict[str, float]:
+        return {
+            key: self.simulated[key] / value - 1
+            for key, value in self.measured.items()
+            if value > 0 and key in self.simulated
+        }
+
+    def worst(self) -> tuple[str, float]:
+        """The figure furthest off, and its relative error (inf: the replay lacks it)."""
+        missing = [key for key in self.measured if key not in self.simulated]
+        if missing:
+            return missing[0], math.inf
+        errors = self.errors()
+        key = max(errors, key=lambda k: abs(errors[k]))
+        return key, errors[key]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "workers": self.workers,
+            "measured": self.measured,
+            "simulated": self.simulated,
+        }
+
+
+def calibrate(
+    run_dirs: str | Path | Sequence[str | Path],
+    *,
+    refine: bool = True,
+    cores: int | None = None,
+) -> tuple[ClusterModel, dict]:
+    """A cluster model for the runs in `run_dirs`, and a report of what was fitted to what
+    and how well its replay matches each run. `cores`: each node's cores (default: this
+    machine's, for runs that ran on one node)."""
+    paths = [Path(run_dirs)] if isinstance(run_dirs, str | Path) else [Path(p) for p in run_dirs]
+    if not paths:
+        raise ConfigError("calibrate needs at least one run directory")
+    runs = _load_runs(paths)
+    first = runs[0]
+    compute = _fit_compute(first.run.applied_step_times, first.workers)
+    sigmas = [s for s in (_asp_cycle_sigma(r.run) for r in runs) if s is not None]
+    if sigmas:
         # An emulated step lasts exactly its drawn time, but the steps around it do not
         # (scheduling, the server's queue): the spread of ASP cycles, scaled to the step,
-        # is the jitter that makes staleness vary as it did.
-        compute = replace(compute, jitter_sigma=round(max(compute.jitter_sigma, cycle_sigma), 4))
-    measured = _seconds_per_step(run)
-    # An emulated Ray worker hands its gradient over as soon as it is computed and the server
-    # applies it when the emulated step ends: the handling overlaps the step.
-    overlap = bool(config.get("step_time_ms"))
+        # is the jitter that makes staleness vary as it did. The least spread of the runs:
+        # where cores are short, contention (modelled on its own) spreads the cycles more.
+        compute = replace(compute, jitter_sigma=round(max(compute.jitter_sigma, min(sigmas)), 4))
+    # An emulated Ray worker hands its gradient over as soon as it is computed; the server
+    # holds it until the emulated step ends and applies it then.
+    overlap = all(bool(r.run.config.get("step_time_ms")) for r in runs)
     compute = replace(compute, sends_during_step=overlap)
-    expected_max = _expected_slowest_s(compute, workers)
-    if overlap:
-        # Handling that overlaps the step shows only where the server is the bottleneck:
-        # there a cycle (ASP) or a round (BSP) is every worker's gradient handled in turn.
-        latency_s, apply_s = DEFAULT_LATENCY_MS / 1e3, min(measured.values()) / workers
-    else:
-        latency_s, apply_s = _solve(measured, compute.step_time_ms / 1e3, expected_max, workers)
-    job = _job_config(run)
-    # Loaded once: the parameter count and every replay of the job use it.
-    dataset = load_dataset(job.dataset, job.data_dir, mnist1d_samples=job.mnist1d_samples)
-    parameters = sum(p.numel() for p in build_model(job.model_name, dataset).parameters())
-    servers = int(config.get("servers") or 1)
-    per_server = math.ceil(parameters / servers)
-    network = NetworkModel(latency_ms=latency_s * 1e3)
-    server = ServerModel(message_ms=max(0.0, apply_s * 1e3 - per_server * 1e-6), ns_per_parameter=1)
+    nodes = _node_shape(runs, cores)
+    recorded = [m for m in (recorded_compute_ms(r.run) for r in runs) if m is not None]
+    server_ms, evaluator_ms = timed_costs(first.job, first.dataset)
+    parameters = sum(
+        p.numel() for p in build_model(first.job.model_name, first.dataset).parameters()
+    )
+    per_server = math.ceil(parameters / first.job.servers)
     model = ClusterModel(
-        name=f"calibrated from {Path(run_dir).name}",
+        name="calibrated from " + ", ".join(p.name for p in paths),
         compute=compute,
-        network=network,
-        server=server,
-        startup_s=round(_startup_s(run, measured), 3),
-        notes={},
+        network=NetworkModel(latency_ms=_START[2]),
+        server=ServerModel(
+            message_ms=round(max(0.0, server_ms - per_server * 1e-6), 5),
+            ns_per_parameter=1,
+            reply_ms=_START[1],
+            applies_after_step=overlap,
+        ),
+        nodes=nodes,
+        host_cpu=HostCpuModel(
+            worker_ms=_START[0],
+            compute_ms=round(statistics.mean(recorded), 4) if recorded else 0.0,
+            evaluator_ms=round(evaluator_ms, 3),
+            driver_ms=_START[3],
+        ),
+        startup_s=round(statistics.median(_startup_s(r.run, r.measured) for r in runs), 3),
     )
     rounds: list[dict[str, Any]] = []
     if refine:
-        model, rounds = _refine(model, job, dataset, measured)
+        model, rounds = _refine(model, runs)
+    replays = [_replay_whole(model, r) for r in runs]
     report = {
-        "run": str(run_dir),
-        "measured_s_per_step": measured,
-        "expected_slowest_step_s": expected_max,
+        "runs": [str(p) for p in paths],
+        "measured_s_per_step": first.measured,
         "refine_rounds": rounds,
+        "replays": replays,
+        "worst_error": max(abs(r.worst()[1]) for r in replays),
+        "host_cpu_ms": {
+            "worker_compute_recorded": model.host_cpu.compute_ms if recorded else None,
+            "server_timed": round(server_ms, 4),
+            "evaluator_timed": round(evaluator_ms, 3),
+        },
     }
     notes = {
-        "calibrated_from": str(run_dir),
+        "calibrated_from": ", ".join(str(p) for p in paths),
         "fitted": "compute from updates.csv step times (median, IQR; jitter from the ASP "
-        "cycles' spread when steps were emulated); network latency and server message cost "
-        "from each protocol's steady pace in updates.csv"
+        "cycles' spread when steps were emulated); nodes from the runs' placement; host CPU: "
+        "worker compute from worker_steps.csv, server and evaluator timed on this machine; "
+        "worker framework CPU and network latency"
         + (
-            ", refined by replaying the run on the simulator"
+            " fitted by replaying the runs on the simulator"
             if refine
-            else " (not refined: --no-refine skipped replaying the run on the simulator)"
+            else " left at a guess (not refined: --no-refine skipped replaying the runs)"
         ),
-        "startup": "the first phase's excess over its steady pace",
+        "replay_error": ", ".join(
+            f"{r.run}: {key} {100 * err:+.1f}%" for r in replays for key, err in r.errors().items()
+        ),
+        "startup": "the first phase's excess over its steady pace (median over the runs)",
         "kept_default": "bandwidths (10 Gbps), ns_per_parameter (1)",
     }
     return replace(model, notes=notes), report
@@ -199,7 +282,7 @@ def _asp_cycle_sigma(run: RunData) -> float | None:
     return float((q75 - q25) / 1.349 * np.mean(cycles) / np.mean(steps))
 
 
-def _seconds_per_step(run: RunData) -> dict[str, float]:
+def _seconds_per_step(run: RunData, *, required: bool = True) -> dict[str, float]:
     """Measured seconds per worker step (ASP) or per round (BSP), per protocol, in steady
     state: the first `_WARM_UP` of each phase's updates is left out, since fresh processes
     run slower for a while (measured on Ray here: the first ~80 BSP rounds up to twice as
@@ -223,7 +306,7 @@ def _seconds_per_step(run: RunData) -> dict[str, float]:
         for protocol in ("bsp", "asp")
         if updates.get(protocol, 0) >= 20 * workers
     }
-    if not measured:
+    if not measured and required:
         raise ConfigError(
             f"{str(run.path)!r} has too few BSP or ASP steps to fit (at least 20 rounds)"
         )
@@ -247,29 +330,6 @@ def _startup_s(run: RunData, measured: dict[str, float]) -> float:
     return max(0.0, last_s - count * measured[first] / workers)
 
 
-def _expected_slowest_s(compute: ComputeModel, workers: int) -> float:
-    rng = np.random.default_rng(0)
-    sigma = compute.jitter_sigma
-    factors = np.array(compute.speed_factors or [1.0] * workers)
-    draws = np.exp(rng.normal(-sigma * sigma / 2, sigma, size=(20_000, workers)))
-    return float((compute.step_time_ms / 1e3 * factors * draws).max(axis=1).mean())
-
-
-def _solve(
-    measured: dict[str, float], step_s: float, slowest_s: float, workers: int
-) -> tuple[float, float]:
-    """(one-way latency, server seconds per gradient) from the measured step overheads."""
-    asp = measured.get("asp", 0.0) - step_s if "asp" in measured else None
-    bsp = measured.get("bsp", 0.0) - slowest_s if "bsp" in measured else None
-    if asp is not None and bsp is not None and workers > 1:
-        apply_s = max(0.0, (bsp - asp) / (workers - 1))
-        return max(0.0, (asp - apply_s) / 2), apply_s
-    overhead = asp if asp is not None else bsp
-    assert overhead is not None
-    apply_s = ServerModel().apply_s(0)
-    return max(0.0, (overhead - apply_s) / 2), apply_s
-
-
 def _job_config(run: RunData) -> TrainConfig:
     """The job the run trained, as it would run again here (no output, no cluster)."""
     names = {f.name for f in fields(TrainConfig)}
@@ -286,61 +346,157 @@ def _job_config(run: RunData) -> TrainConfig:
     return make_config(values)
 
 
-def _refine(
-    model: ClusterModel, job: TrainConfig, dataset: ArrayDataset, measured: dict[str, float]
-) -> tuple[ClusterModel, list[dict[str, Any]]]:
-    """Replay the run's job on the simulator; correct latency and apply cost to match."""
-    gradients = job.epochs * len(dataset.y_train) / job.batch_size
-    epochs = job.epochs * min(1.0, _PROBE_GRADIENTS / gradients)
-    rounds = []
-    for index in range(_REFINE_ROUNDS):
-        with tempfile.TemporaryDirectory() as scratch:
-            path = Path(scratch) / "cluster.yaml"
-            path.write_text(cluster_yaml(model))
-            probe = replace(
-                job,
-                runtime="sim",
-                cluster=str(path),
-                step_time_ms=0.0,
-                jitter_sigma=0.0,
-                speed_factors=None,
-                epochs=epochs,
-                eval_every=1.0,
-                checkpoint_every=0.0,
-                divergence_guard=False,
-                out=str(Path(scratch) / "run"),
+def _load_runs(paths: list[Path]) -> list[CalibrationRun]:
+    datasets: dict[tuple[Any, ...], ArrayDataset] = {}
+    runs = []
+    for path in paths:
+        run = load_run(path)
+        _check_usable(run)
+        job = _job_config(run)
+        key = (job.dataset, job.data_dir, job.mnist1d_samples)
+        if key not in datasets:  # loaded once: the timings and every replay use it
+            datasets[key] = load_dataset(
+                job.dataset, job.data_dir, mnist1d_samples=job.mnist1d_samples
             )
-            train(probe, dataset=dataset)
-            simulated = _seconds_per_step(load_run(Path(scratch) / "run"))
-        rounds.append({"round": index, "simulated_s_per_step": simulated})
-        model = _corrected(model, measured, simulated, job.workers)
-    return model, rounds
+        summary = run.summary
+        assert summary is not None  # a complete run has one
+        runs.append(
+            CalibrationRun(
+                path=path,
+                run=run,
+                job=job,
+                dataset=datasets[key],
+                workers=_workers(run),
+                measured=_seconds_per_step(run),
+                wall_s=summary.wall_time_s,
+            )
+        )
+    return runs
 
 
-def _corrected(
-    model: ClusterModel, measured: dict[str, float], simulated: dict[str, float], workers: int
-) -> ClusterModel:
-    """One correction of latency and server cost towards the measured seconds per step."""
-    latency_s = model.network.latency_ms / 1e3
-    apply_s = model.server.message_ms / 1e3  # the per-parameter part stays as it is
-    d_asp = measured["asp"] - simulated.get("asp", 0.0) if "asp" in measured else None
-    d_bsp = measured["bsp"] - simulated.get("bsp", 0.0) if "bsp" in measured else None
-    if model.compute.sends_during_step:
-        # The server's cost sets the pace where it is the bottleneck (scaled to match); the
-        # latency takes up what is left of BSP's round.
-        key = "asp" if "asp" in measured else "bsp"
-        if simulated.get(key):
-            apply_s *= measured[key] / simulated[key]
-        if d_asp is not None and d_bsp is not None:
-            latency_s = max(0.0, latency_s + d_bsp / 2)
-    elif d_asp is not None and d_bsp is not None and workers > 1:
-        d_apply = (d_bsp - d_asp) / (workers - 1)
-        apply_s = max(0.0, apply_s + d_apply)
-        latency_s = max(0.0, latency_s + (d_asp - d_apply) / 2)
-    else:
-        latency_s = max(0.0, latency_s + ((d_asp if d_asp is not None else d_bsp) or 0) / 2)
+def _node_shape(runs: list[CalibrationRun], cores: int | None) -> NodeModel:
+    """Where the runs' processes ran: on one node (this machine), all of them share its
+    cores; over several, the workers are spread as evenly and the cores are not known."""
+    nodes = max(_nodes_of(r.run) for r in runs)
+    if nodes <= 1:
+        return NodeModel(
+            workers_per_node=MAX_WORKERS,
+            cores=cores or os.cpu_count() or 1,
+            servers_with_workers=True,
+        )
+    widest = max(r.workers for r in runs)
+    return NodeModel(workers_per_node=-(-widest // nodes), cores=cores or 0)
+
+
+def _nodes_of(run: RunData) -> int:
+    placement = run.summary.placement if run.summary is not None else None
+    value = (placement or {}).get("nodes", 1)
+    return value if type(value) is int and 1 <= value <= MAX_WORKERS else 1
+
+
+def _refine(
+    model: ClusterModel, runs: list[CalibrationRun]
+) -> tuple[ClusterModel, list[dict[str, Any]]]:
+    """Fit the unknowns (a worker's framework CPU, the server's CPU per reply, latency) so
+    that shortened replays of every run match its measured seconds per step in each
+    protocol: Gauss-Newton on the relative errors, with the Jacobian taken by finite
+    differences once and then updated (Broyden)."""
+    keys = [(i, p) for i, r in enumerate(runs) for p in sorted(r.measured)]
+
+    def residuals(theta: np.ndarray) -> tuple[np.ndarray, list[dict[str, float]]]:
+        candidate = _with_unknowns(model, theta)
+        simulated = [_replay(candidate, r, probe=True) for r in runs]
+        errors = [simulated[i].get(p, 0.0) / runs[i].measured[p] - 1 for i, p in keys]
+        return np.array(errors), simulated
+
+    host = model.host_cpu
+    theta = np.array(
+        [host.worker_ms, model.server.reply_ms, model.network.latency_ms, host.driver_ms]
+    )
+    r0, simulated = residuals(theta)
+    rounds = [_round(0, theta, simulated)]
+    jacobian = np.zeros((len(keys), len(_UNKNOWNS)))
+    for column, step in enumerate(_STEP):
+        moved = theta.copy()
+        moved[column] += step
+        jacobian[:, column] = (residuals(moved)[0] - r0) / step
+    # Levenberg-Marquardt within a trust region: the pace is a max() of paths (the step, a
+    # core queue, the server's thread), so the errors bend where a bottleneck changes and a
+    # full Gauss-Newton step can overshoot far; a step that does not help is not taken.
+    damping, radius = 1e-3, 1.0
+    for index in range(1, _REFINE_ROUNDS + 1):
+        scale = np.sqrt(np.diag(jacobian.T @ jacobian)) + 1e-9
+        lhs = np.vstack([jacobian, np.diag(np.sqrt(damping) * scale)])
+        rhs = np.concatenate([-r0, np.zeros(len(_UNKNOWNS))])
+        delta = np.linalg.lstsq(lhs, rhs, rcond=None)[0]
+        delta *= min(1.0, radius / max(float(np.abs(delta).max()), 1e-12))
+        moved = np.maximum(theta + delta, 0.0)
+        r1, simulated = residuals(moved)
+        rounds.append(_round(index, moved, simulated))
+        step = moved - theta
+        if float(step @ step) > 0:
+            jacobian += np.outer(r1 - r0 - jacobian @ step, step) / float(step @ step)
+        if float(r1 @ r1) < float(r0 @ r0):
+            theta, r0 = moved, r1
+            damping, radius = damping / 3, radius * 1.5
+        else:
+            damping, radius = damping * 4, radius / 2
+    return _with_unknowns(model, theta), rounds
+
+
+def _round(index: int, theta: np.ndarray, simulated: list[dict[str, float]]) -> dict[str, Any]:
+    return {
+        "round": index,
+        **{name: round(float(value), 4) for name, value in zip(_UNKNOWNS, theta, strict=True)},
+        "simulated_s_per_step": simulated[0],
+        "simulated_s_per_step_by_run": simulated,
+    }
+
+
+def _with_unknowns(model: ClusterModel, theta: np.ndarray) -> ClusterModel:
+    worker_ms, reply_ms, latency_ms, driver_ms = (round(max(0.0, float(v)), 4) for v in theta)
     return replace(
         model,
-        network=replace(model.network, latency_ms=round(latency_s * 1e3, 5)),
-        server=replace(model.server, message_ms=round(max(0.0, apply_s) * 1e3, 5)),
+        host_cpu=replace(model.host_cpu, worker_ms=worker_ms, driver_ms=driver_ms),
+        server=replace(model.server, reply_ms=reply_ms),
+        network=replace(model.network, latency_ms=latency_ms),
+    )
+
+
+def _replay(model: ClusterModel, run: CalibrationRun, *, probe: bool) -> dict[str, float]:
+    """The run's job on the simulator under `model`: its seconds per step per protocol, and
+    (whole, not a probe) its wall time. A probe is shortened to about `_PROBE_GRADIENTS`
+    gradients, evaluated as often per second as the whole job."""
+    job = run.job
+    gradients = job.epochs * len(run.dataset.y_train) / job.batch_size
+    share = min(1.0, _PROBE_GRADIENTS / gradients) if probe else 1.0
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "cluster.yaml"
+        path.write_text(cluster_yaml(model))
+        replayed = replace(
+            job,
+            runtime="sim",
+            cluster=str(path),
+            step_time_ms=0.0,
+            jitter_sigma=0.0,
+            speed_factors=None,
+            epochs=job.epochs * share,
+            eval_every=min(1.0, job.eval_every / share),
+            checkpoint_every=0.0 if probe else job.checkpoint_every,
+            divergence_guard=job.divergence_guard and not probe,
+            out=str(Path(scratch) / "run"),
+        )
+        summary = train(replayed, dataset=run.dataset).summary
+        simulated = _seconds_per_step(load_run(Path(scratch) / "run"), required=False)
+    if not probe:
+        simulated["wall"] = summary.wall_time_s
+    return simulated
+
+
+def _replay_whole(model: ClusterModel, run: CalibrationRun) -> Replay:
+    return Replay(
+        run=run.path.name,
+        workers=run.workers,
+        measured={"wall": run.wall_s, **run.measured},
+        simulated=_replay(model, run, probe=False),
     )

@@ -16,6 +16,7 @@ every simulated run's summary, so a simulated time always says what cluster it s
     server:
       message_ms: 0.02           # CPU per gradient received, whatever its size
       ns_per_parameter: 1.0      # CPU per parameter of the slice it applies
+      reply_ms: 0                # CPU per reply (weights encoded and sent), in turn with applies
       applies_after_step: false  # true: an overlapped gradient is applied once its step ends
     nodes:                       # how the processes share machines (docs/simulator.md)
       workers_per_node: 1        # workers one node holds (--placement packs or spreads them)
@@ -110,6 +111,9 @@ class NetworkModel:
 class ServerModel:
     message_ms: float = DEFAULT_MESSAGE_MS
     ns_per_parameter: float = DEFAULT_NS_PER_PARAMETER
+    # CPU per reply: the weights encoded and written to the worker's connection, one reply
+    # after another on the same thread as the applies (a BSP barrier releases n at once).
+    reply_ms: float = 0.0
     # With `sends_during_step`: False, the server applies the gradient while the step goes on
     # (its handling overlaps the step); True, the gradient is held until its step ends and
     # applied then, as the Ray data plane does (only the transfer overlaps the step).
@@ -195,8 +199,9 @@ class ClusterModel:
         ):
             if getattr(self, key) == default:
                 del described[key]
-        if not self.server.applies_after_step:
-            del described["server"]["applies_after_step"]
+        for key in ("applies_after_step", "reply_ms"):
+            if not described["server"][key]:
+                del described["server"][key]
         return described
 
     def with_compute(self, compute: ComputeModel) -> ClusterModel:
@@ -229,6 +234,7 @@ _BOUNDS: dict[str, tuple[float, bool, float]] = {
     "restart_s": (0.0, True, 3600.0),
     "startup_s": (0.0, True, 3600.0),
     "nic_gbps": (0.0, True, MAX_BANDWIDTH_GBPS),
+    "reply_ms": (0.0, True, MAX_MS),
     "worker_ms": (0.0, True, MAX_MS),
     "compute_ms": (0.0, True, MAX_MS),
     "evaluator_ms": (0.0, True, MAX_MS),

@@ -171,6 +171,20 @@ class RunData:
                 )
         return {w: np.asarray(t) for w, t in sorted(times.items())}
 
+    @cached_property
+    def compute_cpu(self) -> list[tuple[int, float]]:
+        """(steps, compute CPU seconds per step) of each worker that recorded its compute's
+        CPU time (worker_steps.csv; Ray workers do, the simulator leaves it empty)."""
+        path = self.path / names.WORKER_STEPS
+        if not path.is_file():
+            return []
+        rows = []
+        with _naming(self.path):
+            for steps, cpu in stream_columns(path, ("steps", "compute_cpu_mean_s")):
+                if cpu.strip():
+                    rows.append((int_cell(steps, "steps"), float_cell(cpu, "compute_cpu_mean_s")))
+        return rows
+
     def update_columns(self, columns: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
         path = self.path / names.UPDATES
         if not path.is_file():

@@ -143,7 +143,11 @@ class SimRuntime:
         self._worker_cpu_s = (host.worker_ms / 1e3, host.compute_ms / 1e3)
         # The server's handling waits for an event of its own when its node's cores are shared
         # or it holds gradients until their steps end: then jobs reach the cores in time order.
-        self._serve_later = self.cluster.nodes.contended or self.cluster.server.applies_after_step
+        server = self.cluster.server
+        self._reply_s = server.reply_ms / 1e3
+        self._serve_later = (
+            self.cluster.nodes.contended or server.applies_after_step or self._reply_s > 0
+        )
         resumed = self.controller.resumed_from
         try:
             restore = run_checkpoint(resumed).servers if resumed else None
@@ -312,8 +316,10 @@ class SimRuntime:
         reply: tuple[int, np.ndarray, bool, float],
         ready_s: float,
     ) -> None:
-        """A shard's weights to one worker: over the server's link (replies leave one after
-        another), then the worker's."""
+        """A shard's weights to one worker: from the server's CPU and over its link (replies
+        leave one after another), then the worker's."""
+        if self._reply_s:
+            ready_s = self._server_cpu(shard_index, ready_s, self._reply_s)
         sent = self._links_out[shard_index].serve(ready_s, self._server_link_s[shard_index])
         if self._nic_s[shard_index]:
             sent = self._through_nics(worker.index, shard_index, sent, inbound=False)
@@ -454,9 +460,7 @@ class SimRuntime:
             if self._serve_later:
                 held = overlap and self.cluster.server.applies_after_step
                 ready = max(on_link, due_s) if held else on_link
-                self.events.at(
-                    ready, self._handle, shard_index, self._server_life, message, due_s
-                )
+                self.events.at(ready, self._handle, shard_index, self._server_life, message, due_s)
                 continue
             applied_at = self._cpus[shard_index].serve(on_link, self._apply_s[shard_index])
             if overlap:
@@ -466,15 +470,20 @@ class SimRuntime:
     def _handle(self, shard_index: int, server_life: int, message: Gradient, due_s: float) -> None:
         """The server's CPU takes a gradient that is ready now: after the ones before it, on
         a core of its node."""
-        cpu = self._cpus[shard_index]
-        ready = max(self.events.now_s, cpu.free_at_s)
-        node = self.nodes.server_node[shard_index]
-        _, applied_at = self.nodes.cpu(node, ready, self._apply_s[shard_index])
-        cpu.free_at_s = applied_at
-        cpu.busy_s += self._apply_s[shard_index]
+        applied_at = self._server_cpu(shard_index, self.events.now_s, self._apply_s[shard_index])
         if self.cluster.compute.sends_during_step:
             applied_at = max(applied_at, due_s)
         self.events.at(applied_at, self._arrive, shard_index, server_life, message)
+
+    def _server_cpu(self, shard_index: int, ready_s: float, duration_s: float) -> float:
+        """When the server's one thread, after its earlier jobs, and a core of its node have
+        done `duration_s` of work ready at `ready_s`."""
+        cpu = self._cpus[shard_index]
+        start = max(ready_s, cpu.free_at_s)
+        _, done = self.nodes.cpu(self.nodes.server_node[shard_index], start, duration_s)
+        cpu.free_at_s = done
+        cpu.busy_s += duration_s
+        return done
 
     def _through_nics(self, worker: int, shard_index: int, ready_s: float, inbound: bool) -> float:
         """A message between a worker and a server on different nodes queues for the sending
