@@ -187,7 +187,8 @@ def calibrate(
         "fitted": "compute from updates.csv step times (median, IQR; jitter from the ASP "
         "cycles' spread when steps were emulated); nodes from the runs' placement; host CPU: "
         "worker compute from worker_steps.csv, server and evaluator timed on this machine; "
-        "worker framework CPU and network latency"
+        "what is left (worker framework CPU per step, server CPU per reply, driver CPU per "
+        "gradient, network latency)"
         + (
             " fitted by replaying the runs on the simulator"
             if refine

@@ -36,7 +36,7 @@ def test_a_simulated_run_is_refused_in_one_line(sim_run: Path, tmp_path: Path, c
 def as_if_ray(sim_run: Path, tmp_path: Path) -> Path:
     """The simulated run's records standing in for a Ray run's: relabelled, they fit alike."""
     run = tmp_path / "as-if-ray"
-    run.mkdir()
+    run.mkdir(parents=True)
     for path in sim_run.iterdir():
         if path.is_file():
             (run / path.name).write_bytes(path.read_bytes())
@@ -50,7 +50,7 @@ def as_if_ray(sim_run: Path, tmp_path: Path) -> Path:
 def test_a_fitted_model_is_a_cluster_file_the_simulator_reads(sim_run: Path, tmp_path) -> None:
     run = as_if_ray(sim_run, tmp_path)
     model, report = calibrate(run, refine=True)
-    assert "refined by replaying" in model.notes["fitted"]
+    assert "fitted by replaying the runs" in model.notes["fitted"]
     assert set(report["measured_s_per_step"]) == {"bsp", "asp"}
     assert len(report["refine_rounds"]) > 0 and model.compute.step_time_ms > 0
     assert parse_cluster(yaml.safe_load(cluster_yaml(model))) == model
@@ -59,4 +59,46 @@ def test_a_fitted_model_is_a_cluster_file_the_simulator_reads(sim_run: Path, tmp
 def test_no_refine_does_not_claim_a_refinement(sim_run: Path, tmp_path: Path) -> None:
     model, report = calibrate(as_if_ray(sim_run, tmp_path), refine=False)
     assert report["refine_rounds"] == []
-    assert "refined by" not in model.notes["fitted"] and "not refined" in model.notes["fitted"]
+    assert "fitted by replaying" not in model.notes["fitted"]
+    assert "not refined" in model.notes["fitted"]
+
+
+def doctored(run: Path, wall_factor: float) -> Path:
+    """The run as if its wall time had been `wall_factor` times what it was."""
+    data = json.loads((run / "summary.json").read_text())
+    data["wall_time_s"] *= wall_factor
+    (run / "summary.json").write_text(json.dumps(data))
+    return run
+
+
+def test_several_runs_are_fitted_together_and_each_replay_is_reported(
+    sim_run: Path, tmp_path: Path, capsys
+) -> None:
+    first = as_if_ray(sim_run, tmp_path / "a")
+    second = as_if_ray(sim_run, tmp_path / "b")
+    output = tmp_path / "c.yaml"
+    code = main(["calibrate", str(first), str(second), "-o", str(output), "--cores", "2"])
+    out = capsys.readouterr().out
+    for run in (first, second):
+        for figure in ("wall", "bsp", "asp"):
+            assert f"{run.name} (2 workers) {figure}: measured" in out
+    model = parse_cluster(yaml.safe_load(output.read_text())) if code == 0 else None
+    assert code == 0, out
+    assert model is not None and model.nodes.cores == 2 and model.nodes.servers_with_workers
+    assert "replay_error" in model.notes
+
+
+def test_a_model_that_misses_its_own_run_is_refused_unless_forced(
+    sim_run: Path, tmp_path: Path, capsys
+) -> None:
+    run = doctored(as_if_ray(sim_run, tmp_path), 2.0)  # twice as long as anything explains
+    output = tmp_path / "c.yaml"
+    argv = ["calibrate", str(run), "-o", str(output), "--no-refine", "--cores", "2"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith("syncswitch: fitting")  # the progress line
+    assert "the model's replay misses as-if-ray wall by -" in err[1]
+    assert "limit 5%" in err[1] and "not written (--force writes it)" in err[1]
+    assert not output.exists()
+    assert main([*argv, "--force"]) == 0
+    assert parse_cluster(yaml.safe_load(output.read_text())).nodes.cores == 2
