@@ -101,7 +101,7 @@ class Facts:
 
 def main() -> None:
     cli = parser(__doc__)
-    cli.add_argument("--epochs", type=float, default=10.0)
+    cli.add_argument("--epochs", type=float, default=20.0)
     cli.add_argument("--step-time-ms", type=float, default=20.0)
     cli.add_argument("--mnist1d-samples", type=int, default=10000)
     add_out(cli, "benchmarks/results/sim-validation-nodes")
