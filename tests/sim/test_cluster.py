@@ -35,6 +35,16 @@ def test_a_file_sets_each_section_and_leaves_the_rest_at_the_defaults() -> None:
         ({"compute": {"speed_factors": [1, -2]}}, "-2 is not allowed"),
         ({"server": {"message_ms": float("nan")}}, "message_ms = nan is not allowed"),
         ({"compute": {"sends_during_step": "yes"}}, "must be true or false"),
+        ({"nodes": {"cores": -1}}, "nodes.cores = -1 is not allowed; it must be a whole number"),
+        ({"nodes": {"workers_per_node": 0}}, "nodes.workers_per_node = 0 is not allowed"),
+        ({"nodes": {"cores": 2.5}}, "nodes.cores = 2.5 is not allowed"),
+        ({"nodes": {"core": 2}}, "unknown key 'core' (did you mean 'cores'?)"),
+        ({"nodes": {"servers_with_workers": "yes"}}, "servers_with_workers = 'yes' is not"),
+        ({"nodes": {"nic_gbps": -1}}, "nodes.nic_gbps = -1 is not allowed"),
+        ({"host_cpu": {"worker_ms": -0.5}}, "host_cpu.worker_ms = -0.5 is not allowed"),
+        ({"host_cpu": {"driver_ms": "fast"}}, "host_cpu.driver_ms = 'fast' is not allowed"),
+        ({"server": {"reply_ms": float("inf")}}, "server.reply_ms = inf is not allowed"),
+        ({"nodes": [2]}, "nodes must be a mapping"),
         ([1, 2], "expected a mapping"),
     ],
 )
@@ -43,6 +53,22 @@ def test_bad_values_are_refused_naming_them(data, message) -> None:
         parse_cluster(data)
     assert message in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_a_file_gives_the_node_shape_and_host_cpu_and_old_files_still_load(tmp_path) -> None:
+    path = tmp_path / "machine.yaml"
+    path.write_text(
+        "nodes: {workers_per_node: 16, cores: 2, servers_with_workers: true}\n"
+        "host_cpu: {worker_ms: 0.5, compute_ms: 1.6}\n"
+    )
+    model = TrainConfig(runtime="sim", cluster=str(path)).cluster_model()
+    assert (model.nodes.workers_per_node, model.nodes.cores) == (16, 2)
+    assert model.nodes.servers_with_workers and model.host_cpu.compute_ms == 1.6
+    old = tmp_path / "old.yaml"  # a file from before nodes: nothing shared, as then
+    old.write_text("network: {latency_ms: 0.2}\nserver: {message_ms: 1}\n")
+    model = TrainConfig(runtime="sim", cluster=str(old)).cluster_model()
+    assert not model.nodes.contended and not model.host_cpu.any
+    assert "nodes" not in model.describe() and "host_cpu" not in model.describe()
 
 
 def test_network_and_server_times_follow_the_sizes() -> None:
