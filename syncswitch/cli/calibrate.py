@@ -78,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"syncswitch: fitting a cluster model to {' '.join(args.run_dirs)} ...", file=sys.stderr)
     model, report = calibrate(args.run_dirs, refine=not args.no_refine, cores=args.cores)
     for replay in report["replays"]:
+        missing = [key for key in replay.measured if key not in replay.simulated]
+        if missing:
+            print(f"  {replay.run}: the replay has no steady {', '.join(missing)} steps")
         for key, error in replay.errors().items():
             unit, scale = ("s", 1.0) if key == "wall" else ("ms per step", 1e3)
             print(
@@ -95,6 +98,11 @@ def run(args: argparse.Namespace) -> int:
     )
     worst = max(report["replays"], key=lambda r: abs(r.worst()[1]))
     key, error = worst.worst()
+    if key not in worst.simulated and not args.force:
+        raise ConfigError(
+            f"the model's replay of {worst.run} has no steady {key} steps (it rolled back or "
+            f"ended early): {output} not written (--force writes it)"
+        )
     if abs(error) > MAX_REPLAY_ERROR and not args.force:
         scale = 1.0 if key == "wall" else 1e3
         simulated = worst.simulated.get(key, 0.0) * scale

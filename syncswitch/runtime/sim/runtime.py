@@ -470,6 +470,8 @@ class SimRuntime:
     def _handle(self, shard_index: int, server_life: int, message: Gradient, due_s: float) -> None:
         """The server's CPU takes a gradient that is ready now: after the ones before it, on
         a core of its node."""
+        if server_life != self._server_life:
+            return  # sent to servers that have since been replaced: lost with them
         applied_at = self._server_cpu(shard_index, self.events.now_s, self._apply_s[shard_index])
         if self.cluster.compute.sends_during_step:
             applied_at = max(applied_at, due_s)
