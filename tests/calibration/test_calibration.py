@@ -102,3 +102,10 @@ def test_a_model_that_misses_its_own_run_is_refused_unless_forced(
     assert not output.exists()
     assert main([*argv, "--force"]) == 0
     assert parse_cluster(yaml.safe_load(output.read_text())).nodes.cores == 2
+
+
+def test_a_bad_core_count_is_one_line(sim_run: Path, tmp_path: Path, capsys) -> None:
+    argv = ["calibrate", str(sim_run), "-o", str(tmp_path / "c.yaml"), "--cores", "0"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "syncswitch: error: --cores 0 is not allowed; it must be in 1..65536"
