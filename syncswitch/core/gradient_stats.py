@@ -26,8 +26,8 @@ with `+`) and whoever holds all shards' partials for a round (the run controller
 and feeds the sum to one `GradientStatsEstimator`. Only scalars cross processes.
 
 Cost: a shard keeps the last two means over its slice and, on a measured round, makes one
-product of that pair with itself and one dot product over a block of `workers` consecutive
-rows (`observe_rows`, the synchronizer's form: a handful of torch calls whatever n is). That is
+product of that pair with itself and takes the norm of a block of `workers` consecutive rows
+(`observe_rows`, the synchronizer's form: a handful of torch calls whatever n is). That is
 done every `every`-th round (in pairs: the round before a measured one only keeps its mean,
 so the drift is still between consecutive updates), optionally on a fixed random subset of
 coordinates (`coordinates`), scaled up by the number of coordinates, which keeps the sums
@@ -174,8 +174,15 @@ class RoundStatsAccumulator:
         # observe_rows: the last two rounds' means (slot `_slot` is written next), so that one
         # product of the pair with itself gives |g_t|^2, |g_{t-1}|^2 and <g_t, g_{t-1}>.
         self._pair = torch.zeros(2, measured)
+        self._pair_views()
         self._slot = 0
         self._previous_samples = 0
+
+    def _pair_views(self) -> None:
+        # Made once: a measured round's few torch calls cost more than their arithmetic at
+        # small models, so even the views are not made again each round.
+        self._pair_t = self._pair.t()
+        self._slots = (self._pair[0], self._pair[1])
 
     def wants(self, version: int) -> bool:
         """Whether the round producing `version` is used (the caller may skip the work)."""
@@ -238,12 +245,13 @@ class RoundStatsAccumulator:
 
         A round `wants` declines costs nothing; the round just before a measured one only keeps
         its mean (one copy) and reports nothing; a measured round makes one product of the last
-        two means with themselves (|g_t|^2, |g_{t-1}|^2, <g_t, g_{t-1}>) and one dot product
-        over `workers` consecutive rows, a block that rotates with the version (all rows when
-        `workers` is 0): a handful of torch calls whatever n is. With equal batches the block's
-        sum_i b_i |g_i|^2 is (B^2 / b) times its squared Frobenius norm, so no per-row norms
-        are needed. On a fixed random subset of coordinates when `coordinates` was set (scaled
-        up to the slice: unbiased, as every coordinate is in the subset with the same chance)."""
+        two means with themselves (|g_t|^2, |g_{t-1}|^2, <g_t, g_{t-1}>) and takes the norm of
+        a block of `workers` consecutive rows that rotates with the version (all rows when
+        `workers` is 0; for a subset, also the norm of its sum): a handful of torch calls
+        whatever n is. With equal batches the block's sum_i b_i |g_i|^2 is (B^2 / b) times its
+        squared Frobenius norm, so no per-row norms are needed. On a fixed random subset of
+        coordinates when `coordinates` was set (scaled up to the slice: unbiased, as every
+        coordinate is in the subset with the same chance)."""
         n = rows.shape[0]
         if n < 2 or n != len(samples):
             raise ValueError("a round needs two or more gradients, each with its sample count")
@@ -253,29 +261,30 @@ class RoundStatsAccumulator:
         mean_view = flat if self._index is None else flat.index_select(0, self._index)
         if self._pair.dtype != mean_view.dtype:  # the first round says the gradients' dtype
             self._pair = torch.zeros(2, mean_view.numel(), dtype=mean_view.dtype)
+            self._pair_views()
             self._previous_version = None
         slot = self._slot
-        self._pair[slot].copy_(mean_view)
+        self._slots[slot].copy_(mean_view)
         consecutive = self._previous_version == version - 1
         previous_samples = self._previous_samples
         total = int(sum(samples))
         self._slot, self._previous_version, self._previous_samples = 1 - slot, version, total
         if version % self.every != 0:
             return None  # kept for the next round's drift only
-        gram = (self._pair @ self._pair.T).tolist()
+        gram = torch.mm(self._pair, self._pair_t).tolist()
         m = self.workers if 0 < self.workers < n else n
         lo = min(((version // self.every) * m) % n, n - m)
-        block = rows[lo : lo + m]
+        block = rows if m == n else rows.narrow(0, lo, m)
         if self._index is not None:
             block = block.index_select(1, self._index)
         chosen = samples[lo : lo + m]
         subset_sq = None
         if m < n:  # the subset's own mean, (B / B_U) sum_U row_i
-            subset = block.sum(dim=0)
-            subset_sq = float(torch.dot(subset, subset)) * (total / sum(chosen)) ** 2
+            subset = float(torch.linalg.vector_norm(block.sum(dim=0)))
+            subset_sq = (subset * total / sum(chosen)) ** 2
         if all(b == chosen[0] for b in chosen):
-            flat_block = block.reshape(-1)
-            weighted = total * total / chosen[0] * float(torch.dot(flat_block, flat_block))
+            # sum_i b_i |g_i|^2 = (B^2 / b) sum_i |row_i|^2: the block's Frobenius norm.
+            weighted = total * total / chosen[0] * float(torch.linalg.vector_norm(block)) ** 2
         else:
             row_sq = torch.linalg.vector_norm(block, dim=1).square()
             factors = self._weights(tuple(chosen), total, row_sq.dtype)
