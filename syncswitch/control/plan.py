@@ -40,13 +40,15 @@ HALF_LIFE_FRACTION = 0.02
 # every coordinate costs, and this subset).
 STATS_COORDINATES = 4096
 CHECK_EVERY = 0.005
-# A measured round costs about the same whatever n is (a handful of torch calls over at most
-# STATS_WORKERS workers' gradients), while a server's round costs about n gradients' work, so
-# rounds are measured one in `every` (in pairs), with every * n about STATS_ROUND_WORKERS
-# (docs/performance.md: under 2% of the server's round) but never so sparse that the
-# estimator takes in fewer than MEASURED_PER_HALF_LIFE measured rounds per half-life
-# (docs/online-timing.md: cost against noise).
-STATS_WORKERS = 8
+# A measured round costs nearly the same whatever n is (a handful of torch calls: their fixed
+# cost, not the arithmetic, dominates at small models), while a server's round costs about n
+# gradients' work, so rounds are measured one in `every` (in pairs), with every * n about
+# STATS_ROUND_WORKERS (docs/performance.md: the cost against the server's round), but never
+# so sparse that the estimator takes in fewer than MEASURED_PER_HALF_LIFE measured rounds per
+# half-life (docs/online-timing.md: cost against noise). Every worker's gradient is squared
+# (STATS_WORKERS 0): a rotating subset costs more calls than it saves arithmetic at cnn1d's
+# size and makes the noise estimate noisier (docs/performance.md).
+STATS_WORKERS = 0
 STATS_ROUND_WORKERS = 32
 MEASURED_PER_HALF_LIFE = 12
 
