@@ -112,7 +112,7 @@ class TrainConfig:
     )
     switch_threshold: float | None = _opt(
         None,
-        "the switch rule's threshold (default: the rule's own, 0.35 staleness, 2 noise-scale, "
+        "the switch rule's threshold (default: the rule's own, 0.15 staleness, 2 noise-scale, "
         "0.05 plateau)",
         range=Range(0, MAX_SWITCH_THRESHOLD, low_open=True),
     )

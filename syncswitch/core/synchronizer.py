@@ -83,6 +83,8 @@ class SyncConfig:
     # Coordinates of this slice the gradient statistics are measured on, while a phase whose
     # end the run decides is in force (0: all; None: not measured; see gradient_stats.py).
     stats_coordinates: int | None = None
+    stats_every: int = 1  # measure one BSP round in this many (in pairs, for the drift)
+    stats_workers: int = 0  # square this many workers' gradients per measured round (0: all)
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -138,7 +140,12 @@ class Synchronizer:
         self._online_index = config.schedule.online_index  # asked every round: kept
         self.stats: RoundStatsAccumulator | None = None
         if config.schedule.online_index is not None and config.stats_coordinates is not None:
-            self.stats = RoundStatsAccumulator(self._numel, coordinates=config.stats_coordinates)
+            self.stats = RoundStatsAccumulator(
+                self._numel,
+                every=config.stats_every,
+                workers=config.stats_workers,
+                coordinates=config.stats_coordinates,
+            )
         self.partials: list[RoundPartials] = []  # measured since the last update's outcome
 
     # -- reading state ----------------------------------------------------------------------
@@ -365,11 +372,13 @@ class Synchronizer:
             total = sum(g.samples for g in gradients)
             rows = torch.stack([g.values * (g.samples / total) for g in gradients])
             mean = rows.sum(dim=0)
-            if self.stats is not None and self._measuring:
+            if self.stats is not None and self._measuring and self.stats.wants(self.version + 1):
                 # Measured before the update, while the stacked rows are at hand (they are let
                 # go before the step, as without measuring); the round produces version + 1.
                 samples = [g.samples for g in gradients]
-                self.partials.append(self.stats.observe_rows(self.version + 1, rows, samples, mean))
+                partials = self.stats.observe_rows(self.version + 1, rows, samples, mean)
+                if partials is not None:
+                    self.partials.append(partials)
             del rows
         lr = self.lr_scale * update_learning_rate(
             cfg.lr, cfg.lr_schedule, self.progress, len(gradients), cfg.workers
