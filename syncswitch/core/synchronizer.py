@@ -405,7 +405,7 @@ class Synchronizer:
         with the reason, beside the messages the ledger counts."""
         _check_worker(worker, self.config.workers)
         if samples > 0:
-            self.unsent_samples[reason] += samples
+            self.unsent_samples[str(reason)] += samples  # plain str: a checkpoint key
 
     def request_snapshot(self, label: str) -> None:
         """Take a snapshot at the next version boundary (e.g. a checkpoint due by time)."""
