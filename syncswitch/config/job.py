@@ -97,8 +97,9 @@ class TrainConfig:
     )
     schedule: str = _opt(
         "bsp:0.25,asp",
-        "protocol phases PROTOCOL[:END],...: PROTOCOL is bsp, asp or ssp-S; END is the fraction "
-        "of total training samples where the phase ends; the last phase runs to the end; "
+        "protocol phases PROTOCOL[:END],...: PROTOCOL is bsp, asp, ssp-S or local-H (H local "
+        "steps per worker between rounds of model deltas, docs/local-updates.md); END is the "
+        "fraction of total training samples where the phase ends; the last phase runs to the end; "
         "'auto': this job's stored switch point (from `syncswitch search` or an online run), "
         "else bsp:0.25,asp; END 'online' (bsp:online,asp; 'online' alone says that): the run "
         "decides when to leave BSP, by --switch-rule, between --switch-floor and --switch-ceiling",
@@ -246,9 +247,9 @@ class TrainConfig:
     )
     cluster: str | None = _opt(
         None,
-        "for --runtime sim: the cluster model, a preset (default, paper-k80) or a YAML/TOML "
-        "FILE of compute, network and server costs; default: --step-time-ms etc. for compute "
-        "(20 ms if not given) and a 10 GbE network",
+        "for --runtime sim: the cluster model, a preset (default, paper-k80, wan-1g) or a "
+        "YAML/TOML FILE of compute, network and server costs; default: --step-time-ms etc. for "
+        "compute (20 ms if not given) and a 10 GbE network",
     )
     ray_address: str | None = _opt(
         None, "Ray cluster to join (or set RAY_ADDRESS); default starts a local Ray instance"
