@@ -132,9 +132,6 @@ class ServerShard:
         """A released worker's local round (None outside a local phase)."""
         return self.sync.local_round()
 
-    def local_steps_lost(self, worker: int, samples: int, reason: str) -> None:
-        self.sync.local_steps_lost(worker, samples, reason)
-
     def rejoin(self, worker: int) -> int:
         return self.sync.rejoin(worker)
 

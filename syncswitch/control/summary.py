@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import operator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +90,14 @@ def build_summary(
 def traffic_of(states: list[ShardState]) -> dict[str, Any]:
     """What the servers received, summed over the shards (a worker's step is one message to
     each): messages and bytes of gradient and delta values by protocol, measured as they
-    arrived; and samples of local steps lost unsent, by reason."""
+    arrived; and samples of local steps lost unsent, by reason (every shard counts the same
+    samples: the most any one counted)."""
 
-    def total(name: str) -> dict[str, int]:
+    def total(name: str, combine: Callable[[int, int], int] = operator.add) -> dict[str, int]:
         summed: dict[str, int] = {}
         for state in states:
             for key, value in getattr(state, name).items():
-                summed[key] = summed.get(key, 0) + value
+                summed[key] = combine(summed[key], value) if key in summed else value
         return dict(sorted(summed.items()))
 
     bytes_by_protocol = total("bytes_by_protocol")
@@ -102,7 +105,7 @@ def traffic_of(states: list[ShardState]) -> dict[str, Any]:
         "messages_by_protocol": total("messages_by_protocol"),
         "bytes_by_protocol": bytes_by_protocol,
         "bytes_sent": sum(bytes_by_protocol.values()),
-        "unsent_local_samples": total("unsent_samples"),
+        "unsent_local_samples": total("unsent_samples", max),
     }
 
 

@@ -358,7 +358,18 @@ class Synchronizer:
     # -- failures, checkpoints and rollback ----------------------------------------------------
 
     def worker_lost(self, worker: int) -> Outcome:
-        """A worker died or hung: the barrier and the SSP bound stop waiting for it."""
+        """A worker died or hung: the barrier and the SSP bound stop waiting for it. In a
+        local phase, a worker not at the barrier was mid-round: the round it was given is
+        lost unsent (at most that: it may have died before finishing it)."""
+        if (
+            self.spec.protocol is Protocol.LOCAL
+            and worker not in self.room.waiting
+            and worker not in self.excluded
+        ):
+            local = self.local_round()
+            if local is not None:
+                samples = local.steps * self.config.local.worker_batch
+                self.local_steps_lost(worker, samples, DropReason.WORKER_DIED)
         return self.exclude(worker)
 
     def rejoin(self, worker: int) -> int:

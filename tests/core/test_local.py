@@ -100,8 +100,7 @@ def drive(sync: Synchronizer, problem: Problem, *, lose: dict[int, int] | None =
             )
             steps = local.steps
         if lose is not None and lose.get(worker) == sequence[worker]:
-            sync.local_steps_lost(worker, steps * BATCH, "worker_died")
-            outcome = sync.worker_lost(worker)
+            outcome = sync.worker_lost(worker)  # mid-round: its round is counted lost
         else:
             message = Gradient(
                 worker=worker,

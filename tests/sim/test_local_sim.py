@@ -112,7 +112,9 @@ def test_a_local_phase_is_faster_on_a_slow_network(mnist, tmp_path) -> None:
 
 def test_a_worker_crashing_mid_round_loses_only_its_unsent_steps(mnist, tmp_path) -> None:
     faults = [{"kind": "crash", "worker": 1, "at": 0.5}]
-    result = simulate(tmp_path, mnist, schedule="bsp:0.25,local-4", epochs=3.0, faults=faults)
+    result = simulate(
+        tmp_path, mnist, schedule="bsp:0.25,local-4", epochs=3.0, faults=faults, servers=2
+    )
     summary = result.summary
     assert summary["status"] == "complete"
     assert summary["traffic"]["unsent_local_samples"] == {"worker_died": 4 * 16}

@@ -51,7 +51,6 @@ from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ServerShard
 from syncswitch.core.cluster import BYTES_PER_PARAMETER, ClusterModel
 from syncswitch.core.faults import FaultKind, inject
-from syncswitch.core.gradients import DropReason
 from syncswitch.core.local import InnerLoop, LocalRound
 from syncswitch.core.optimizer import flatten_parameters
 from syncswitch.core.records import Gradient, Outcome, WorkerStats
@@ -85,7 +84,6 @@ class SimWorker:
     step_times: list[float] = field(default_factory=list)
     wait_times: list[float] = field(default_factory=list)
     inner: InnerLoop = field(default_factory=InnerLoop)  # its own SGD in local phases
-    unsent_samples: int = 0  # samples of a local round computed and not yet pushed
 
     def stats(self) -> WorkerStats:
         # Simulated: the step is all compute, and there is no CPU time to measure.
@@ -371,7 +369,6 @@ class SimRuntime:
             gradient, loss = worker.inner.run(
                 weights, local, lambda w: self.computer.gradient(worker.index, w)
             )
-            worker.unsent_samples = steps * self.plan.job.batch_size
         gradient, ends = inject(self._faults_of(worker), gradient, progress)
         if ends is FaultKind.CRASH:
             self._kill(worker.index)
@@ -433,7 +430,6 @@ class SimRuntime:
             return
         now = self.events.now_s
         worker.last_heard_s = now
-        worker.unsent_samples = 0
         batch = self.plan.job.batch_size * max(local_steps, 1)
         for shard_index, (part, version) in enumerate(zip(self.slices, versions, strict=True)):
             # Over the worker's link, then in turn over the server's link and its CPU.
@@ -466,8 +462,3 @@ class SimRuntime:
         worker = self.workers[index]
         worker.running = False
         worker.life += 1
-        if worker.unsent_samples:
-            # A local round it computed and never sent: counted lost, with the reason.
-            for shard in self.shards:
-                shard.local_steps_lost(index, worker.unsent_samples, DropReason.WORKER_DIED)
-            worker.unsent_samples = 0
