@@ -60,6 +60,10 @@ SIM_JOB: dict[str, Any] = {
 RAY_JOB: dict[str, Any] = {
     "workers": 8,
     "epochs": 20.0,
+    "batch_size": 32,
+    "lr": 0.2,
+    "mnist1d_samples": 20000,
+    "divergence_guard": False,
     "step_time_ms": 20.0,
     "eval_every": 0.05,
     "checkpoint_every": 0.0,
