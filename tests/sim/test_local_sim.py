@@ -158,3 +158,21 @@ class _InterruptAfter:
         if self.calls < 0:
             raise KeyboardInterrupt
         return F.cross_entropy(logits, labels)
+
+
+def test_the_elastic_policy_excludes_a_straggler_from_local_rounds(mnist, tmp_path) -> None:
+    slow = {"workers": [3], "start": 0.3, "duration": 0.4, "factor": 5.0}
+    result = simulate(
+        tmp_path,
+        mnist,
+        schedule="bsp:0.2,local-2",
+        epochs=20.0,
+        stragglers=[slow],
+        online_policy="elastic",
+        batch_size=32,
+    )
+    summary = result.summary
+    actions = [(d["action"], d["worker"]) for d in summary["online"]["decisions"]]
+    assert actions[:2] == [("exclude", 3), ("readmit", 3)]
+    assert summary["gradients"]["dropped"].get("straggler_excluded", 0) > 0
+    accounted(summary)
