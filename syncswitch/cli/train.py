@@ -95,7 +95,7 @@ FLAG_GROUPS: dict[str, tuple[str, ...]] = {
         "switch_floor", "switch_ceiling",
     ),
     LOCAL_GROUP: (
-        "outer_optimizer", "outer_lr", "outer_momentum", "local_steps_rule",
+        "outer_optimizer", "outer_lr", "outer_momentum", "local_lr_factor", "local_steps_rule",
         "local_inner_state", "local_server_momentum",
     ),
     EMULATION_GROUP: (

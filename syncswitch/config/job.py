@@ -146,6 +146,12 @@ class TrainConfig:
     outer_momentum: float = _opt(
         0.9, "local-H phases: the nesterov outer step's momentum", range=Range(0, 1, high_open=True)
     )
+    local_lr_factor: float = _opt(
+        1.0,
+        "local-H phases: a worker's own learning rate is --lr (with its schedule) times this; "
+        "1 makes local-1 equal BSP",
+        range=Range(0, 1, low_open=True),
+    )
     local_steps_rule: str = _opt(
         "fixed",
         "local-H phases: fixed (H as the schedule says) or qsr (H grows as the learning rate "
@@ -534,6 +540,7 @@ class TrainConfig:
             inner_state=StatePolicy(self.local_inner_state),
             server_momentum_after=StatePolicy(self.local_server_momentum),
             worker_batch=self.batch_size,
+            inner_lr_factor=self.local_lr_factor,
         )
 
     def detector_config(self) -> DetectorConfig:

@@ -80,8 +80,11 @@ class LocalConfig:
     inner_state: StatePolicy = StatePolicy.KEEP  # the worker's momentum buffer across rounds
     server_momentum_after: StatePolicy = StatePolicy.RESET  # when a local phase ends
     worker_batch: int = 0  # samples per worker step; 0: unknown (a round's H is not cut)
+    inner_lr_factor: float = 1.0  # inner lr = the job's lr x this (1: local-1 is BSP)
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.inner_lr_factor) and self.inner_lr_factor > 0):
+            raise ValueError(f"inner lr factor {self.inner_lr_factor} must be > 0")
         if not (math.isfinite(self.outer_lr) and self.outer_lr > 0):
             raise ValueError(f"outer lr {self.outer_lr} must be > 0")
         if not 0.0 <= self.outer_momentum < 1.0:

@@ -404,7 +404,7 @@ class Synchronizer:
         )
         return LocalRound(
             steps=steps,
-            lr=self.lr_scale * cfg.lr * factor,
+            lr=self.lr_scale * cfg.lr * factor * cfg.local.inner_lr_factor,
             momentum=cfg.momentum,
             weight_decay=self.optimizer.weight_decay,
             epoch=self.local_epoch,
@@ -460,7 +460,12 @@ class Synchronizer:
         kind = self._kind(gradients[0])
         if deltas:
             # The inner learning rate and momentum the workers used (recorded as such).
-            lr = self.lr_scale * cfg.lr * cfg.lr_schedule.factor(self.progress)
+            lr = (
+                self.lr_scale
+                * cfg.lr
+                * cfg.lr_schedule.factor(self.progress)
+                * cfg.local.inner_lr_factor
+            )
             momentum = cfg.momentum
             if gathered and self.spec.protocol is Protocol.LOCAL:
                 self.outer.step(self.optimizer.weights, mean)

@@ -412,3 +412,11 @@ def test_qsr_rounds_lengthen_under_a_cosine_schedule() -> None:
         sequence += 1
     assert seen[0] == 2 and max(seen) == 2 * QSR_MAX_GROWTH
     assert seen == sorted(seen[:-1]) + seen[-1:]  # non-decreasing but for the cut last round
+
+
+def test_the_inner_learning_rate_is_the_jobs_times_its_factor() -> None:
+    plain = make_sync("local-4", workers=2, total=1000).local_round()
+    local = LocalConfig(inner_lr_factor=0.25, worker_batch=BATCH)
+    scaled = make_sync("local-4", workers=2, total=1000, local=local).local_round()
+    assert plain is not None and scaled is not None
+    assert plain.lr == pytest.approx(0.05) and scaled.lr == pytest.approx(0.05 * 0.25)
