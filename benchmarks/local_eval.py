@@ -249,9 +249,9 @@ def tables(rows: list[LocalRow], table: str, cases: tuple[str, ...]) -> str:
         ]
         bsp_rows = [r for r in mine if r.case == "bsp"]
         seeds = sorted({r.seed for r in mine})
+        where = f"{cluster} cluster" if table == "sim" else "one machine"
         title = check_timing(
-            f"{kind.value} times, {cluster} cluster, {workers} workers, seeds "
-            f"{','.join(map(str, seeds))}",
+            f"{kind.value} times, {where}, {workers} workers, seeds {','.join(map(str, seeds))}",
             kind,
         )
         lines += [f"### {title}", ""]
@@ -289,7 +289,12 @@ def tables(rows: list[LocalRow], table: str, cases: tuple[str, ...]) -> str:
             lines += [
                 "",
                 f"1-minute load average when the runs ended (2 cores shared with other work): "
-                f"{min(ones):.1f}-{max(ones):.1f}; SIMULATED times do not depend on it.",
+                f"{min(ones):.1f}-{max(ones):.1f}; "
+                + (
+                    "SIMULATED times do not depend on it."
+                    if kind is Timing.SIMULATED
+                    else "EMULATED times include waiting for a core: one noisy run each."
+                ),
             ]
         lines.append("")
     return "\n".join(lines)
@@ -385,6 +390,7 @@ def main() -> None:
         save_text(out / "table.md", text)
 
     if args.show:
+        report()  # table.md rewritten from runs.jsonl (several processes may have added rows)
         print(tables(rows, args.table, tuple(CASES)) + "\n" + goals(rows))
         return
     from syncswitch.workloads import load_dataset
