@@ -353,6 +353,42 @@ def _local_steps(schedule: str) -> int | None:
     return int(last.removeprefix("local-")) if last.startswith("local-") else None
 
 
+def plot(rows: list[LocalRow], path: Path, title: str) -> None:
+    """Test accuracy against time, one line per case (the mean curve over seeds), one panel
+    per (cluster, workers): what the tables summarise."""
+    from matplotlib import colormaps
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    groups = sorted({(r.cluster, r.workers) for r in rows})
+    if not groups:
+        return
+    figure = Figure(figsize=(6 * len(groups), 4.5))
+    FigureCanvasAgg(figure)
+    for index, (cluster, workers) in enumerate(groups, start=1):
+        axes = figure.add_subplot(1, len(groups), index)
+        mine = [r for r in rows if (r.cluster, r.workers) == (cluster, workers)]
+        for number, case in enumerate(CASES):
+            curves = [r.curve for r in mine if r.case == case and r.curve]
+            if not curves:
+                continue
+            points = min(len(c) for c in curves)
+            times = [statistics.mean(c[i][0] for c in curves) for i in range(points)]
+            accuracy = [statistics.mean(c[i][1] for c in curves) for i in range(points)]
+            # tab20: one colour per case (the default cycle repeats after ten).
+            color = colormaps["tab20"](number % 20)
+            style = "-" if number < 8 else "--"  # the issue's cases solid, the added dashed
+            axes.plot(times, accuracy, style, color=color, label=case, linewidth=1.2)
+        axes.set_title(f"{cluster}, {workers} workers", fontsize=9)
+        axes.set_xlabel(f"{title} time (s)")
+        axes.set_ylabel("test accuracy")
+        axes.set_ylim(0, 1)
+        axes.grid(alpha=0.3)
+    figure.axes[0].legend(fontsize=6, loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
 # -- main ----------------------------------------------------------------------------------------
 
 
@@ -388,6 +424,8 @@ def main() -> None:
     def report() -> None:
         text = tables(rows, args.table, tuple(CASES)) + "\n" + goals(rows) + "\n"
         save_text(out / "table.md", text)
+        kind = "SIMULATED" if args.table == "sim" else "EMULATED"
+        plot([r for r in rows if r.table == args.table], out / "accuracy.png", kind)
 
     if args.show:
         report()  # table.md rewritten from runs.jsonl (several processes may have added rows)
