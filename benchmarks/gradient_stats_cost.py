@@ -1,13 +1,17 @@
 """Cost of online timing's gradient statistics per BSP round, on the real path (issue 21).
 
-For cnn1d's and ResNet-20's parameter counts at n workers, times (one thread, medians of
---repeats blocks of --rounds rounds): the synchronizer's whole BSP round (n `submit`s: checks,
-ledger, the weighted sum, the optimizer step; no network, so a conservative denominator)
-under a plain `bsp` schedule and under `online` (the online phase measures every round: one
-norm call over the stacked rows, the mean's norm and its drift against the previous mean; on
-the plan's default coordinate subset, and on all coordinates),
-and `RoundStatsAccumulator.observe_rows` alone on all coordinates and on fixed random subsets
-of them. Prints a markdown table; the figures are the thread's CPU time (real, not wall).
+For cnn1d's and ResNet-20's parameter counts at n workers, the synchronizer's whole BSP round
+(n `submit`s: checks, ledger, the weighted sum, the optimizer step; no network) under a plain
+`bsp` schedule and under `online` with the shards' measuring settings: one round in `every`
+measured (in pairs: the round before only keeps its mean), `workers` gradients squared per
+measured round (0: all), on the plan's coordinate subset where the slice is large. Also the
+measurement alone (`wants` + `RoundStatsAccumulator.observe_rows` per round, averaged over
+rounds), which does not depend on the round's other work. One thread; the thread's CPU time
+(real, not wall); blocks of --rounds rounds, each setting timed in turn within every repeat,
+so a difference is taken between blocks timed moments apart, and the median of the
+differences is reported. Prints a markdown table (microseconds per round; % of the plain BSP
+round, and of that round plus the server's socket reads of n gradients, the capacity run's
+figures in docs/performance.md).
 
     python benchmarks/gradient_stats_cost.py                 # 8 workers
     python benchmarks/gradient_stats_cost.py --workers 32
@@ -30,22 +34,29 @@ from syncswitch.core.records import Gradient
 from syncswitch.core.synchronizer import SyncConfig, Synchronizer
 
 SIZES = {"cnn1d": 5_210, "resnet20": 269_722}
-COORDINATES = (0, 4096, 1024)  # 0: all
+# The server's CPU to read one gradient off its socket (docs/performance.md, capacity run).
+READ_US = {"cnn1d": 54.0, "resnet20": 434.0}
+# (label, every, workers squared; 0: all): the plan squares every worker's gradient and
+# measures one round in every (control/plan.py stats_every); a subset of 8 workers, for
+# comparison (more torch calls, less arithmetic).
+SETTINGS = (
+    ("every 1", 1, 0),
+    ("every 2", 2, 0),
+    ("every 4", 4, 0),
+    ("every 8", 8, 0),
+    ("every 1, 8 workers", 1, 8),
+)
 
 
-def _median_us(run: Callable[[int], None], rounds: int, repeats: int) -> float:
-    run(rounds)  # warm up
-    times = []
-    for _ in range(repeats):
-        # The thread's CPU time, not the wall clock: on a shared, loaded machine the wall
-        # clock counts other processes' turns; the cost asked is the server's CPU.
-        started = time.thread_time()
-        run(rounds)
-        times.append((time.thread_time() - started) / rounds * 1e6)
-    return statistics.median(times)
+def _block_us(run: Callable[[int], None], rounds: int) -> float:
+    # The thread's CPU time, not the wall clock: on a shared, loaded machine the wall clock
+    # counts other processes' turns; the cost asked is the server's CPU.
+    started = time.thread_time()
+    run(rounds)
+    return (time.thread_time() - started) / rounds * 1e6
 
 
-def _rounds(numel: int, workers: int, schedule: str, coordinates: int | None):
+def _rounds(numel: int, workers: int, schedule: str, every: int, squared: int):
     generator = torch.Generator().manual_seed(0)
     grads = [torch.randn(numel, generator=generator) for _ in range(workers)]
     config = SyncConfig(
@@ -53,7 +64,9 @@ def _rounds(numel: int, workers: int, schedule: str, coordinates: int | None):
         total_samples=10**12,
         schedule=Schedule.parse(schedule),
         lr=1e-6,
-        stats_coordinates=coordinates,
+        stats_coordinates=STATS_COORDINATES if schedule == "online" else None,
+        stats_every=every,
+        stats_workers=squared,
     )
     sync = Synchronizer(config, FlatSGD(torch.zeros(numel), weight_decay=0.0))
     sequence = [0] * workers
@@ -63,62 +76,77 @@ def _rounds(numel: int, workers: int, schedule: str, coordinates: int | None):
             for w in range(workers):
                 sync.submit(Gradient(w, sequence[w], sync.version, grads[w], 32, 0.0, 0.0))
                 sequence[w] += 1
+            sync.partials.clear()  # the shard hands them on with its report
+
+    return run
+
+
+def _measurement(numel: int, workers: int, every: int, squared: int):
+    generator = torch.Generator().manual_seed(1)
+    rows = torch.randn(workers, numel, generator=generator) / workers
+    mean = rows.sum(dim=0)
+    samples = [32] * workers
+    coordinates = STATS_COORDINATES if numel > 2 * STATS_COORDINATES else 0
+    accumulator = RoundStatsAccumulator(
+        numel, every=every, workers=squared, coordinates=coordinates
+    )
+    version = [0]
+
+    def run(count: int) -> None:
+        for _ in range(count):
+            version[0] += 1
+            if accumulator.wants(version[0]):
+                accumulator.observe_rows(version[0], rows, samples, mean)
 
     return run
 
 
 def measure(numel: int, workers: int, rounds: int, repeats: int) -> dict[str, float]:
-    result = {
-        "bsp": _median_us(_rounds(numel, workers, "bsp", None), rounds, repeats),
-        "online": _median_us(_rounds(numel, workers, "online", STATS_COORDINATES), rounds, repeats),
-        "online all": _median_us(_rounds(numel, workers, "online", 0), rounds, repeats),
-    }
-    generator = torch.Generator().manual_seed(1)
-    rows = torch.randn(workers, numel, generator=generator) / workers
-    mean = rows.sum(dim=0)
-    samples = [32] * workers
-    for coordinates in COORDINATES:
-        accumulator = RoundStatsAccumulator(numel, coordinates=coordinates)
-        version = [0]
-
-        def observe(count: int, acc=accumulator, version=version) -> None:
-            for _ in range(count):
-                version[0] += 1
-                acc.observe_rows(version[0], rows, samples, mean)
-
-        result[_name(coordinates)] = _median_us(observe, rounds, repeats)
+    runs = {"bsp": _rounds(numel, workers, "bsp", 1, 0)}
+    for label, every, squared in SETTINGS:
+        runs[label] = _rounds(numel, workers, "online", every, squared)
+        runs[f"alone: {label}"] = _measurement(numel, workers, every, squared)
+    for run in runs.values():
+        run(rounds)  # warm up
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            times[name].append(_block_us(run, rounds))
+    result = {"bsp": statistics.median(times["bsp"])}
+    for label, _, _ in SETTINGS:
+        diffs = [a - b for a, b in zip(times[label], times["bsp"], strict=True)]
+        result[label] = statistics.median(diffs)
+        result[f"alone: {label}"] = statistics.median(times[f"alone: {label}"])
     return result
-
-
-def _name(coordinates: int) -> str:
-    return f"observe_rows, {coordinates or 'all'} coordinates"
 
 
 def main() -> None:
     parser = harness.parser(__doc__)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=64)
-    harness.add_repeats(parser, 7, "blocks of rounds timed")
+    harness.add_repeats(parser, 9, "blocks of rounds timed per setting")
     args = parser.parse_args()
     torch.set_num_threads(1)
     title = (
         f"Online timing's statistics per BSP round, {args.workers} workers, one thread, real "
-        f"host CPU time; medians of {args.repeats} x {args.rounds} rounds (us; % of the round)"
+        f"host CPU time; medians of {args.repeats} x {args.rounds} rounds (us per round; % of "
+        "the plain BSP round / % of it plus the server's reads of n gradients)"
     )
     print(harness.check_timing(title, harness.Timing.REAL))
     print()
-    columns = ["model", "parameters", "BSP round (bsp)", "online, default subset", "difference"]
-    columns += ["online, all coordinates", "difference"]
-    columns += [_name(c) for c in COORDINATES]
+    columns = ["model", "parameters", "BSP round (bsp)", "+ reads"]
+    columns += [f"{label}: in the round" for label, _, _ in SETTINGS]
+    columns += [f"{label}: alone" for label, _, _ in SETTINGS]
     rows = []
     for name, numel in SIZES.items():
         r = measure(numel, args.workers, args.rounds, args.repeats)
         base = r["bsp"]
-        row = [name, f"{numel:,}", f"{base:.0f}", f"{r['online']:.0f}"]
-        row.append(f"{r['online'] - base:.1f} ({100 * (r['online'] - base) / base:.1f}%)")
-        every = r["online all"]
-        row += [f"{every:.0f}", f"{every - base:.1f} ({100 * (every - base) / base:.1f}%)"]
-        row += [f"{r[_name(c)]:.1f} ({100 * r[_name(c)] / base:.1f}%)" for c in COORDINATES]
+        server = base + args.workers * READ_US[name]
+        row = [name, f"{numel:,}", f"{base:.0f}", f"{server:.0f}"]
+        for key in [label for label, _, _ in SETTINGS] + [
+            f"alone: {label}" for label, _, _ in SETTINGS
+        ]:
+            row.append(f"{r[key]:.1f} ({100 * r[key] / base:.1f}% / {100 * r[key] / server:.1f}%)")
         rows.append(row)
     print("\n".join(harness.markdown_table(columns, rows)))
 

@@ -9,16 +9,26 @@ the BSP share at which a run would have switched: the first check at which `deci
 switch. Checks happen every `--check-every` of progress (a run checks at each drain).
 
     python benchmarks/online_replay.py --workers 8,16,32 --seeds 0,1
+    python benchmarks/online_replay.py --predict --exponents 0.5,1 --staleness 0.15,0.35 \
+        --every auto     # each rule's shares and, from the runs made so far, their outcome
+
+`--every auto` measures one round in what the plan takes for that worker count
+(`control/plan.py` `stats_every`). `--predict` turns each replayed share into an accuracy and
+a SIMULATED time by interpolating, seed by seed, between the runs of fixed shares already made
+with that worker count and seed (the scale study's grid, the online evaluation's runs, the
+replayed shares' runs), and prints the goals' terms against BSP and the search's share.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import statistics
 from pathlib import Path
 
+from syncswitch.control.plan import stats_every
 from syncswitch.core.gradient_stats import ExponentialAverage
 from syncswitch.core.switch_timing import (
     GradientPoint,
@@ -88,7 +98,11 @@ def main() -> None:
     parser.add_argument("--dir", default="benchmarks/results/online-signals")
     parser.add_argument("--half-life", type=float, default=0.02, help="in training progress")
     parser.add_argument("--check-every", type=float, default=0.005)
-    parser.add_argument("--every", type=int, default=1, help="measure one BSP round in this many")
+    parser.add_argument(
+        "--every", default="1", help="measure one BSP round in this many ('auto': the plan's)"
+    )
+    parser.add_argument("--predict", action="store_true", help="predicted outcome per rule")
+    parser.add_argument("--eval-runs", default="benchmarks/results/online-eval-sim/runs.jsonl")
     parser.add_argument("--floor", type=float, default=1 / 16)
     parser.add_argument("--ceiling", type=float, default=7 / 8)
     parser.add_argument("--staleness", default="0.25,0.5,1.0", help="thresholds")
@@ -120,6 +134,10 @@ def main() -> None:
     bounds = ShareBounds(args.floor, args.ceiling)
     workers = [int(w) for w in args.workers.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
+    if args.predict:
+        known = KnownRuns(
+            [Path(args.scale_study), Path(args.eval_runs), Path(args.dir) / "runs.jsonl"]
+        )
     rules = [
         StalenessNoiseRule(threshold=float(t), staleness_exponent=float(p))
         for p in args.exponents.split(",")
@@ -134,13 +152,36 @@ def main() -> None:
         f"one round in {args.every} measured"
     )
     print()
+    if args.predict:
+        header = ["rule", *(f"{w} workers" for w in workers)]
+        print(
+            "Each cell: the shares (per seed), then from the runs made so far the mean accuracy"
+            " against BSP's (points) and the mean time against the search's share's (x)"
+        )
+        print()
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     out: dict[str, list[str]] = {}
     for w in workers:
+        every = (
+            stats_every(w, 0.02 * ROUNDS_AT_ONE / w) if args.every == "auto" else int(args.every)
+        )
+        if args.predict:
+            available = [s for s in seeds if (Path(args.dir) / f"w{w}-bsp-s{s}.csv").exists()]
+            series = {
+                s: gradient_points(Path(args.dir) / f"w{w}-bsp-s{s}.csv", args.half_life, every)
+                for s in available
+            }
+            for rule in rules:
+                shares = {
+                    s: replay(rule, points, bounds, args.check_every).progress
+                    for s, points in series.items()
+                }
+                out.setdefault(_label(rule), []).append(known.cell(w, shares))
+            continue
         for s in seeds:
             base = Path(args.dir) / f"w{w}-bsp-s{s}"
-            points = gradient_points(Path(f"{base}.csv"), args.half_life, args.every)
+            points = gradient_points(Path(f"{base}.csv"), args.half_life, every)
             for rule in rules:
                 decision = replay(rule, points, bounds, args.check_every)
                 out.setdefault(_label(rule), []).append(_cell(decision))
@@ -151,6 +192,69 @@ def main() -> None:
                     out.setdefault(f"{_label(rule)} ({column})", []).append(_cell(decision))
     for label, cells in out.items():
         print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+# BSP rounds of the scale study's job at one worker (20,000 samples x 40 epochs / batch 32).
+ROUNDS_AT_ONE = 25_000
+
+
+class KnownRuns:
+    """Runs of fixed BSP shares (and online runs, at the share they switched), by worker count
+    and seed: a replayed share's accuracy and time, interpolated between the nearest two."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.by_run: dict[tuple[int, int], dict[float, tuple[float, float]]] = {}
+        self.search: dict[int, float] = {}
+        for path in paths:
+            if not path.exists():
+                continue
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    self._add(json.loads(line))
+
+    def _add(self, r: dict) -> None:
+        accuracy, schedule = r.get(FINAL_ACCURACY), r.get("schedule", "")
+        seconds = r.get("sim_time_s", r.get("time_s"))
+        if r.get("case") == "search-decision":
+            self.search[r["workers"]] = r["bsp_share"]
+        if accuracy is None or seconds is None or r.get("variant"):
+            return
+        if schedule == "bsp":
+            share: float | None = 1.0
+        elif schedule.startswith("bsp:") and schedule.endswith(",asp"):
+            share = float(schedule[4:-4])
+        elif r.get("case") == "online":
+            share = r.get("bsp_share")
+        else:
+            share = None
+        if share is not None:
+            runs = self.by_run.setdefault((r["workers"], r["seed"]), {})
+            runs[round(share, 4)] = (100 * accuracy, seconds)
+
+    def at(self, workers: int, seed: int, share: float) -> tuple[float, float] | None:
+        known = sorted(self.by_run.get((workers, seed), {}).items())
+        for (lo, (lo_acc, lo_s)), (hi, (hi_acc, hi_s)) in itertools.pairwise(known):
+            if lo <= share <= hi:
+                f = (share - lo) / (hi - lo) if hi > lo else 0.0
+                return lo_acc + f * (hi_acc - lo_acc), lo_s + f * (hi_s - lo_s)
+        return None
+
+    def cell(self, workers: int, shares: dict[int, float]) -> str:
+        shown = ", ".join(f"{v:.2f}" for v in shares.values())
+        outcomes = [self.at(workers, s, v) for s, v in shares.items()]
+        bsps = [self.at(workers, s, 1.0) for s in shares]
+        search = self.search.get(workers)
+        searched = [self.at(workers, s, search) for s in shares] if search is not None else []
+        if not shares or None in outcomes or None in bsps:
+            return f"{shown}: -"
+        accuracy = statistics.fmean(o[0] for o in outcomes if o is not None)
+        seconds = statistics.fmean(o[1] for o in outcomes if o is not None)
+        bsp = statistics.fmean(b[0] for b in bsps if b is not None)
+        text = f"{shown}: {accuracy - bsp:+.2f} pt"
+        if searched and None not in searched:
+            search_s = statistics.fmean(o[1] for o in searched if o is not None)
+            text += f", {seconds / search_s:.3f}x"
+        return text
 
 
 def print_signals(points: list[GradientPoint], workers: int, seed: int) -> None:

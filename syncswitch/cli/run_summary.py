@@ -79,7 +79,9 @@ def _phases(summary: Summary) -> str:
     samples = summary.samples_by_protocol
     total = sum(samples.values()) or 1
     parts = [
-        f"{name} {time_s:,.2f} s ({samples.get(name, 0) / total:.0%} of samples)"
+        # Samples are counted by protocol (ssp, local), times by phase name (ssp-1, local-16).
+        f"{name} {time_s:,.2f} s "
+        f"({samples.get(name, samples.get(name.split('-')[0], 0)) / total:.0%} of samples)"
         for name, time_s in summary.time_by_protocol.items()
     ]
     return ", ".join(parts) or "-"

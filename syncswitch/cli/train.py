@@ -79,6 +79,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 # (a new one) is listed under the first, so that it still has a flag.
 JOB_GROUP = "job"
 SCHEDULE_GROUP = "schedule & switch"
+LOCAL_GROUP = "local phases"
 EMULATION_GROUP = "emulation & stragglers"
 RELIABILITY_GROUP = "reliability"
 RUNTIME_GROUP = "runtime & cluster"
@@ -92,6 +93,10 @@ FLAG_GROUPS: dict[str, tuple[str, ...]] = {
     SCHEDULE_GROUP: (
         "schedule", "momentum_at_switch", "momentum_ramp", "switch_rule", "switch_threshold",
         "switch_floor", "switch_ceiling",
+    ),
+    LOCAL_GROUP: (
+        "outer_optimizer", "outer_lr", "outer_momentum", "local_lr_factor", "local_steps_rule",
+        "local_inner_state", "local_server_momentum",
     ),
     EMULATION_GROUP: (
         "step_time_ms", "speed_factors", "jitter_sigma", "stragglers", "online_policy",

@@ -29,6 +29,7 @@ from syncswitch.config.limits import (
     MAX_GPUS_PER_ACTOR,
     MAX_JITTER_SIGMA,
     MAX_MNIST1D_SAMPLES,
+    MAX_OUTER_LR,
     MAX_SECONDS,
     MAX_SEED,
     MAX_SERVERS,
@@ -55,6 +56,7 @@ from syncswitch.core.cluster import (
 from syncswitch.core.emulation import EmulationConfig
 from syncswitch.core.faults import FaultPlan, parse_faults
 from syncswitch.core.hyperparams import LrSchedule, LrScheduleKind, MomentumPolicy
+from syncswitch.core.local import LocalConfig, LocalStepsRule, OuterOptimizerKind, StatePolicy
 from syncswitch.core.online import OnlineConfig
 from syncswitch.core.policies import OnlinePolicyKind
 from syncswitch.core.protocol import Protocol, Schedule, ScheduleError
@@ -95,8 +97,9 @@ class TrainConfig:
     )
     schedule: str = _opt(
         "bsp:0.25,asp",
-        "protocol phases PROTOCOL[:END],...: PROTOCOL is bsp, asp or ssp-S; END is the fraction "
-        "of total training samples where the phase ends; the last phase runs to the end; "
+        "protocol phases PROTOCOL[:END],...: PROTOCOL is bsp, asp, ssp-S or local-H (H local "
+        "steps per worker between rounds of model deltas, docs/local-updates.md); END is the "
+        "fraction of total training samples where the phase ends; the last phase runs to the end; "
         "'auto': this job's stored switch point (from `syncswitch search` or an online run), "
         "else bsp:0.25,asp; END 'online' (bsp:online,asp; 'online' alone says that): the run "
         "decides when to leave BSP, by --switch-rule, between --switch-floor and --switch-ceiling",
@@ -112,7 +115,7 @@ class TrainConfig:
     )
     switch_threshold: float | None = _opt(
         None,
-        "the switch rule's threshold (default: the rule's own, 0.35 staleness, 2 noise-scale, "
+        "the switch rule's threshold (default: the rule's own, 0.15 staleness, 2 noise-scale, "
         "0.05 plateau)",
         range=Range(0, MAX_SWITCH_THRESHOLD, low_open=True),
     )
@@ -125,6 +128,47 @@ class TrainConfig:
         7 / 8,
         "an online phase ends by this fraction of training at the latest, whatever the signal",
         range=Range(0, 1, low_open=True, high_open=True),
+    )
+    # Local-H phases (core/local.py, docs/local-updates.md).
+    outer_optimizer: str = _opt(
+        "average",
+        "local-H phases: how a round of workers' model deltas is applied: average (local "
+        "SGD: the mean of the workers' models) or nesterov (DiLoCo: SGD with Nesterov "
+        "momentum over the mean delta, at --outer-lr and --outer-momentum)",
+        choices=[k.value for k in OuterOptimizerKind],
+    )
+    outer_lr: float = _opt(
+        1.0,
+        "local-H phases: the outer step's learning rate (1 with average is plain model "
+        "averaging; DiLoCo uses 0.7 with nesterov)",
+        range=Range(0, MAX_OUTER_LR, low_open=True),
+    )
+    outer_momentum: float = _opt(
+        0.9, "local-H phases: the nesterov outer step's momentum", range=Range(0, 1, high_open=True)
+    )
+    local_lr_factor: float = _opt(
+        1.0,
+        "local-H phases: a worker's own learning rate is --lr (with its schedule) times this; "
+        "1 makes local-1 equal BSP",
+        range=Range(0, 1, low_open=True),
+    )
+    local_steps_rule: str = _opt(
+        "fixed",
+        "local-H phases: fixed (H as the schedule says) or qsr (H grows as the learning rate "
+        "decays: H x (lr at the phase's start / lr now)^2, at most 8 x H)",
+        choices=[k.value for k in LocalStepsRule],
+    )
+    local_inner_state: str = _opt(
+        "keep",
+        "local-H phases: a worker's own momentum buffer carries over from round to round "
+        "(keep; a new local phase starts it at zero) or starts at zero every round (reset)",
+        choices=[k.value for k in StatePolicy],
+    )
+    local_server_momentum: str = _opt(
+        "reset",
+        "when a local-H phase ends: the server's momentum buffer (from before the phase) is "
+        "zeroed (reset) or carried over (keep)",
+        choices=[k.value for k in StatePolicy],
     )
     epochs: float = _opt(
         80.0,
@@ -209,9 +253,9 @@ class TrainConfig:
     )
     cluster: str | None = _opt(
         None,
-        "for --runtime sim: the cluster model, a preset (default, paper-k80) or a YAML/TOML "
-        "FILE of compute, network and server costs; default: --step-time-ms etc. for compute "
-        "(20 ms if not given) and a 10 GbE network",
+        "for --runtime sim: the cluster model, a preset (default, paper-k80, wan-1g) or a "
+        "YAML/TOML FILE of compute, network and server costs; default: --step-time-ms etc. for "
+        "compute (20 ms if not given) and a 10 GbE network",
     )
     ray_address: str | None = _opt(
         None, "Ray cluster to join (or set RAY_ADDRESS); default starts a local Ray instance"
@@ -485,6 +529,19 @@ class TrainConfig:
         """The simulator's cluster: --cluster (a preset or a file), with its compute model
         from the emulation flags when the cluster does not give one."""
         return self._parsed.cluster or self._build_cluster()
+
+    def local_config(self) -> LocalConfig:
+        """How local-H phases run (core/local.py)."""
+        return LocalConfig(
+            outer=OuterOptimizerKind(self.outer_optimizer),
+            outer_lr=self.outer_lr,
+            outer_momentum=self.outer_momentum,
+            steps_rule=LocalStepsRule(self.local_steps_rule),
+            inner_state=StatePolicy(self.local_inner_state),
+            server_momentum_after=StatePolicy(self.local_server_momentum),
+            worker_batch=self.batch_size,
+            inner_lr_factor=self.local_lr_factor,
+        )
 
     def detector_config(self) -> DetectorConfig:
         return DetectorConfig(

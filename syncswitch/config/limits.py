@@ -38,3 +38,4 @@ MAX_GPUS_PER_ACTOR = 64.0  # more GPUs than any one machine holds
 # Config and list files are a few hundred bytes; a cap keeps a hostile one from filling memory.
 MAX_CONFIG_FILE_BYTES = 1 << 20
 MAX_SWITCH_THRESHOLD = 1e6
+MAX_OUTER_LR = 100.0  # a local phase's outer step: DiLoCo uses 0.7, plain averaging 1

@@ -58,7 +58,7 @@ from syncswitch.control.resume_check import say_refused
 from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.control.stragglers import OnlinePolicy
-from syncswitch.control.summary import build_summary
+from syncswitch.control.summary import build_summary, traffic_of
 from syncswitch.control.timing import OnlineTiming
 from syncswitch.core.checkpoint import CheckpointError, LoadedCheckpoint
 from syncswitch.core.records import Decision, EvalPoint, Snapshot, WorkerStats
@@ -93,6 +93,7 @@ class RunController:
         self._host_started = host_clock()
         self._phases = PhaseMachine()
         self.state = ShardState()  # the first shard's, as of the last drain
+        self.traffic: dict[str, Any] = {}  # every shard's received traffic (summary.py)
         self.record = RunRecord()
         if resumed_from is not None:
             self.record = run_checkpoint(resumed_from).record
@@ -152,6 +153,7 @@ class RunController:
         before, decisions = self.phase, []
         first = reports[0]
         self.state = first.state
+        self.traffic = traffic_of([r.state for r in reports])
         decisions += self._end_workload_everywhere(reports)
         self._record(first)
         decisions += self.evaluations.add(reports, self.record.take_train_loss)
@@ -318,6 +320,7 @@ class RunController:
             worker_stats=worker_stats,
             status=status,
             placement=self.placement,
+            traffic=self.traffic or None,
         )
 
     # -- bookkeeping ----------------------------------------------------------------------------

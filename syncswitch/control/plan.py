@@ -40,6 +40,24 @@ HALF_LIFE_FRACTION = 0.02
 # every coordinate costs, and this subset).
 STATS_COORDINATES = 4096
 CHECK_EVERY = 0.005
+# A measured round costs nearly the same whatever n is (a handful of torch calls: their fixed
+# cost, not the arithmetic, dominates at small models), while a server's round costs about n
+# gradients' work, so rounds are measured one in `every` (in pairs), with every * n about
+# STATS_ROUND_WORKERS (docs/performance.md: the cost against the server's round), but never
+# so sparse that the estimator takes in fewer than MEASURED_PER_HALF_LIFE measured rounds per
+# half-life (docs/online-timing.md: cost against noise). Every worker's gradient is squared
+# (STATS_WORKERS 0): a rotating subset costs more calls than it saves arithmetic at cnn1d's
+# size and makes the noise estimate noisier (docs/performance.md).
+STATS_WORKERS = 0
+STATS_ROUND_WORKERS = 32
+MEASURED_PER_HALF_LIFE = 12
+
+
+def stats_every(workers: int, half_life_rounds: float) -> int:
+    """One BSP round in how many the shards measure (see STATS_ROUND_WORKERS)."""
+    for_cost = -(-STATS_ROUND_WORKERS // workers)  # ceil
+    for_noise = int(half_life_rounds // MEASURED_PER_HALF_LIFE)
+    return max(min(for_cost, for_noise), 1)
 
 
 @dataclass(frozen=True)
@@ -51,18 +69,21 @@ class TimingPlan:
     workers: int  # the run's workers: the staleness an ASP gradient would carry (n - 1)
     half_life_rounds: float  # the estimator's smoothing, in measured BSP rounds
     check_every: float = CHECK_EVERY  # a point of history each time progress crosses this
+    stats_every: int = 1  # the shards measure one BSP round in this many
 
     @classmethod
     def of(cls, config: TrainConfig, schedule: Schedule, total_samples: int) -> TimingPlan:
         start, ceiling = schedule.online_window()
         rounds = total_samples / (config.workers * config.batch_size)
+        every = stats_every(config.workers, HALF_LIFE_FRACTION * rounds)
         return cls(
             rule=make_rule(config.switch_rule, config.switch_threshold),
             bounds=ShareBounds(
                 floor=min(max(config.switch_floor, start), ceiling), ceiling=ceiling
             ),
             workers=config.workers,
-            half_life_rounds=max(HALF_LIFE_FRACTION * rounds, 1.0),
+            half_life_rounds=max(HALF_LIFE_FRACTION * rounds / every, 1.0),
+            stats_every=every,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -73,6 +94,7 @@ class TimingPlan:
             "ceiling": self.bounds.ceiling,
             "half_life_rounds": round(self.half_life_rounds, 3),
             "check_every": self.check_every,
+            "stats_every": self.stats_every,
         }
 
 
@@ -130,12 +152,15 @@ class RunPlan:
                 eval_every=config.eval_every,
                 count_bsp_by_work=config.greedy_return,
                 checkpoint_every=config.checkpoint_every,
+                local=config.local_config(),
                 # Shards measure gradient statistics only for a rule that reads them.
                 stats_coordinates=(
                     STATS_COORDINATES
                     if timing is not None and not uses_losses(timing.rule)
                     else None
                 ),
+                stats_every=timing.stats_every if timing is not None else 1,
+                stats_workers=STATS_WORKERS,
             ),
             emulation=emulation,
             faults=config.fault_plan(),

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from syncswitch.core.hyperparams import MomentumPolicy
+from syncswitch.core.local import LocalRound
 from syncswitch.core.online import carry_out
 from syncswitch.core.optimizer import FlatSGD
 from syncswitch.core.protocol import ProtocolSpec
@@ -56,6 +57,11 @@ class ShardState:
     # Seconds since each worker last called, for those not held by the shard (a worker held
     # at a barrier is waiting on the server, not hung). Filled in by the runtime.
     silent_s: dict[int, float] = field(default_factory=dict)
+    # What this shard received, by protocol (measured at arrival; "local": deltas), and the
+    # samples of local steps lost unsent, by reason.
+    messages_by_protocol: dict[str, int] = field(default_factory=dict)
+    bytes_by_protocol: dict[str, int] = field(default_factory=dict)
+    unsent_samples: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,10 @@ class ServerShard:
     def worker_lost(self, worker: int) -> Outcome:
         return self._record(self.sync.worker_lost(worker))
 
+    def local_round(self) -> LocalRound | None:
+        """A released worker's local round (None outside a local phase)."""
+        return self.sync.local_round()
+
     def rejoin(self, worker: int) -> int:
         return self.sync.rejoin(worker)
 
@@ -179,6 +189,9 @@ class ServerShard:
             lr_scale=sync.lr_scale,
             momentum_policy=sync.momentum_policy,
             silent_s=silent_s,
+            messages_by_protocol=dict(sync.messages_by_protocol),
+            bytes_by_protocol=dict(sync.bytes_by_protocol),
+            unsent_samples=dict(sync.unsent_samples),
         )
 
     def _record(self, outcome: Outcome) -> Outcome:

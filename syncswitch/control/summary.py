@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import operator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ def build_summary(
     worker_stats: list[WorkerStats],
     status: str,
     placement: dict[str, Any] | None = None,
+    traffic: dict[str, Any] | None = None,
 ) -> Summary:
     """What the run did so far (`status` says whether it is over); `state` is the first
     shard's latest."""
@@ -79,8 +82,31 @@ def build_summary(
             faults_injected=plan.faults.describe(),
         ),
         placement=placement,  # where the actors ran (nodes, hosts, devices), as reported
+        traffic=traffic,
         run_dir=str(run_dir),
     )
+
+
+def traffic_of(states: list[ShardState]) -> dict[str, Any]:
+    """What the servers received, summed over the shards (a worker's step is one message to
+    each): messages and bytes of gradient and delta values by protocol, measured as they
+    arrived; and samples of local steps lost unsent, by reason (every shard counts the same
+    samples: the most any one counted)."""
+
+    def total(name: str, combine: Callable[[int, int], int] = operator.add) -> dict[str, int]:
+        summed: dict[str, int] = {}
+        for state in states:
+            for key, value in getattr(state, name).items():
+                summed[key] = combine(summed[key], value) if key in summed else value
+        return dict(sorted(summed.items()))
+
+    bytes_by_protocol = total("bytes_by_protocol")
+    return {
+        "messages_by_protocol": total("messages_by_protocol"),
+        "bytes_by_protocol": bytes_by_protocol,
+        "bytes_sent": sum(bytes_by_protocol.values()),
+        "unsent_local_samples": total("unsent_samples", max),
+    }
 
 
 def _timing_summary(plan: RunPlan, record: RunRecord) -> OnlineTimingSummary | None:

@@ -382,6 +382,33 @@ PAPER_K80 = {
     },
 }
 
+# A bandwidth-poor cluster (issue 22, docs/local-updates.md): workers spread over zones or
+# regions, each behind a 1 Gbps link, the servers in one place. Compute is left to
+# --step-time-ms (20 ms by default), as for `default`.
+WAN_1G = {
+    "name": "wan-1g",
+    "network": {
+        # Estimate: 1 Gbps per worker, the documented egress of a small cloud VM (Google
+        # Cloud's e2-small and e2-medium: "up to 1 Gbps"; AWS t3.small: "up to 5 Gbps"
+        # burst, far less sustained) or a share of a cross-site link.
+        "worker_bandwidth_gbps": 1.0,
+        # Estimate: the servers on a 10 Gbps VM (Google Cloud: 2 Gbps per vCPU, 8 vCPUs
+        # would allow 16) with the same reach as the workers.
+        "server_bandwidth_gbps": 10.0,
+        # Estimate: 25 ms one way (~50 ms round trip), what the clouds' published
+        # inter-region latency tables give for regions ~1,500-2,500 km apart (e.g. Google
+        # Cloud us-east1 to us-central1, ~30-35 ms round trip; AWS us-east-1 to us-east-2
+        # ~15 ms, to us-west-2 ~65 ms).
+        "latency_ms": 25.0,
+    },
+    # A VM per worker (its egress is the worker link), the servers on a VM of their own.
+    "nodes": {"workers_per_node": 1, "servers_with_workers": False},
+    "notes": {
+        "setting": "bandwidth-poor: 1 Gbps per worker, 25 ms one way (workers across zones)",
+        "fitted": "nothing; sources and estimates are commented in syncswitch/core/cluster.py",
+    },
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {
         "name": "default",
@@ -390,6 +417,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "notes": {"network": "documented defaults (10 GbE)"},
     },
     "paper-k80": PAPER_K80,
+    "wan-1g": WAN_1G,
 }
 
 

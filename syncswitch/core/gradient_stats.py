@@ -25,15 +25,17 @@ shard's slice), so each shard reports its slice's partial sums (`RoundPartials`,
 with `+`) and whoever holds all shards' partials for a round (the run controller) adds them
 and feeds the sum to one `GradientStatsEstimator`. Only scalars cross processes.
 
-Cost: a shard keeps one buffer (the previous round's mean over its slice) and, on a measured
-round, computes n + 2 dot products and one copy over its slice: no other allocation. That is
-measured every `every`-th round (in pairs: the round before a measured one only copies its
-mean and takes |g|^2, so the drift is still between consecutive updates), and optionally on a
-fixed strided subset of coordinates (`stride`), scaled up by the number of coordinates, which
-keeps the sums unbiased for any layout that is not periodic in the stride, and optionally on
-the squared norms of only m of the n workers (`workers`; the noise estimate stays unbiased:
-E[sum_U b_i |g_i|^2] - B_U E|g|^2 = (m - B_U/B) tr(Sigma)), which makes a measured round cost
-m + 2 passes over the slice whatever n is.
+Cost: a shard keeps the last two means over its slice and, on a measured round, makes one
+product of that pair with itself and takes the norm of a block of `workers` consecutive rows
+(`observe_rows`, the synchronizer's form: a handful of torch calls whatever n is). That is
+done every `every`-th round (in pairs: the round before a measured one only keeps its mean,
+so the drift is still between consecutive updates), optionally on a fixed random subset of
+coordinates (`coordinates`), scaled up by the number of coordinates, which keeps the sums
+unbiased. A subset of m workers estimates the noise around its own mean g_U (over B_U
+samples): E[sum_U b_i |g_i|^2] - B_U E|g_U|^2 = (m - 1) tr(Sigma), with no |G|^2 left in the
+difference (around the whole round's mean the subset's <G, noise> terms would not cancel,
+and their variance grows with |G|^2). `observe`, on the gradients themselves, is the
+reference form the oracle tests compare with (it also takes a strided subset, `stride`).
 """
 
 from __future__ import annotations
@@ -64,13 +66,30 @@ class RoundPartials:
     cross: float | None  # <g_t, g_{t-1}> when the previous round was version - 1, else None
     measured_workers: int = 0  # m: workers in weighted_sq (0: all n)
     measured_samples: int = 0  # B_U: their samples (0: all B)
+    # |g_{t-1}|^2 of the previous round's mean and that round's B, when the shard kept that
+    # mean without reporting its round (`observe_rows` with `every` > 1); else the previous
+    # round's own partials carry them.
+    previous_sq: float | None = None
+    previous_samples: int = 0
+    # |g_U|^2 of the measured workers' own sample-weighted mean, when a subset was measured by
+    # `observe_rows`: the noise is then taken around it, which cancels |G|^2 exactly (around
+    # the whole round's mean, a subset's <G, noise> terms do not cancel, and their variance
+    # grows with |G|^2, large early in training).
+    subset_sq: float | None = None
 
     def __add__(self, other: RoundPartials) -> RoundPartials:
-        if (self.version, self.workers, self.samples, self.measured_workers) != (
+        if (
+            self.version,
+            self.workers,
+            self.samples,
+            self.measured_workers,
+            self.previous_samples,
+        ) != (
             other.version,
             other.workers,
             other.samples,
             other.measured_workers,
+            other.previous_samples,
         ):
             raise ValueError(
                 f"partials of different rounds: version/workers/samples "
@@ -86,6 +105,9 @@ class RoundPartials:
             cross=_add_optional(self.cross, other.cross),
             measured_workers=self.measured_workers,
             measured_samples=self.measured_samples,
+            previous_sq=_add_optional(self.previous_sq, other.previous_sq),
+            previous_samples=self.previous_samples,
+            subset_sq=_add_optional(self.subset_sq, other.subset_sq),
         )
 
 
@@ -107,7 +129,8 @@ def add_partials(partials: Sequence[RoundPartials]) -> RoundPartials:
 class RoundStatsAccumulator:
     """The shard side: turns a BSP round's gradients into `RoundPartials`.
 
-    Holds one buffer, the previous measured mean over this shard's (strided) slice.
+    Holds the previous measured mean over this shard's (strided) slice (`observe`), or the
+    last two means (`observe_rows`).
     """
 
     def __init__(
@@ -148,6 +171,18 @@ class RoundStatsAccumulator:
         self._scale = numel / measured  # sums over the subset, scaled to the whole slice
         self._previous = torch.zeros(measured)
         self._previous_version: int | None = None
+        # observe_rows: the last two rounds' means (slot `_slot` is written next), so that one
+        # product of the pair with itself gives |g_t|^2, |g_{t-1}|^2 and <g_t, g_{t-1}>.
+        self._pair = torch.zeros(2, measured)
+        self._pair_views()
+        self._slot = 0
+        self._previous_samples = 0
+
+    def _pair_views(self) -> None:
+        # Made once: a measured round's few torch calls cost more than their arithmetic at
+        # small models, so even the views are not made again each round.
+        self._pair_t = self._pair.t()
+        self._slots = (self._pair[0], self._pair[1])
 
     def wants(self, version: int) -> bool:
         """Whether the round producing `version` is used (the caller may skip the work)."""
@@ -204,34 +239,69 @@ class RoundStatsAccumulator:
         rows: torch.Tensor,
         samples: Sequence[int],
         mean: torch.Tensor,
-    ) -> RoundPartials:
-        """Every round, all workers, the cheapest exact form: `rows` are the gradients as the
-        synchronizer stacks them before its sum (row i = g_i b_i / B, flat), `mean` their sum.
+    ) -> RoundPartials | None:
+        """The synchronizer's form: `rows` are the gradients as it stacks them before its sum
+        (row i = g_i b_i / B, flat), `mean` their sum; `version` the version the round produces.
 
-        One norm call over the stacked rows gives every |g_i|^2 (= |row_i|^2 (B / b_i)^2), two
-        dot products the mean's norm and its drift against the previous round's mean; on a
-        fixed random subset of coordinates when `coordinates` was set (scaled up to the
-        slice: unbiased, as every coordinate is in the subset with the same probability)."""
+        A round `wants` declines costs nothing; the round just before a measured one only keeps
+        its mean (one copy) and reports nothing; a measured round makes one product of the last
+        two means with themselves (|g_t|^2, |g_{t-1}|^2, <g_t, g_{t-1}>) and takes the norm of
+        a block of `workers` consecutive rows that rotates with the version (all rows when
+        `workers` is 0; for a subset, also the norm of its sum): a handful of torch calls
+        whatever n is. With equal batches the block's sum_i b_i |g_i|^2 is (B^2 / b) times its
+        squared Frobenius norm, so no per-row norms are needed. On a fixed random subset of
+        coordinates when `coordinates` was set (scaled up to the slice: unbiased, as every
+        coordinate is in the subset with the same chance)."""
         n = rows.shape[0]
         if n < 2 or n != len(samples):
             raise ValueError("a round needs two or more gradients, each with its sample count")
-        if self._index is not None:
-            rows = rows.index_select(1, self._index)
-            mean_view = mean.reshape(-1).index_select(0, self._index)
-        else:
-            mean_view = mean.reshape(-1)
-        self._follow_dtype(mean_view)
+        if not self.wants(version):
+            return None
+        flat = mean.reshape(-1)
+        mean_view = flat if self._index is None else flat.index_select(0, self._index)
+        if self._pair.dtype != mean_view.dtype:  # the first round says the gradients' dtype
+            self._pair = torch.zeros(2, mean_view.numel(), dtype=mean_view.dtype)
+            self._pair_views()
+            self._previous_version = None
+        slot = self._slot
+        self._slots[slot].copy_(mean_view)
+        consecutive = self._previous_version == version - 1
+        previous_samples = self._previous_samples
         total = int(sum(samples))
-        row_sq = torch.linalg.vector_norm(rows, dim=1).square()
-        factors = self._weights(tuple(samples), total, row_sq.dtype)
-        weighted_sq = float(torch.dot(row_sq, factors)) * self._scale
-        mean_sq = float(torch.dot(mean_view, mean_view)) * self._scale
-        cross = None
-        if self._previous_version == version - 1:
-            cross = float(torch.dot(mean_view, self._previous)) * self._scale
-        self._previous.copy_(mean_view)
-        self._previous_version = version
-        return RoundPartials(version, n, total, weighted_sq, mean_sq, cross)
+        self._slot, self._previous_version, self._previous_samples = 1 - slot, version, total
+        if version % self.every != 0:
+            return None  # kept for the next round's drift only
+        gram = torch.mm(self._pair, self._pair_t).tolist()
+        m = self.workers if 0 < self.workers < n else n
+        lo = min(((version // self.every) * m) % n, n - m)
+        block = rows if m == n else rows.narrow(0, lo, m)
+        if self._index is not None:
+            block = block.index_select(1, self._index)
+        chosen = samples[lo : lo + m]
+        subset_sq = None
+        if m < n:  # the subset's own mean, (B / B_U) sum_U row_i
+            subset = float(torch.linalg.vector_norm(block.sum(dim=0)))
+            subset_sq = (subset * total / sum(chosen)) ** 2
+        if all(b == chosen[0] for b in chosen):
+            # sum_i b_i |g_i|^2 = (B^2 / b) sum_i |row_i|^2: the block's Frobenius norm.
+            weighted = total * total / chosen[0] * float(torch.linalg.vector_norm(block)) ** 2
+        else:
+            row_sq = torch.linalg.vector_norm(block, dim=1).square()
+            factors = self._weights(tuple(chosen), total, row_sq.dtype)
+            weighted = float(torch.dot(row_sq, factors))
+        return RoundPartials(
+            version=version,
+            workers=n,
+            samples=total,
+            weighted_sq=weighted * self._scale,
+            mean_sq=gram[slot][slot] * self._scale,
+            cross=gram[0][1] * self._scale if consecutive else None,
+            measured_workers=m if m < n else 0,
+            measured_samples=int(sum(chosen)) if m < n else 0,
+            previous_sq=gram[1 - slot][1 - slot] * self._scale if consecutive else None,
+            previous_samples=previous_samples if consecutive else 0,
+            subset_sq=subset_sq * self._scale if subset_sq is not None else None,
+        )
 
     def _weights(self, samples: tuple[int, ...], total: int, dtype: torch.dtype) -> torch.Tensor:
         """(B / b_i)^2 b_i = B^2 / b_i per row, kept while the round's batches stay the same."""
@@ -339,21 +409,37 @@ class GradientStatsEstimator:
             # with U all n workers, (n - 1) tr(Sigma).
             m = partials.measured_workers or n
             big_b_u = partials.measured_samples or big_b
-            noise = (partials.weighted_sq - big_b_u * partials.mean_sq) / (m - big_b_u / big_b)
+            if partials.subset_sq is not None:
+                # Around the subset's own mean: E|g_U|^2 = |G|^2 + tr(Sigma)/B_U, so the
+                # difference is (m - 1) tr(Sigma), with no |G|^2 left in it.
+                noise = (partials.weighted_sq - big_b_u * partials.subset_sq) / (m - 1)
+            else:
+                spread = m - big_b_u / big_b
+                noise = (partials.weighted_sq - big_b_u * partials.mean_sq) / spread
             grad = partials.mean_sq - noise / big_b
             self._noise.add(noise)
             self._grad.add(grad)
             self._rounds += 1
         last = self._last
-        if partials.cross is not None and last is not None and last.version == partials.version - 1:
+        after_last = last is not None and last.version == partials.version - 1
+        # The previous round's |g_{t-1}|^2 and B: carried in these partials when the shards
+        # kept that mean without reporting it, else in that round's own partials.
+        previous: tuple[float, int] | None = None
+        if partials.previous_sq is not None:
+            previous = (partials.previous_sq, partials.previous_samples or big_b)
+        elif after_last and last is not None:
+            previous = (last.mean_sq, last.samples)
+        if partials.cross is not None and previous is not None:
             # The noise of both means is subtracted; a round that did not measure its own
             # noise uses the nearest one measured (the noise changes slowly between rounds).
             here = noise / big_b if noise is not None else self._last_noise_per_sample
-            there = self._last_noise_per_sample
-            if last.weighted_sq is None and here is not None:
-                there = here * big_b / last.samples  # S_t / B_{t-1}
+            there = None
+            if after_last and last is not None and last.weighted_sq is not None:
+                there = self._last_noise_per_sample
+            elif here is not None:
+                there = here * big_b / previous[1]  # S_t / B_{t-1}
             if here is not None and there is not None:
-                raw = partials.mean_sq + last.mean_sq - 2.0 * partials.cross
+                raw = partials.mean_sq + previous[0] - 2.0 * partials.cross
                 drift = raw - here - there
                 self._drift.add(drift)
         if noise is not None:

@@ -59,6 +59,14 @@ class FlatSGD:
         """The weights where they live (on the optimizer's device)."""
         return self._weights
 
+    @property
+    def weight_decay(self) -> float:
+        return self._weight_decay
+
+    def reset_momentum(self) -> None:
+        """Forget the momentum buffer: the next step with momentum starts it afresh."""
+        self._momentum_buffer = None
+
     def weights_on_cpu(self) -> torch.Tensor:
         """The weights in CPU memory: the tensor itself on a CPU, a copy from a GPU."""
         return self._weights.cpu()

@@ -2,7 +2,8 @@
 
 A protocol is described by (k, s): an update aggregates k worker gradients, and a worker may
 run at most s steps ahead of the slowest one (a bound on clock spread, as in stale synchronous
-parallel). BSP = (n, 0) with a barrier, ASP = (1, unbounded), SSP = (1, s).
+parallel). BSP = (n, 0) with a barrier, ASP = (1, unbounded), SSP = (1, s). Local-H = (n, 0)
+over model deltas: each worker takes H steps on its own copy between barriers (core/local.py).
 
 Progress is always a fraction of the total training workload (samples), never a step count,
 because one BSP update and one ASP update consume different amounts of data.
@@ -19,6 +20,8 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+MAX_LOCAL_STEPS = 100_000  # bounds H in the grammar (and a round's steps on a worker)
+
 
 class ScheduleError(ValueError):
     """A schedule string or phase list that cannot describe a run."""
@@ -28,20 +31,32 @@ class Protocol(StrEnum):
     BSP = "bsp"
     ASP = "asp"
     SSP = "ssp"
+    LOCAL = "local"  # H local steps per worker, then a synchronous round of model deltas
 
     @property
     def is_async(self) -> bool:
-        return self is not Protocol.BSP
+        return self not in (Protocol.BSP, Protocol.LOCAL)
+
+    @property
+    def has_barrier(self) -> bool:
+        """Whether an update waits for every active worker (BSP's barrier, a local round)."""
+        return not self.is_async
 
 
 @dataclass(frozen=True)
 class ProtocolSpec:
-    """One protocol with its parameters: SSP carries its staleness bound."""
+    """One protocol with its parameters: SSP carries its staleness bound, local-H its H."""
 
     protocol: Protocol
     staleness_bound: int | None = None  # only for SSP: max steps ahead of the slowest worker
+    local_steps: int | None = None  # only for local-H: a worker's steps between two rounds
 
     def __post_init__(self) -> None:
+        if self.protocol is Protocol.LOCAL:
+            if self.local_steps is None or self.local_steps < 1:
+                raise ScheduleError(f"local-H needs H >= 1 local steps, got {self.local_steps!r}")
+        elif self.local_steps is not None:
+            raise ScheduleError(f"{self.protocol.value} takes no local steps")
         if self.protocol is Protocol.SSP:
             if self.staleness_bound is None or self.staleness_bound < 0:
                 raise ScheduleError(
@@ -54,6 +69,8 @@ class ProtocolSpec:
     def name(self) -> str:
         if self.protocol is Protocol.SSP:
             return f"ssp-{self.staleness_bound}"
+        if self.protocol is Protocol.LOCAL:
+            return f"local-{self.local_steps}"
         return self.protocol.value
 
     @classmethod
@@ -64,14 +81,22 @@ class ProtocolSpec:
         match = re.fullmatch(r"ssp-(\d+)", text)
         if match:
             return cls(Protocol.SSP, int(match.group(1)))
+        if text.startswith("local-"):
+            steps = text.removeprefix("local-")
+            if not steps.isdecimal() or int(steps) < 1 or int(steps) > MAX_LOCAL_STEPS:
+                raise ScheduleError(
+                    f"local-H needs H, the local steps between rounds, an integer in "
+                    f"1..{MAX_LOCAL_STEPS}, not {steps!r}"
+                )
+            return cls(Protocol.LOCAL, local_steps=int(steps))
         raise ScheduleError(
-            f"unknown protocol {text!r}: allowed are 'bsp', 'asp' and 'ssp-S' "
-            "with S an integer >= 0"
+            f"unknown protocol {text!r}: allowed are 'bsp', 'asp', 'ssp-S' "
+            "with S an integer >= 0 and 'local-H' with H an integer >= 1"
         )
 
     def gradients_per_update(self, active_workers: int) -> int:
-        """k: how many worker gradients one update aggregates."""
-        return active_workers if self.protocol is Protocol.BSP else 1
+        """k: how many worker gradients (or local deltas) one update aggregates."""
+        return active_workers if self.protocol.has_barrier else 1
 
 
 BSP = ProtocolSpec(Protocol.BSP)

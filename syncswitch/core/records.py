@@ -27,6 +27,9 @@ class Gradient:
     samples: int
     loss: float
     step_time_s: float  # the worker's step: real compute plus any emulated device time
+    # 0: a gradient. H >= 1: a local phase's model delta (pulled - current) after H steps,
+    # `samples` being all of them (core/local.py).
+    local_steps: int = 0
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -65,6 +65,7 @@ class SynchronizerState:
     pinned: ProtocolSpec | None  # set by a divergence rollback
     version_floor: int
     ledger: Mapping[str, Any]  # GradientLedger.to_state(): its own plain form
+    local: LocalState = field(default_factory=lambda: LocalState())
 
     # -- the checkpoint's plain form ---------------------------------------------------------
 
@@ -94,6 +95,7 @@ class SynchronizerState:
             "pinned": self.pinned.name if self.pinned else None,
             "version_floor": self.version_floor,
             "ledger": dict(self.ledger),
+            "local": self.local.to_plain(),
         }
 
     @classmethod
@@ -134,6 +136,71 @@ class SynchronizerState:
             pinned=None if pinned is None else read.protocol("pinned"),
             version_floor=read.count("version_floor"),
             ledger=read.mapping("ledger"),
+            # Absent from checkpoints made before local phases existed.
+            local=LocalState() if "local" not in plain else LocalState.from_plain(plain["local"]),
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class LocalState:
+    """Local phases' part (core/local.py): the outer optimizer's momentum, the current local
+    phase's epoch and start, and the traffic counters (messages and bytes received by
+    protocol, samples lost unsent by reason)."""
+
+    outer_buffer: torch.Tensor | None = None
+    epoch: int = 0
+    start: float = 0.0
+    messages_by_protocol: Mapping[str, int] = field(default_factory=dict)
+    bytes_by_protocol: Mapping[str, int] = field(default_factory=dict)
+    unsent_samples: Mapping[str, int] = field(default_factory=dict)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LocalState):
+            return NotImplemented
+        mine, theirs = self.outer_buffer, other.outer_buffer
+        same_buffer = (mine is None and theirs is None) or (
+            mine is not None and theirs is not None and torch.equal(mine, theirs)
+        )
+        return same_buffer and self.to_plain() | {"outer_buffer": 0} == other.to_plain() | {
+            "outer_buffer": 0
+        }
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking contents: not hashable
+
+    def to_plain(self) -> dict[str, Any]:
+        return {
+            "outer_buffer": self.outer_buffer,
+            "epoch": self.epoch,
+            "start": self.start,
+            "messages_by_protocol": dict(self.messages_by_protocol),
+            "bytes_by_protocol": dict(self.bytes_by_protocol),
+            "unsent_samples": dict(self.unsent_samples),
+        }
+
+    @classmethod
+    def from_plain(cls, plain: Any) -> LocalState:
+        if not isinstance(plain, Mapping):
+            raise StateFormatError(f"local is a {type(plain).__name__}, not a mapping")
+        read = _Reader(plain)
+        buffer = plain.get("outer_buffer")
+        if buffer is not None and type(buffer) is not torch.Tensor:
+            raise StateFormatError(
+                f"local outer_buffer is a {type(buffer).__name__}, not a tensor or None"
+            )
+
+        def counts(name: str) -> dict[str, int]:
+            values = read.numbers(name)
+            if any(type(v) is not int or v < 0 for v in values.values()):
+                raise StateFormatError(f"local {name}: counts must be ints >= 0")
+            return {str(k): int(v) for k, v in values.items()}
+
+        return cls(
+            outer_buffer=buffer,
+            epoch=read.count("epoch"),
+            start=read.number("start"),
+            messages_by_protocol=counts("messages_by_protocol"),
+            bytes_by_protocol=counts("bytes_by_protocol"),
+            unsent_samples=counts("unsent_samples"),
         )
 
 
@@ -256,6 +323,16 @@ def take_snapshot(sync: Synchronizer, label: str) -> Snapshot:
         pinned=sync.pinned,
         version_floor=sync.version_floor,
         ledger=sync.ledger.to_state(),
+        local=LocalState(
+            outer_buffer=(
+                None if sync.outer.buffer is None else sync.outer.buffer.to("cpu", copy=True)
+            ),
+            epoch=sync.local_epoch,
+            start=sync.local_start,
+            messages_by_protocol=dict(sync.messages_by_protocol),
+            bytes_by_protocol=dict(sync.bytes_by_protocol),
+            unsent_samples=dict(sync.unsent_samples),
+        ),
     )
     return Snapshot(label, sync.samples, sync.progress, sync.version, now_s, state)
 
@@ -272,6 +349,10 @@ def restore(sync: Synchronizer, state: SynchronizerState) -> None:
     sync.ledger = GradientLedger.from_state(dict(state.ledger))
     sync.time_by_protocol = defaultdict(float, state.time_by_protocol)
     sync.switches = list(state.switches)
+    # Traffic is what happened: restored with the ledger, never rolled back.
+    sync.messages_by_protocol = Counter(state.local.messages_by_protocol)
+    sync.bytes_by_protocol = Counter(state.local.bytes_by_protocol)
+    sync.unsent_samples = Counter(state.local.unsent_samples)
     sync._t0 = sync._clock() - state.time_s
     sync._phase_started_s = state.phase_started_s
     sync.done = False
@@ -327,6 +408,11 @@ def _load_position(sync: Synchronizer, state: SynchronizerState) -> None:
     sync.lr_scale = state.lr_scale
     sync.momentum_policy = state.momentum_policy
     sync.pinned = state.pinned
+    local = state.local
+    buffer = local.outer_buffer
+    sync.outer.buffer = None if buffer is None else buffer.to(sync.weights, copy=True)
+    sync.local_epoch = local.epoch
+    sync.local_start = local.start
     if sync.stats is not None:
         sync.stats.forget()  # the weights jumped: no drift across it
     sync.partials = []

@@ -24,6 +24,11 @@ weights. With `count_bsp_by_work`, a scheduled BSP phase ends when its planned s
 been applied under BSP, so a detour through ASP postpones the planned switch instead of
 eating into the BSP prefix.
 
+Local-H phases (core/local.py) use the BSP barrier for rounds of model deltas: a released
+worker is told its round (`local_round`), takes H steps on its own and sends one delta; when
+every active worker's delta is in, one outer step applies their mean. A gradient in a local
+phase, or a delta outside one (sent across a switch), is applied at once on its own.
+
 Beside it: core/waitroom.py holds who is held back (the barrier, the SSP clocks);
 core/sync_state.py takes, restores and rolls back its state (`SynchronizerState`).
 """
@@ -33,7 +38,7 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -50,8 +55,15 @@ from syncswitch.core.hyperparams import (
     async_momentum,
     update_learning_rate,
 )
+from syncswitch.core.local import (
+    LocalConfig,
+    LocalRound,
+    OuterOptimizer,
+    StatePolicy,
+    round_steps,
+)
 from syncswitch.core.optimizer import FlatSGD
-from syncswitch.core.protocol import Protocol, ProtocolSpec, Schedule
+from syncswitch.core.protocol import ASP, Protocol, ProtocolSpec, Schedule
 from syncswitch.core.records import (
     Accounting,
     DropRecord,
@@ -83,6 +95,9 @@ class SyncConfig:
     # Coordinates of this slice the gradient statistics are measured on, while a phase whose
     # end the run decides is in force (0: all; None: not measured; see gradient_stats.py).
     stats_coordinates: int | None = None
+    stats_every: int = 1  # measure one BSP round in this many (in pairs, for the drift)
+    stats_workers: int = 0  # square this many workers' gradients per measured round (0: all)
+    local: LocalConfig = field(default_factory=LocalConfig)  # local-H phases (core/local.py)
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -138,8 +153,24 @@ class Synchronizer:
         self._online_index = config.schedule.online_index  # asked every round: kept
         self.stats: RoundStatsAccumulator | None = None
         if config.schedule.online_index is not None and config.stats_coordinates is not None:
-            self.stats = RoundStatsAccumulator(self._numel, coordinates=config.stats_coordinates)
+            self.stats = RoundStatsAccumulator(
+                self._numel,
+                every=config.stats_every,
+                workers=config.stats_workers,
+                coordinates=config.stats_coordinates,
+            )
         self.partials: list[RoundPartials] = []  # measured since the last update's outcome
+        # Local phases: the outer step's optimizer, the version and progress the current local
+        # phase began at (its epoch names it to the workers; QSR reads the lr there).
+        self.outer = OuterOptimizer(config.local)
+        self.local_epoch = 0
+        self.local_start = 0.0
+        self._before_local = ASP  # what a gradient that reaches a local phase was trained under
+        # Measured at arrival: messages and bytes of values received, by protocol ("local":
+        # deltas); samples of local steps a lost worker never sent, by reason.
+        self.messages_by_protocol: Counter[str] = Counter()
+        self.bytes_by_protocol: Counter[str] = Counter()
+        self.unsent_samples: Counter[str] = Counter()
 
     # -- reading state ----------------------------------------------------------------------
 
@@ -196,7 +227,13 @@ class Synchronizer:
             return outcome
         room = self.room
         room.tick(gradient.worker)
-        if self.spec.protocol is Protocol.BSP:
+        if self.spec.protocol.has_barrier and not self._gathers(gradient):
+            # Sent across a switch (a gradient in a local phase, a delta outside one): applied
+            # on its own, and its worker goes on at once (core/local.py).
+            outcome.applied.extend(self._apply([gradient]))
+            outcome.released.append(gradient.worker)
+            outcome.merge(self._after_update())
+        elif self.spec.protocol.has_barrier:
             room.pending.append(gradient)
             room.waiting.add(gradient.worker)
             outcome.merge(self._complete_barrier())
@@ -211,6 +248,10 @@ class Synchronizer:
         """Why this gradient must not be used (it is then counted dropped), or None."""
         worker = gradient.worker
         settled = self.ledger.record_arrival(worker, gradient.sequence)
+        kind = self._kind(gradient)
+        self.messages_by_protocol[kind] += 1
+        if isinstance(gradient.values, torch.Tensor):
+            self.bytes_by_protocol[kind] += gradient.values.numel() * gradient.values.element_size()
         if settled is not None:  # a retry, or a late gradient of a replaced incarnation
             outcome.dropped.append(_drop_record(gradient, settled, self.now_s()))
             return settled
@@ -229,7 +270,7 @@ class Synchronizer:
                 reason = DropReason.ROLLED_BACK
             elif (
                 reason is None
-                and self.spec.protocol is Protocol.BSP
+                and self.spec.protocol.has_barrier
                 and (
                     worker in self.excluded
                     or gradient.computed_version < self._admitted_from.get(worker, 0)
@@ -246,7 +287,7 @@ class Synchronizer:
         _check_worker(worker, self.config.workers)
         self.excluded.add(worker)
         outcome = Outcome()
-        if self.spec.protocol is Protocol.BSP:
+        if self.spec.protocol.has_barrier:
             # Its gradient may already sit at the barrier: it stays, computed on this version.
             outcome.merge(self._complete_barrier())
         elif self.spec.protocol is Protocol.SSP:
@@ -289,12 +330,15 @@ class Synchronizer:
         self.spec = spec
         if spec.protocol.is_async and not old.protocol.is_async:
             self._async_start = self.progress
+        self._local_switch(old, spec)
         room = self.room
         if spec.protocol is Protocol.SSP:
             room.reset_clocks()
-        if spec.protocol.is_async and room.pending:
-            # A barrier cut short by the switch: each caught gradient is applied under ASP/SSP.
-            caught, room.pending = room.pending, []
+        caught = [g for g in room.pending if not self._gathers(g)]
+        if caught:
+            # A barrier cut short by the switch: each caught gradient (or delta) the new rule
+            # cannot gather is applied on its own (under ASP/SSP, as its worker's share).
+            room.pending = [g for g in room.pending if self._gathers(g)]
             for gradient in caught:
                 outcome.applied.extend(self._apply([gradient]))
         if spec.protocol.is_async:
@@ -321,7 +365,18 @@ class Synchronizer:
     # -- failures, checkpoints and rollback ----------------------------------------------------
 
     def worker_lost(self, worker: int) -> Outcome:
-        """A worker died or hung: the barrier and the SSP bound stop waiting for it."""
+        """A worker died or hung: the barrier and the SSP bound stop waiting for it. In a
+        local phase, a worker not at the barrier was mid-round: the round it was given is
+        lost unsent (at most that: it may have died before finishing it)."""
+        if (
+            self.spec.protocol is Protocol.LOCAL
+            and worker not in self.room.waiting
+            and worker not in self.excluded
+        ):
+            local = self.local_round()
+            if local is not None:
+                samples = local.steps * self.config.local.worker_batch
+                self.local_steps_lost(worker, samples, DropReason.WORKER_DIED)
         return self.exclude(worker)
 
     def rejoin(self, worker: int) -> int:
@@ -335,6 +390,41 @@ class Synchronizer:
         self.readmit(worker)
         return start
 
+    def local_round(self) -> LocalRound | None:
+        """What a worker released now does before its next message in a local phase (None
+        outside one): H steps of its own SGD at the job's learning rate, then one delta."""
+        spec = self.spec
+        if spec.protocol is not Protocol.LOCAL or self.done:
+            return None
+        cfg = self.config
+        total = cfg.total_samples
+        phase_end = round(cfg.schedule.phases[self.phase_index].end * total)
+        left = phase_end - self.samples if phase_end > self.samples else total - self.samples
+        factor = cfg.lr_schedule.factor(self.progress)
+        steps = round_steps(
+            spec,
+            cfg.local,
+            lr_factor_start=cfg.lr_schedule.factor(self.local_start),
+            lr_factor_now=factor,
+            samples_left=left,
+            active_workers=len(self.active),
+        )
+        return LocalRound(
+            steps=steps,
+            lr=self.lr_scale * cfg.lr * factor * cfg.local.inner_lr_factor,
+            momentum=cfg.momentum,
+            weight_decay=self.optimizer.weight_decay,
+            epoch=self.local_epoch,
+            keep_inner_state=cfg.local.inner_state is StatePolicy.KEEP,
+        )
+
+    def local_steps_lost(self, worker: int, samples: int, reason: str) -> None:
+        """A worker lost `samples` of local steps it never sent (it died mid-round): counted,
+        with the reason, beside the messages the ledger counts."""
+        _check_worker(worker, self.config.workers)
+        if samples > 0:
+            self.unsent_samples[str(reason)] += samples  # plain str: a checkpoint key
+
     def request_snapshot(self, label: str) -> None:
         """Take a snapshot at the next version boundary (e.g. a checkpoint due by time)."""
         self._snapshot_requested = label
@@ -346,14 +436,17 @@ class Synchronizer:
         outcome, room = Outcome(), self.room
         if not room.pending or not self.active <= room.pending_workers():
             return outcome
-        outcome.applied.extend(self._apply(room.pending))
+        outcome.applied.extend(self._apply(room.pending, gathered=True))
         room.pending = []
         outcome.released.extend(room.release_all())
         outcome.merge(self._after_update())
         return outcome
 
-    def _apply(self, gradients: list[Gradient]) -> list[UpdateRecord]:
+    def _apply(self, gradients: list[Gradient], *, gathered: bool = False) -> list[UpdateRecord]:
+        """One update from `gradients`: a barrier's (`gathered`: BSP's, or a local round's
+        outer step) or one message's own."""
         cfg = self.config
+        deltas = gradients[0].local_steps > 0
         if len(gradients) == 1:
             # Every asynchronous update: the gradient itself (FlatSGD only reads it).
             total = gradients[0].samples
@@ -365,23 +458,42 @@ class Synchronizer:
             total = sum(g.samples for g in gradients)
             rows = torch.stack([g.values * (g.samples / total) for g in gradients])
             mean = rows.sum(dim=0)
-            if self.stats is not None and self._measuring:
+            if self.stats is not None and self._measuring and self.stats.wants(self.version + 1):
                 # Measured before the update, while the stacked rows are at hand (they are let
                 # go before the step, as without measuring); the round produces version + 1.
                 samples = [g.samples for g in gradients]
-                self.partials.append(self.stats.observe_rows(self.version + 1, rows, samples, mean))
+                partials = self.stats.observe_rows(self.version + 1, rows, samples, mean)
+                if partials is not None:
+                    self.partials.append(partials)
             del rows
-        lr = self.lr_scale * update_learning_rate(
-            cfg.lr, cfg.lr_schedule, self.progress, len(gradients), cfg.workers
-        )
-        momentum = update_momentum(
-            cfg, self.spec, self.momentum_policy, self.progress, self._async_start
-        )
-        self.optimizer.step(mean, lr=lr, momentum=momentum)
+        kind = self._kind(gradients[0])
+        if deltas:
+            # The inner learning rate and momentum the workers used (recorded as such).
+            lr = (
+                self.lr_scale
+                * cfg.lr
+                * cfg.lr_schedule.factor(self.progress)
+                * cfg.local.inner_lr_factor
+            )
+            momentum = cfg.momentum
+            if gathered and self.spec.protocol is Protocol.LOCAL:
+                self.outer.step(self.optimizer.weights, mean)
+            else:
+                # Its worker's share of an average of every worker's model.
+                self.optimizer.weights.sub_(mean.to(self.optimizer.weights), alpha=1 / cfg.workers)
+        else:
+            spec = ASP if self.spec.protocol is Protocol.LOCAL else self.spec
+            lr = self.lr_scale * update_learning_rate(
+                cfg.lr, cfg.lr_schedule, self.progress, len(gradients), cfg.workers
+            )
+            momentum = update_momentum(
+                cfg, spec, self.momentum_policy, self.progress, self._async_start
+            )
+            self.optimizer.step(mean, lr=lr, momentum=momentum)
         applied_to = self.version
         self.version += 1
         self.samples += total
-        self.samples_by_protocol[self.spec.protocol.value] += total
+        self.samples_by_protocol[kind] += total
         if self.spec.protocol is Protocol.BSP:
             self._phase_bsp_samples += total
         for g in gradients:
@@ -469,6 +581,33 @@ class Synchronizer:
     def _measuring(self) -> bool:
         """Whether this round's statistics are wanted: the online phase, under BSP."""
         return self.phase_index == self._online_index and self.spec.protocol is Protocol.BSP
+
+    def _gathers(self, gradient: Gradient) -> bool:
+        """Whether the protocol in force gathers this message at its barrier: BSP gradients,
+        a local phase deltas."""
+        if not self.spec.protocol.has_barrier:
+            return False
+        return (gradient.local_steps > 0) == (self.spec.protocol is Protocol.LOCAL)
+
+    def _kind(self, gradient: Gradient) -> str:
+        """The protocol a message's samples were trained under (samples_by_protocol's key)."""
+        if gradient.local_steps > 0:
+            return Protocol.LOCAL.value
+        if self.spec.protocol is Protocol.LOCAL:
+            return self._before_local.protocol.value
+        return self.spec.protocol.value
+
+    def _local_switch(self, old: ProtocolSpec, new: ProtocolSpec) -> None:
+        """The configuration policy at a switch into or out of a local phase (core/local.py)."""
+        entering = new.protocol is Protocol.LOCAL and old.protocol is not Protocol.LOCAL
+        if entering:
+            self.outer.reset()
+            self.local_epoch = self.version
+            self.local_start = self.progress
+            self._before_local = old if old.protocol.is_async else ASP
+        leaving = old.protocol is Protocol.LOCAL and new.protocol is not Protocol.LOCAL
+        if leaving and self.config.local.server_momentum_after is StatePolicy.RESET:
+            self.optimizer.reset_momentum()
 
     def _eval_point(self, fraction: float) -> EvalPoint:
         return EvalPoint(

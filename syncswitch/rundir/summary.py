@@ -221,6 +221,8 @@ class Summary:
     online_timing: OnlineTimingSummary | None = None  # where an online phase ended, and why
     reliability: Reliability | None = None
     placement: dict[str, Any] | None = None  # where the actors ran, as the runtime said
+    # What the servers received (messages, bytes by protocol; local samples lost unsent).
+    traffic: dict[str, Any] | None = None
     run_dir: str
 
     # -- what readers ask -----------------------------------------------------------------
@@ -315,6 +317,7 @@ class Summary:
                 else Reliability.from_json(reliability, f"{where}: reliability")
             ),
             placement=read.mapping("placement", None, optional=True),
+            traffic=read.mapping("traffic", None, optional=True),
             run_dir=read.text("run_dir"),
         )
 

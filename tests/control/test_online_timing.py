@@ -15,15 +15,18 @@ import pytest
 
 from syncswitch.control.decisions import ApplyPolicyDecision
 from syncswitch.core.gradient_stats import GradientSignals, GradientStatsEstimator, RoundPartials
-from syncswitch.core.switch_timing import TIMING_POLICY
+from syncswitch.core.switch_timing import TIMING_POLICY, StalenessNoiseRule
 from syncswitch.rundir import names, read_summary
 from tests.control.scripted import ScriptedRun
+
+DEFAULT_RULE = StalenessNoiseRule()  # what `--schedule online` runs with no --switch-* options
+THRESHOLD = DEFAULT_RULE.threshold
 
 
 class SyntheticSignal:
     """Stands in for the estimator: its staleness ratio falls linearly with progress,
-    crossing `threshold` at `crossing` (ratio = (n - 1) D b / tr(Sigma), with n = 4, b = 8,
-    tr(Sigma) = 1: D = ratio / 24)."""
+    crossing `threshold` at `crossing` (ratio = (n - 1)^p D b / tr(Sigma) under the default
+    exponent p, with n = 4, b = 8, tr(Sigma) = 1: D = ratio / (8 * 3^p))."""
 
     def __init__(self, run: ScriptedRun, threshold: float, crossing: float) -> None:
         self.run, self.threshold, self.crossing = run, threshold, crossing
@@ -44,7 +47,7 @@ class SyntheticSignal:
             samples=32,
             noise_trace=1.0,
             grad_sq=0.01,
-            drift_sq=ratio / 24,
+            drift_sq=ratio / (8 * 3**DEFAULT_RULE.staleness_exponent),
         )
 
     def to_state(self) -> dict:
@@ -64,7 +67,7 @@ def test_a_synthetic_signal_crossing_the_threshold_switches_once_at_the_crossing
     run = ScriptedRun(tmp_path, schedule="online", epochs=20.0, servers=2)
     timing = run.controller.timing
     assert timing is not None
-    timing.history.estimator = SyntheticSignal(run, threshold=0.35, crossing=0.4)
+    timing.history.estimator = SyntheticSignal(run, threshold=THRESHOLD, crossing=0.4)
     run.run()
     [decision] = timing_switches(run)
     # Below the threshold from 0.4 on; the rule waits for 3 checks (0.005 apart; a round is
@@ -74,7 +77,7 @@ def test_a_synthetic_signal_crossing_the_threshold_switches_once_at_the_crossing
     timing_summary = summary.online_timing
     assert timing_summary is not None and timing_summary.switched
     assert timing_summary.reason == "signal" and timing_summary.rule == "staleness_noise"
-    assert timing_summary.values["staleness_ratio"] < 0.35
+    assert timing_summary.values["staleness_ratio"] < THRESHOLD
     assert timing_summary.at_fraction == pytest.approx(decision.progress, abs=0.006)
     # One switch, on every shard, to ASP; nothing else switched.
     assert [(s.from_protocol, s.to_protocol) for s in summary.switches] == [("bsp", "asp")]
@@ -96,7 +99,7 @@ def test_without_a_crossing_the_shards_end_the_phase_at_the_ceiling(tmp_path):
     run = ScriptedRun(tmp_path, schedule="online", epochs=20.0, switch_ceiling=0.5)
     timing = run.controller.timing
     assert timing is not None
-    timing.history.estimator = SyntheticSignal(run, threshold=0.35, crossing=2.0)  # never
+    timing.history.estimator = SyntheticSignal(run, threshold=THRESHOLD, crossing=2.0)  # never
     run.run()
     summary = read_summary(tmp_path)
     assert [s.to_protocol for s in summary.switches] == ["asp"]
@@ -150,7 +153,7 @@ def test_a_rollback_pins_bsp_and_online_timing_does_not_leave_it(tmp_path):
     )
     timing = run.controller.timing
     assert timing is not None
-    timing.history.estimator = SyntheticSignal(run, threshold=0.35, crossing=0.5)
+    timing.history.estimator = SyntheticSignal(run, threshold=THRESHOLD, crossing=0.5)
     run.run()
     summary = read_summary(tmp_path)
     assert summary.reliability is not None and summary.reliability.pinned_protocol == "bsp"
@@ -173,7 +176,7 @@ def test_elastic_and_online_timing_compose(tmp_path):
     )
     timing = run.controller.timing
     assert timing is not None
-    timing.history.estimator = SyntheticSignal(run, threshold=0.35, crossing=0.4)
+    timing.history.estimator = SyntheticSignal(run, threshold=THRESHOLD, crossing=0.4)
     run.run()
     summary = read_summary(tmp_path)
     assert summary.online is not None
@@ -182,7 +185,7 @@ def test_elastic_and_online_timing_compose(tmp_path):
     assert [s.to_protocol for s in summary.switches] == ["asp"]
     # The staleness factor is the run's 4 workers, not the 3 an elastic round waits for.
     assert all(p.workers == 4 for p in timing.history.points)
-    assert math.isclose(summary.online_timing.threshold, 0.35)
+    assert math.isclose(summary.online_timing.threshold, THRESHOLD)
 
 
 def test_an_old_summary_without_online_timing_still_reads(tmp_path: Path):
@@ -213,3 +216,39 @@ def test_greedy_and_online_timing_compose(tmp_path):
     assert all(s.sync.spec.name == "asp" and s.sync.phase_index == 1 for s in run.shards)
     assert summary.online_timing is not None and not summary.online_timing.switched
     assert summary.gradients.unaccounted == 0
+
+
+def test_shards_measure_one_round_in_every_as_cost_and_noise_allow():
+    from syncswitch.control.plan import MEASURED_PER_HALF_LIFE, STATS_ROUND_WORKERS, stats_every
+
+    # The scale study's job: 25,000 / n BSP rounds, a half-life of 2% of them.
+    assert [stats_every(n, 0.02 * 25_000 / n) for n in (8, 16, 32, 64)] == [4, 2, 1, 1]
+    # every * n about STATS_ROUND_WORKERS, however many rounds the run has ...
+    assert stats_every(2, 10_000.0) == STATS_ROUND_WORKERS // 2
+    # ... but never fewer than MEASURED_PER_HALF_LIFE measured rounds per half-life.
+    assert stats_every(8, 2 * MEASURED_PER_HALF_LIFE) == 2
+    assert stats_every(8, 5.0) == 1
+
+
+def test_sparse_measuring_shards_decide_as_one(tmp_path, monkeypatch):
+    # With one round in 4 measured (in pairs) and 2 of 4 workers squared, two shards'
+    # partials add to what one shard measures: the same points and the same decision.
+    monkeypatch.setattr("syncswitch.control.plan.STATS_ROUND_WORKERS", 16)
+    monkeypatch.setattr("syncswitch.control.plan.MEASURED_PER_HALF_LIFE", 1)
+    monkeypatch.setattr("syncswitch.control.plan.STATS_WORKERS", 2)
+    runs = [
+        ScriptedRun(tmp_path / f"s{servers}", schedule="online", epochs=20.0, servers=servers)
+        for servers in (1, 2)
+    ]
+    for run in runs:
+        assert run.plan.timing is not None and run.plan.timing.stats_every == 4
+        assert run.plan.sync.stats_workers == 2
+        run.run()
+    one, two = (run.controller.record.timing for run in runs)
+    assert len(one.points) == len(two.points) > 10
+    assert one.estimator is not None and one.estimator.signals is not None
+    for a, b in zip(one.points, two.points, strict=True):
+        assert a.noise_trace == pytest.approx(b.noise_trace, rel=1e-4)
+        assert a.drift_sq == pytest.approx(b.drift_sq, rel=1e-3, abs=1e-9)
+    assert one.decision is not None and two.decision is not None
+    assert one.decision.progress == two.decision.progress

@@ -241,3 +241,82 @@ def test_a_fixed_coordinate_subset_keeps_the_noise_estimate_within_ten_percent()
     signals = estimator.signals
     assert signals is not None
     assert signals.noise_trace == pytest.approx(true_noise, rel=0.1)
+
+
+def run_rows(oracle: Oracle, rounds: int, batches: list[int], **accumulator_options):
+    """As `run`, through the synchronizer's form (`observe_rows` on the stacked rows)."""
+    acc = RoundStatsAccumulator(PARAMS, **accumulator_options)
+    est = GradientStatsEstimator(half_life_rounds=1e9)
+    total = sum(batches)
+    for t in range(1, rounds + 1):
+        grads, _ = oracle.round(t, batches)
+        rows = torch.stack([g * (b / total) for g, b in zip(grads, batches, strict=True)])
+        partials = acc.observe_rows(t, rows, batches, rows.sum(dim=0))
+        if partials is not None:
+            est.add(partials)
+    return est
+
+
+@pytest.mark.parametrize(
+    ("batches", "every", "workers"),
+    [
+        ([4] * WORKERS, 1, 0),
+        ([4] * WORKERS, 4, 3),
+        ([2, 3, 4, 5, 6, 4, 4, 4], 4, 3),
+        ([4] * 16, 2, 8),
+        ([2, 3, 4, 5, 6, 4, 4, 4], 8, 0),
+    ],
+)
+def test_the_synchronizers_form_within_ten_percent_of_the_truth(batches, every, workers):
+    # One round in `every` (in pairs), `workers` rows squared per measured round: the
+    # estimates stay within 10% of the truth (here |G|^2 grows far above the noise, where a
+    # subset's noise taken around the whole round's mean would be far off).
+    oracle = Oracle(seed=9)
+    rounds = 400 * every
+    est = run_rows(oracle, rounds, batches, every=every, workers=workers)
+    signals = est.signals
+    assert signals is not None and signals.drift_sq is not None
+    assert signals.rounds == rounds // every
+    true_grad_sq = sum(float(oracle.mean_at(t).square().sum()) for t in range(1, rounds + 1))
+    assert within(signals.noise_trace, oracle.noise_trace)
+    assert within(signals.grad_sq, true_grad_sq / rounds)
+    assert within(signals.drift_sq, oracle.drift_sq)
+
+
+def test_the_synchronizers_form_reports_measured_rounds_only_and_adds_across_shards():
+    oracle = Oracle(seed=10)
+    batches = [4] * WORKERS
+    bounds = [0, 150, 151, PARAMS]
+    whole = RoundStatsAccumulator(PARAMS, every=4, workers=3)
+    shards = [
+        RoundStatsAccumulator(hi - lo, every=4, workers=3) for lo, hi in itertools.pairwise(bounds)
+    ]
+    reported = []
+    for t in range(1, 10):
+        grads, _ = oracle.round(t, batches)
+        rows = torch.stack([g * (4 / 32) for g in grads])
+        mean = rows.sum(dim=0)
+        expected = whole.observe_rows(t, rows, batches, mean)
+        parts = [
+            s.observe_rows(t, rows[:, lo:hi], batches, mean[lo:hi])
+            for s, (lo, hi) in zip(shards, itertools.pairwise(bounds), strict=True)
+        ]
+        if expected is None:
+            assert parts == [None] * len(shards)
+            continue
+        reported.append(t)
+        summed = add_partials(parts)  # type: ignore[arg-type]
+        for key in ("weighted_sq", "mean_sq", "cross", "previous_sq", "subset_sq"):
+            assert getattr(summed, key) == pytest.approx(getattr(expected, key), rel=1e-4)
+        assert summed.previous_samples == expected.previous_samples == 32
+    # Versions 4 and 8 are measured, after keeping 3's and 7's means for their drift.
+    assert reported == [4, 8]
+    whole.forget()
+    grads, _ = oracle.round(12, batches)
+    rows = torch.stack([g * (4 / 32) for g in grads])
+    assert whole.observe_rows(11, rows, batches, rows.sum(dim=0)) is None
+    after = whole.observe_rows(12, rows, batches, rows.sum(dim=0))
+    assert after is not None and after.cross is not None  # 11 was kept after the forget
+    whole.forget()
+    skipped = whole.observe_rows(16, rows, batches, rows.sum(dim=0))
+    assert skipped is not None and skipped.cross is None and skipped.previous_sq is None

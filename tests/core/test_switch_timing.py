@@ -22,9 +22,10 @@ NO_BOUNDS = ShareBounds(floor=0.0, ceiling=1.0)
 
 
 def point(progress: float, ratio: float, workers: int = 8, batch: int = 32) -> GradientPoint:
-    """A point whose staleness ratio (n - 1) D b / tr(Sigma) is `ratio` (tr(Sigma) = 64)."""
+    """A point whose staleness ratio (n - 1)^p D b / tr(Sigma) is `ratio` under the default
+    exponent p (tr(Sigma) = 64)."""
     noise = 64.0
-    drift = ratio * (noise / batch) / (workers - 1)
+    drift = ratio * (noise / batch) / (workers - 1) ** StalenessNoiseRule().staleness_exponent
     return GradientPoint(progress, workers, batch, noise, grad_sq=1.0, drift_sq=drift)
 
 

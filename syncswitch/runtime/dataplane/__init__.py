@@ -15,9 +15,10 @@ The wire, little-endian:
 
 - a worker opens one connection per server and first sends the server's 16-byte token,
   which the server made and handed out only through Ray (its `endpoint` call);
-- a request: u32 byte length of the values, a 48-byte header (`encode_request`), the raw
-  float32 values;
-- a reply: u32 byte length of the weights, a 17-byte header (`encode_reply`), the weights.
+- a request: u32 byte length of the values, a 56-byte header (`encode_request`), the raw
+  float32 values (a gradient, or in a local phase a delta: the same size);
+- a reply: u32 byte length of the weights, a 54-byte header (`encode_reply`: the version,
+  and in a local phase the worker's next round), the weights.
 
 The server reads every connection without blocking on one thread that owns the reading
 (`selectors`), holds an emulated gradient until its step ends, and calls the handler; any

@@ -15,6 +15,7 @@ from syncswitch.runtime.dataplane.wire import (
     PROBE_S,
     REPLY,
     Reply,
+    decode_reply,
     no_delay,
     send_buffers,
 )
@@ -84,10 +85,10 @@ class WorkerChannel:
         head = memoryview(self._head)
         self._receive_into(sock, head)
         (length,) = LENGTH.unpack_from(self._head)
-        version, done, progress = REPLY.unpack_from(self._head, LENGTH.size)
+        version, done, progress, local = decode_reply(self._head, LENGTH.size)
         weights = np.empty(length // FLOAT32.itemsize, dtype=FLOAT32)
         self._receive_into(sock, weights.data.cast("B"))
-        return Reply(version, weights, bool(done), progress)
+        return Reply(version, weights, done, progress, local)
 
     def _receive_into(self, sock: socket.socket, target: memoryview) -> None:
         got = 0

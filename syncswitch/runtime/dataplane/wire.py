@@ -12,14 +12,18 @@ from typing import NamedTuple
 
 import numpy as np
 
+from syncswitch.core.local import LocalRound
+
 TOKEN_BYTES = 16
 PROBE_S = 1.0  # a worker waiting longer than this asks whether its servers are alive
 
 LENGTH = struct.Struct("<I")
-# worker, incarnation, sequence, computed_version, samples, loss, step_time_s, ready_at
-REQUEST = struct.Struct("<iiqqiddd")
-# version, done, progress
-REPLY = struct.Struct("<qBd")
+# worker, incarnation, sequence, computed_version, samples, loss, step_time_s, ready_at,
+# local_steps (0: a gradient; H: a local phase's delta after H steps)
+REQUEST = struct.Struct("<iiqqidddi")
+# version, done, progress, then the worker's local round (steps 0: none): steps, lr,
+# momentum, weight_decay, epoch, keep_inner_state
+REPLY = struct.Struct("<qBdidddqB")
 FLOAT32 = np.dtype("<f4")
 
 
@@ -36,6 +40,7 @@ class Request:
     step_time_s: float
     ready_at: float | None  # emulation: wall time at which the emulated step ends
     values: np.ndarray  # float32, the server's own (writable) buffer
+    local_steps: int = 0  # a local phase's delta after this many steps (0: a gradient)
 
 
 class Reply(NamedTuple):
@@ -43,6 +48,7 @@ class Reply(NamedTuple):
     weights: np.ndarray  # float32, the worker's own buffer
     done: bool
     progress: float
+    local: LocalRound | None = None  # the worker's next round in a local phase
 
 
 class MalformedMessage(ValueError):
@@ -58,6 +64,7 @@ def encode_request(
     loss: float,
     step_time_s: float,
     ready_at: float | None,
+    local_steps: int = 0,
 ) -> bytes:
     """The fixed-size header of a request (the values follow it as they are)."""
     return REQUEST.pack(
@@ -69,11 +76,14 @@ def encode_request(
         loss,
         step_time_s,
         math.nan if ready_at is None else ready_at,
+        local_steps,
     )
 
 
 def decode_request(header: bytes | bytearray | memoryview, values: np.ndarray) -> Request:
-    worker, incarnation, sequence, version, samples, loss, step_s, ready_at = REQUEST.unpack(header)
+    worker, incarnation, sequence, version, samples, loss, step_s, ready_at, local_steps = (
+        REQUEST.unpack(header)
+    )
     return Request(
         worker=worker,
         incarnation=incarnation,
@@ -84,6 +94,7 @@ def decode_request(header: bytes | bytearray | memoryview, values: np.ndarray) -
         step_time_s=step_s,
         ready_at=None if math.isnan(ready_at) else ready_at,
         values=values,
+        local_steps=max(local_steps, 0),
     )
 
 
@@ -101,8 +112,35 @@ def values_length(byte_length: int, max_values: int) -> int:
     return byte_length // FLOAT32.itemsize
 
 
-def encode_reply(version: int, done: bool, progress: float) -> bytes:
-    return REPLY.pack(version, done, progress)
+def encode_reply(
+    version: int, done: bool, progress: float, local: LocalRound | None = None
+) -> bytes:
+    if local is None:
+        return REPLY.pack(version, done, progress, 0, 0.0, 0.0, 0.0, 0, False)
+    return REPLY.pack(
+        version,
+        done,
+        progress,
+        local.steps,
+        local.lr,
+        local.momentum,
+        local.weight_decay,
+        local.epoch,
+        local.keep_inner_state,
+    )
+
+
+def decode_reply(
+    header: bytes | bytearray | memoryview, offset: int = 0
+) -> tuple[int, bool, float, LocalRound | None]:
+    """(version, done, progress, local round) from a reply's header."""
+    version, done, progress, steps, lr, momentum, decay, epoch, keep = REPLY.unpack_from(
+        header, offset
+    )
+    local = None
+    if steps > 0:
+        local = LocalRound(steps, lr, momentum, decay, epoch, bool(keep))
+    return version, bool(done), progress, local
 
 
 def no_delay(sock: socket.socket) -> None:

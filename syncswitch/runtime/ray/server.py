@@ -21,6 +21,7 @@ import torch
 
 from syncswitch.control.shard import ServerShard, ShardReport
 from syncswitch.core.hyperparams import MomentumPolicy
+from syncswitch.core.local import LocalRound
 from syncswitch.core.protocol import ProtocolSpec
 from syncswitch.core.records import Decision, Gradient, Outcome, Snapshot
 from syncswitch.core.sync_state import SynchronizerState
@@ -41,6 +42,7 @@ class WeightsReply:
     weights: np.ndarray | list  # the array, or [ObjectRef] for large models
     done: bool
     progress: float  # fraction of the training samples applied (emulated stragglers use it)
+    local: LocalRound | None = None  # the worker's next round in a local phase
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class _CachedWeights:
     progress: float
     weights: np.ndarray  # read-only: shared by every reply of this version
     header: bytes  # the data plane's reply header
+    local: LocalRound | None  # a local phase's round, as of this version
 
 
 class ParameterServer:
@@ -152,6 +155,7 @@ class ParameterServer:
             samples=request.samples,
             loss=request.loss,
             step_time_s=request.step_time_s,
+            local_steps=request.local_steps,
         )
         with self._lock:
             self._last_heard[worker] = time.time()
@@ -231,12 +235,14 @@ class ParameterServer:
         if cached is None or cached.version != sync.version or cached.done != sync.done:
             weights = sync.optimizer.weights_on_cpu().numpy().copy()
             weights.flags.writeable = False
+            local = sync.local_round()
             cached = _CachedWeights(
                 sync.version,
                 sync.done,
                 sync.progress,
                 weights,
-                encode_reply(sync.version, sync.done, sync.progress),
+                encode_reply(sync.version, sync.done, sync.progress, local),
+                local,
             )
             self._cache = cached
         return cached
@@ -248,4 +254,4 @@ class ParameterServer:
             if self._shared is None or self._shared[0] != cached.version:
                 self._shared = (cached.version, [ray.put(cached.weights)])
             payload = self._shared[1]
-        return WeightsReply(cached.version, payload, cached.done, cached.progress)
+        return WeightsReply(cached.version, payload, cached.done, cached.progress, cached.local)

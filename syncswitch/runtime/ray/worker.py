@@ -1,5 +1,7 @@
 """The worker actor: computes real PyTorch gradients on its own shard; each step is one
-data-plane message to every server shard (runtime/dataplane.py) and their replies."""
+data-plane message to every server shard (runtime/dataplane.py) and their replies. In a
+local-H phase (core/local.py) the reply names the worker's round: it takes H steps of its own
+SGD and sends one delta, one message per H steps."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from ray.exceptions import GetTimeoutError
 
 from syncswitch.core.emulation import EmulationConfig, StepTimeModel
 from syncswitch.core.faults import Fault, FaultKind, inject
+from syncswitch.core.local import InnerLoop, LocalRound
 from syncswitch.core.optimizer import FlatParameters
 from syncswitch.core.records import WorkerStats
 from syncswitch.core.sharding import BatchStream, worker_shard
@@ -62,6 +65,7 @@ class Worker:
         # includes waiting for one, and CPU time shows what the step itself cost.
         self._compute_cpu_times: list[float] = []
         self._wait_times: list[float] = []
+        self.inner = InnerLoop()  # its own SGD in local phases
 
     def ready(self) -> ActorPlace:
         return here(self.spec.device)
@@ -91,9 +95,9 @@ class Worker:
             ray.get([s.endpoint.remote() for s in servers]), probe=self._probe_servers
         )
         try:
-            sequence, (versions, weights, done, progress) = self._rejoin()
+            sequence, (versions, weights, done, progress), local = self._rejoin()
             self._position(sequence)
-            self._train(channel, sequence, versions, weights, done, progress, started_at)
+            self._train(channel, sequence, versions, weights, done, progress, started_at, local)
         finally:
             channel.close()
         return self._stats()
@@ -107,30 +111,40 @@ class Worker:
         done: bool,
         progress: float,
         started_at: float,
+        local: LocalRound | None = None,
     ) -> None:
         emulation = self.spec.emulation
         while not done:
             started_wall, started = time.time(), time.perf_counter()
             started_cpu = time.thread_time()
-            gradient, loss = self._gradient(weights)
+            steps = 0 if local is None else local.steps
+            if local is None:
+                gradient, loss = self._gradient(weights)
+            else:
+                # A local round: H steps of its own SGD, then one delta (core/local.py).
+                gradient, loss = self.inner.run(weights, local, self._gradient)
             gradient = self._inject_faults(gradient, progress)
             compute_s = time.perf_counter() - started
             self._compute_cpu_times.append(time.thread_time() - started_cpu)
             # Emulated device time: the step lasts the modelled time, or the real compute if
             # longer. The gradient is handed over now and the server applies it when the step
             # ends, so the transfer overlaps the emulated compute instead of a sleep here.
-            base_s = self.step_time_model.next_step_s() or compute_s
+            base_s = (
+                sum(self.step_time_model.next_step_s() for _ in range(max(steps, 1))) or compute_s
+            )
             slowed_s = emulation.stragglers.step_time_s(
                 self.spec.worker, base_s, progress, started_wall - started_at
             )
             step_s = max(slowed_s, compute_s)
             ready_at = started_wall + step_s if emulation.enabled else None
-            versions, weights, done, progress = self._push_pull(
-                channel, sequence, versions, gradient, loss, step_s, ready_at
+            versions, weights, done, progress, local = self._push_pull(
+                channel, sequence, versions, gradient, loss, step_s, ready_at, steps
             )
             self._wait_times.append(time.perf_counter() - started - step_s)
-            self._compute_times.append(compute_s)
-            self._step_times.append(step_s)
+            # A round of H steps is H steps of its mean time (worker_steps.csv is per step).
+            count = max(steps, 1)
+            self._compute_times.extend([compute_s / count] * count)
+            self._step_times.extend([step_s / count] * count)
             sequence += 1
 
     # -- internals --------------------------------------------------------------------------
@@ -150,12 +164,15 @@ class Worker:
         # safe because every server has replied (so received it) before the next step.
         return self.flat.gradient_to_host(), loss
 
-    def _rejoin(self) -> tuple[int, tuple[list[int], np.ndarray, bool, float]]:
+    def _rejoin(
+        self,
+    ) -> tuple[int, tuple[list[int], np.ndarray, bool, float], LocalRound | None]:
         """Join (again) at the current version; the server says which sequence comes next."""
         answers = ray.get(
             [s.rejoin.remote(self.spec.worker, self.incarnation) for s in self.servers]
         )
-        return max(start for start, _ in answers), join_replies([r for _, r in answers])
+        replies = [r for _, r in answers]
+        return max(start for start, _ in answers), join_replies(replies), replies[0].local
 
     def _position(self, sequence: int) -> None:
         """Data order, jitter and augmentation as they stand after `sequence` steps, so a
@@ -186,7 +203,8 @@ class Worker:
         loss: float,
         step_s: float,
         ready_at: float | None,
-    ) -> tuple[list[int], np.ndarray, bool, float]:
+        local_steps: int = 0,
+    ) -> tuple[list[int], np.ndarray, bool, float, LocalRound | None]:
         spec = self.spec
         replies = channel.exchange(
             [
@@ -196,17 +214,19 @@ class Worker:
                         self.incarnation,
                         sequence,
                         version,
-                        spec.batch_size,
+                        spec.batch_size * max(local_steps, 1),
                         loss,
                         step_s,
                         ready_at,
+                        local_steps,
                     ),
                     gradient[shard],
                 )
                 for shard, version in zip(spec.shards, versions, strict=True)
             ]
         )
-        return join_replies(replies)
+        # Every shard computes the same round (they apply the same rounds in lockstep).
+        return (*join_replies(replies), replies[0].local)
 
     def _probe_servers(self) -> bool:
         """Called while a reply is late: a dead server raises (RayActorError), which ends

@@ -16,6 +16,10 @@ One worker step, as events:
     receive     each released worker's weights slice comes back the same way; with all of
                 them in, its next step starts
 
+In a local-H phase (core/local.py) a reply carries the worker's round: start_step then runs H
+real steps of the worker's own SGD and push sends one delta, after H step times, over the
+same links (a delta is the size of a gradient), so the network's cost falls with H.
+
 Stale events (from before a worker died or the servers were replaced) carry the `life` they
 were made in and are ignored, as Ray ignores a dead process's messages.
 """
@@ -47,6 +51,7 @@ from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ServerShard
 from syncswitch.core.cluster import BYTES_PER_PARAMETER, ClusterModel
 from syncswitch.core.faults import FaultKind, inject
+from syncswitch.core.local import InnerLoop, LocalRound
 from syncswitch.core.optimizer import flatten_parameters
 from syncswitch.core.records import Gradient, Outcome, WorkerStats
 from syncswitch.core.sharding import parameter_shards
@@ -60,6 +65,8 @@ from syncswitch.runtime.sim.nodes import SimNodes
 from syncswitch.workloads import ArrayDataset
 
 POLL_S = 0.1  # simulated seconds between drains, as the Ray supervisor polls
+# A shard's reply: version, weights, done, progress, and the worker's local round (or None).
+Reply = tuple[int, np.ndarray, bool, float, LocalRound | None]
 _DISPLAY_EVERY_S = 0.5  # host seconds between progress display updates
 
 
@@ -72,11 +79,12 @@ class SimWorker:
     sequence: int = 0
     hung: bool = False  # an injected hang: alive, silent
     last_heard_s: float = 0.0
-    replies: dict[int, tuple[int, np.ndarray, bool, float]] = field(default_factory=dict)
+    replies: dict[int, Reply] = field(default_factory=dict)
     step_started_s: float = 0.0
     step_s: float = 0.0
     step_times: list[float] = field(default_factory=list)
     wait_times: list[float] = field(default_factory=list)
+    inner: InnerLoop = field(default_factory=InnerLoop)  # its own SGD in local phases
 
     def stats(self) -> WorkerStats:
         # Simulated: the step is all compute, and there is no CPU time to measure.
@@ -287,14 +295,14 @@ class SimRuntime:
     def _now(self) -> float:
         return self.events.now_s
 
-    def _reply(self, index: int) -> tuple[int, np.ndarray, bool, float]:
+    def _reply(self, index: int) -> Reply:
         """A shard's weights as a reply; one copy per version, shared by every reply of it."""
         sync = self.shards[index].sync
         cached = self._reply_cache[index]
         if cached is None or cached[0] != sync.version or cached[1] != sync.done:
             cached = (sync.version, sync.done, sync.weights.numpy().copy())
             self._reply_cache[index] = cached
-        return cached[0], cached[2], cached[1], sync.progress
+        return cached[0], cached[2], cached[1], sync.progress, sync.local_round()
 
     def _released(self, outcome: Outcome, index: int) -> None:
         """Send each worker the shard released its weights (over its links)."""
@@ -313,7 +321,7 @@ class SimRuntime:
         self,
         worker: SimWorker,
         shard_index: int,
-        reply: tuple[int, np.ndarray, bool, float],
+        reply: Reply,
         ready_s: float,
     ) -> None:
         """A shard's weights to one worker: from the server's CPU and over its link (replies
@@ -342,6 +350,8 @@ class SimRuntime:
         worker.incarnation = incarnation
         worker.sequence = max(s.rejoin(index) for s in self.shards)
         self.computer.position(index, worker.sequence, new_process=new_process)
+        if new_process:
+            worker.inner.forget()
         worker.last_heard_s = self.events.now_s
         worker.replies = {}
         # The workers' first steps wait for the cluster's start-up time.
@@ -349,9 +359,7 @@ class SimRuntime:
         for shard_index in range(len(self.shards)):
             self._send_reply(worker, shard_index, self._reply(shard_index), ready_s)
 
-    def _receive(
-        self, index: int, life: int, shard_index: int, reply: tuple[int, np.ndarray, bool, float]
-    ) -> None:
+    def _receive(self, index: int, life: int, shard_index: int, reply: Reply) -> None:
         worker = self.workers[index]
         if life != worker.life or not worker.running:
             return
@@ -374,7 +382,15 @@ class SimRuntime:
             self._carry_out(self.controller.on_worker_finished(worker.index, worker.stats()))
             return
         weights = replies[0][1] if len(replies) == 1 else np.concatenate([r[1] for r in replies])
-        gradient, loss = self.computer.gradient(worker.index, weights)
+        local = replies[0][4]
+        steps = 0 if local is None else local.steps
+        if local is None:
+            gradient, loss = self.computer.gradient(worker.index, weights)
+        else:
+            # A local round: H real steps of its own SGD, then one delta (core/local.py).
+            gradient, loss = worker.inner.run(
+                weights, local, lambda w: self.computer.gradient(worker.index, w)
+            )
         gradient, ends = inject(self._faults_of(worker), gradient, progress)
         if ends is FaultKind.CRASH:
             self._kill(worker.index)
@@ -384,20 +400,28 @@ class SimRuntime:
             worker.hung = True  # alive and silent: the controller's hang check finds it
             worker.life += 1
             return
-        base_s = self.computer.next_step_s(worker.index)
         # Stragglers timed in seconds count run time, which a resumed run carries over.
         run_s = self.shards[0].sync.now_s()
-        step_s = self.plan.emulation.stragglers.step_time_s(worker.index, base_s, progress, run_s)
+        stragglers = self.plan.emulation.stragglers
+        times = [
+            stragglers.step_time_s(
+                worker.index, self.computer.next_step_s(worker.index), progress, run_s
+            )
+            for _ in range(max(steps, 1))
+        ]
+        step_s = sum(times)
         # The worker's host CPU (taking in the weights, then the compute a host "device"
-        # does) queues for its node's cores; the device's time starts after the first part.
+        # does, for each of a local round's steps) queues for its node's cores; the device's
+        # time starts after the first part.
         started_s, computed_s = now, now
         framework_s, compute_s = self._worker_cpu_s
         if framework_s or compute_s:
             node = self.nodes.worker_node[worker.index]
-            cpu_start, computed_s = self.nodes.cpu(node, now, framework_s + compute_s)
+            cpu_s = framework_s + compute_s * max(steps, 1)
+            cpu_start, computed_s = self.nodes.cpu(node, now, cpu_s)
             started_s = cpu_start + framework_s
         worker.step_started_s, worker.step_s = started_s, step_s
-        worker.step_times.append(step_s)
+        worker.step_times.extend(times)
         # Normally the gradient leaves when the step ends; with `sends_during_step` (an
         # emulated device time, as on Ray with --step-time-ms) it leaves once computed and
         # counts as arrived when the step's time is up, so its transfer (and, unless the
@@ -414,6 +438,7 @@ class SimRuntime:
             loss,
             step_s,
             started_s + step_s,
+            steps,
         )
         worker.sequence += 1
 
@@ -433,13 +458,14 @@ class SimRuntime:
         loss: float,
         step_s: float,
         due_s: float,
+        local_steps: int = 0,
     ) -> None:
         worker = self.workers[index]
         if life != worker.life:
             return
         now = self.events.now_s
         worker.last_heard_s = now
-        batch = self.plan.job.batch_size
+        batch = self.plan.job.batch_size * max(local_steps, 1)
         overlap = self.cluster.compute.sends_during_step
         for shard_index, (part, version) in enumerate(zip(self.slices, versions, strict=True)):
             # Over the worker's link (and the NICs between nodes), then in turn over the
@@ -456,6 +482,7 @@ class SimRuntime:
                 samples=batch,
                 loss=loss,
                 step_time_s=step_s,
+                local_steps=local_steps,
             )
             if self._serve_later:
                 held = overlap and self.cluster.server.applies_after_step
