@@ -101,7 +101,22 @@ CASES["bsp:0.25,local-16 inner lr x0.25"] = {
 # candidates for the wan-1g goal (within 0.5 point of BSP in half its time) at 32 workers.
 CASES["qsr local-4"] = {"schedule": "local-4", "local_steps_rule": "qsr"}
 CASES["local-4 inner lr x0.5"] = {"schedule": "local-4", "local_lr_factor": 0.5}
-MAIN_CASES = tuple(CASES)[:-4]  # the list; the last four are run by --cases
+# A second round of candidates for the same goal, each estimated beforehand to end within half
+# of BSP's simulated time there (docs/local-updates.md): QSR from a smaller H (short rounds
+# while the learning rate is high, where local steps drift most), a short BSP phase first or
+# last (to start from or end on exact global steps), and outer steps with a gain above
+# plain averaging (local-4 trails BSP from the start, as an under-stepped run does).
+CASES["qsr local-2"] = {"schedule": "local-2", "local_steps_rule": "qsr"}
+CASES["qsr bsp:0.1,local-3"] = {"schedule": "bsp:0.1,local-3", "local_steps_rule": "qsr"}
+CASES["qsr local-4:0.85,bsp"] = {"schedule": "local-4:0.85,bsp", "local_steps_rule": "qsr"}
+CASES["local-4:0.95,bsp"] = {"schedule": "local-4:0.95,bsp"}
+CASES["local-4 outer lr 1.5"] = {"schedule": "local-4", "outer_lr": 1.5}
+CASES["diloco lr 0.1 local-4"] = {
+    "schedule": "local-4",
+    "outer_optimizer": "nesterov",
+    "outer_lr": 0.1,
+}
+MAIN_CASES = tuple(CASES)[:8]  # the list; the cases added after it are run by --cases
 RAY_CASES = ("bsp", "bsp:0.25,local-16", "bsp:0.25,asp")
 CLUSTERS = ("default", "wan-1g")
 GOAL_POINTS = 0.5  # "within 0.5 point of BSP's accuracy"
