@@ -7,15 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from syncswitch.cli.main import main
 from syncswitch.rundir import read_summary
-
-
-def error_of(capsys, argv: list[str]) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    return err
+from tests.security.helpers import one_line_error
 
 
 @pytest.mark.parametrize(
@@ -34,12 +27,12 @@ def error_of(capsys, argv: list[str]) -> str:
     ],
 )
 def test_bad_input_gets_one_line_naming_value_and_allowed(capsys, argv, fragment) -> None:
-    assert fragment in error_of(capsys, ["train", *argv])
+    assert fragment in one_line_error(capsys, ["train", *argv])
 
 
 def test_missing_cifar_directory_names_the_expected_path(capsys, tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
-    err = error_of(
+    err = one_line_error(
         capsys, ["train", "--dataset", "cifar10", "--data-dir", str(missing), "--no-progress"]
     )
     assert str(missing) in err and "never downloads" in err
@@ -49,7 +42,7 @@ def test_a_new_run_never_writes_into_an_earlier_runs_directory(capsys, tmp_path:
     used = tmp_path / "run"
     (used / "checkpoints").mkdir(parents=True)
     (used / "config.json").write_text("{}")
-    err = error_of(capsys, ["train", "--out", str(used), "--no-progress"])
+    err = one_line_error(capsys, ["train", "--out", str(used), "--no-progress"])
     assert "already holds a run (config.json, checkpoints)" in err and "--resume" in err
     assert sorted(p.name for p in used.iterdir()) == ["checkpoints", "config.json"]
 
@@ -75,11 +68,11 @@ def test_config_file_keys_mirror_flags_and_unknown_keys_are_refused(capsys, tmp_
     assert config_from_args(parser.parse_args(["train", "--config", str(toml)])).lr == 0.05
     bad = tmp_path / "bad.yaml"
     bad.write_text("workers: 4\nwrokers: 5\n")
-    err = error_of(capsys, ["train", "--config", str(bad)])
+    err = one_line_error(capsys, ["train", "--config", str(bad)])
     assert "unknown key 'wrokers' (did you mean 'workers'?)" in err
     unsafe = tmp_path / "unsafe.yaml"
     unsafe.write_text("workers: !!python/object/apply:os.system ['touch pwned']\n")
-    assert "cannot be parsed" in error_of(capsys, ["train", "--config", str(unsafe)])
+    assert "cannot be parsed" in one_line_error(capsys, ["train", "--config", str(unsafe)])
     assert not Path("pwned").exists()
 
 
@@ -104,15 +97,15 @@ def test_bad_straggler_scenarios_are_refused_in_one_line(
 ) -> None:
     spec = tmp_path / "stragglers.yaml"
     spec.write_text(content + "\n")
-    assert fragment in error_of(capsys, ["train", "--stragglers", str(spec)])
+    assert fragment in one_line_error(capsys, ["train", "--stragglers", str(spec)])
 
 
 def test_online_policy_options_are_checked(capsys) -> None:
-    err = error_of(capsys, ["train", "--greedy-return"])
+    err = one_line_error(capsys, ["train", "--greedy-return"])
     assert "greedy_return applies to online_policy greedy" in err
-    err = error_of(capsys, ["train", "--online-policy", "lazy"])
+    err = one_line_error(capsys, ["train", "--online-policy", "lazy"])
     assert "choose one of none, greedy, elastic" in err
-    err = error_of(capsys, ["train", "--straggler-threshold", "0.9"])
+    err = one_line_error(capsys, ["train", "--straggler-threshold", "0.9"])
     assert "threshold 0.9 must be > 1" in err
 
 

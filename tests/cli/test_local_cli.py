@@ -4,13 +4,7 @@ import pytest
 
 from syncswitch.cli.main import main
 from syncswitch.rundir import read_summary
-
-
-def error_of(capsys, argv: list[str]) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    return err
+from tests.security.helpers import one_line_error
 
 
 @pytest.mark.parametrize(
@@ -27,7 +21,7 @@ def error_of(capsys, argv: list[str]) -> str:
     ],
 )
 def test_bad_local_values_are_refused_in_one_line(capsys, argv, fragment) -> None:
-    assert fragment in error_of(capsys, ["train", *argv])
+    assert fragment in one_line_error(capsys, ["train", *argv])
 
 
 def test_bsp_then_local_runs_on_the_simulator_and_reports_the_phase(capsys, tmp_path) -> None:

@@ -5,13 +5,7 @@ import pytest
 from syncswitch.cli.main import main
 from syncswitch.config import TrainConfig
 from syncswitch.registry import Registry, TrialRecord, describe_job, fingerprint
-
-
-def error_of(capsys, argv: list[str]) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    return err
+from tests.security.helpers import one_line_error
 
 
 def help_of(capsys, command: str) -> str:
@@ -67,7 +61,7 @@ def test_jobs_and_train_help_mention_the_registry(capsys) -> None:
 )
 def test_bad_search_input_gets_one_line_before_anything_runs(capsys, tmp_path, argv, fragment):
     registry = tmp_path / "registry.db"
-    assert fragment in error_of(capsys, ["search", "--registry", str(registry), *argv])
+    assert fragment in one_line_error(capsys, ["search", "--registry", str(registry), *argv])
     assert not registry.exists()
 
 
@@ -80,7 +74,7 @@ def test_a_corrupt_registry_is_one_line_for_every_command(capsys, tmp_path) -> N
         ["search", "--registry", str(path), "--workers", "2"],
         ["train", "--schedule", "auto", "--registry", str(path), "--workers", "2"],
     ):
-        assert "is not a SQLite database" in error_of(capsys, argv)
+        assert "is not a SQLite database" in one_line_error(capsys, argv)
     assert path.read_bytes() == garbage
 
 
@@ -114,9 +108,9 @@ def test_jobs_lists_jobs_and_shows_one(capsys, tmp_path) -> None:
     assert "decision #1" in out and "because" in out
     stored = (fingerprint(config), fingerprint(other))
     missing = next(c for c in "0123456789abcdef" if not any(f.startswith(c) for f in stored))
-    assert f"no job's fingerprint starts with '{missing}'" in error_of(
+    assert f"no job's fingerprint starts with '{missing}'" in one_line_error(
         capsys, ["jobs", "--registry", str(path), "--show", missing]
     )
-    assert "give more characters" in error_of(
+    assert "give more characters" in one_line_error(
         capsys, ["jobs", "--registry", str(path), "--show", ""]
     )

@@ -16,6 +16,7 @@ from syncswitch.reports import Report, load_run
 from syncswitch.reports.plots import ACCURACY_VS_SAMPLES, ACCURACY_VS_TIME
 from syncswitch.reports.tables import RUN_COLUMNS
 from syncswitch.rundir import read_summary
+from tests.security.helpers import one_line_error
 
 pytestmark = pytest.mark.ray
 
@@ -224,39 +225,34 @@ def test_per_worker_view_of_a_finished_run(three_runs, capsys):
         assert line.split("│")[7].strip() == str(dropped)
 
 
-def error_of(capsys, argv: list[str]) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    return err
-
-
 def test_bad_input_ends_in_one_line(three_runs, tmp_path, capsys):
-    assert "does not exist" in error_of(capsys, ["report", str(tmp_path / "nowhere")])
+    assert "does not exist" in one_line_error(capsys, ["report", str(tmp_path / "nowhere")])
     (tmp_path / "empty").mkdir()
-    assert "not a run directory" in error_of(capsys, ["report", str(tmp_path / "empty")])
+    assert "not a run directory" in one_line_error(capsys, ["report", str(tmp_path / "empty")])
 
     broken = tmp_path / "broken"
     shutil.copytree(three_runs["bsp"], broken)
     lines = (broken / "metrics.csv").read_text().splitlines()
     lines[3] = lines[3].replace(lines[3].split(",")[5], "very", 1)
     (broken / "metrics.csv").write_text("\n".join(lines) + "\n")
-    err = error_of(capsys, ["report", str(broken)])
+    err = one_line_error(capsys, ["report", str(broken)])
     assert str(broken) in err and "metrics.csv line 4" in err
 
     (broken / "metrics.csv").write_text("\n".join(lines[:3]) + "\n")
     (broken / "config.json").write_text("{not json")
-    assert "config.json is not valid JSON" in error_of(capsys, ["report", str(broken)])
+    assert "config.json is not valid JSON" in one_line_error(capsys, ["report", str(broken)])
 
     (broken / "config.json").write_text("[1, 2]")
-    assert "must hold a JSON object" in error_of(capsys, ["report", str(broken)])
+    assert "must hold a JSON object" in one_line_error(capsys, ["report", str(broken)])
 
     shutil.copy(three_runs["bsp"] / "config.json", broken / "config.json")
     (broken / "updates.csv").write_text("version,worker\n1,0\n")
-    err = error_of(capsys, ["report", str(broken), "--plot", str(tmp_path / "p.png")])
+    err = one_line_error(capsys, ["report", str(broken), "--plot", str(tmp_path / "p.png")])
     assert "updates.csv lacks column(s) protocol, staleness" in err
 
-    err = error_of(capsys, ["report", str(three_runs["bsp"]), "--plot", str(tmp_path / "p.jpg")])
+    err = one_line_error(
+        capsys, ["report", str(three_runs["bsp"]), "--plot", str(tmp_path / "p.jpg")]
+    )
     assert "must end in .png or .svg" in err
 
 
