@@ -15,6 +15,7 @@ from syncswitch.core.sharding import BatchStream, worker_shard
 from syncswitch.rundir import load_run
 from syncswitch.runtime.train import train
 from syncswitch.workloads import build_model, prepare_batch
+from tests.sim.interrupt import InterruptAfter
 
 JOB = dict(
     batch_size=16,
@@ -134,7 +135,7 @@ def test_a_resumed_run_continues_its_outer_optimizer(mnist, tmp_path, outer: str
     whole = simulate(tmp_path, mnist, "whole", **job)
     interrupted = {**JOB, **job, "out": str(tmp_path / "cut")}
     with pytest.raises(KeyboardInterrupt):
-        train(TrainConfig(**interrupted), dataset=mnist, loss_fn=_InterruptAfter(260))
+        train(TrainConfig(**interrupted), dataset=mnist, loss_fn=InterruptAfter(260))
     stopped = json.loads((tmp_path / "cut" / "summary.json").read_text())
     assert stopped["status"].startswith("failed")
     resumed = train(TrainConfig(**interrupted), dataset=mnist, resume=True)
@@ -145,19 +146,6 @@ def test_a_resumed_run_continues_its_outer_optimizer(mnist, tmp_path, outer: str
     # Not bit for bit the uninterrupted run: a resumed worker's data position follows its
     # message count, and a local round is one message for H batches (docs/local-updates.md).
     assert abs(resumed.summary["final_accuracy"] - whole.summary["final_accuracy"]) < 0.15
-
-
-class _InterruptAfter:
-    """A loss function that raises KeyboardInterrupt on its n-th call (an interrupted run)."""
-
-    def __init__(self, calls: int) -> None:
-        self.calls = calls
-
-    def __call__(self, logits, labels):
-        self.calls -= 1
-        if self.calls < 0:
-            raise KeyboardInterrupt
-        return F.cross_entropy(logits, labels)
 
 
 def test_the_elastic_policy_excludes_a_straggler_from_local_rounds(mnist, tmp_path) -> None:

@@ -14,6 +14,7 @@ from syncswitch.core.optimizer import flatten_parameters
 from syncswitch.core.sharding import BatchStream, worker_shard
 from syncswitch.runtime.train import train
 from syncswitch.workloads import build_model, prepare_batch
+from tests.sim.interrupt import InterruptAfter
 
 JOB = dict(
     batch_size=16,
@@ -206,19 +207,6 @@ def test_an_emulated_device_overlaps_the_servers_work_with_the_step(mnist, tmp_p
     assert seconds_per_round[True] == pytest.approx(0.040, rel=0.02)
 
 
-class _InterruptAfter:
-    """A loss that stops the run (as Ctrl-C would) after `calls` gradients."""
-
-    def __init__(self, calls: int) -> None:
-        self.calls = calls
-
-    def __call__(self, logits, labels):
-        self.calls -= 1
-        if self.calls < 0:
-            raise KeyboardInterrupt
-        return F.cross_entropy(logits, labels)
-
-
 def test_an_interrupted_simulated_run_resumes_where_it_stopped(mnist, tmp_path) -> None:
     job = dict(
         runtime="sim",
@@ -230,7 +218,7 @@ def test_an_interrupted_simulated_run_resumes_where_it_stopped(mnist, tmp_path) 
         out=str(tmp_path / "run"),
     )
     with pytest.raises(KeyboardInterrupt):
-        train(TrainConfig(**job), dataset=mnist, loss_fn=_InterruptAfter(250))
+        train(TrainConfig(**job), dataset=mnist, loss_fn=InterruptAfter(250))
     stopped = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert stopped["status"].startswith("failed") and 0 < stopped["samples"] < 4 * 1600
     result = train(TrainConfig(**job), dataset=mnist, resume=True)
