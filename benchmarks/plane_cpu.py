@@ -46,7 +46,6 @@ import argparse
 import multiprocessing as mp
 import os
 import resource
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,7 +63,9 @@ from harness import (
     check_timing,
     comma_list,
     markdown_table,
+    medians,
     parser,
+    ratio,
     save_json,
     save_text,
 )
@@ -290,18 +291,19 @@ def summarise(rows: list[dict[str, Any]], local_case: str) -> list[dict[str, Any
                 "case": case,
                 "repeats": len(mine),
             }
-            for key in ("messages_per_s", *PARTS, "faults_per_message"):
-                values = [r[key] for r in mine if r.get(key) is not None]
-                summary[key] = statistics.median(values) if values else None
+            keys = ("messages_per_s", *PARTS, "faults_per_message")
+            summary.update(medians({key: r.get(key) for key in keys} for r in mine))
             summary["load_1m"] = (min(r["load_1m"] for r in mine), max(r["load_1m"] for r in mine))
             for base in ("asp", "bsp") if case == local_case else ("asp",):
+                paired = [r for r in repeats if case in r and base in r]
+                summary.update(
+                    medians(
+                        {f"{key}/{base}": ratio(r[case][key], r[base][key]) for key in PARTS}
+                        for r in paired
+                    )
+                )
                 for key in PARTS:
-                    ratios = [
-                        r[case][key] / r[base][key]
-                        for r in repeats
-                        if case in r and base in r and r[base][key] > 0
-                    ]
-                    summary[f"{key}/{base}"] = statistics.median(ratios) if ratios else None
+                    summary.setdefault(f"{key}/{base}", None)
             out.append(summary)
     return out
 
