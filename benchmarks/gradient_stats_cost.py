@@ -3,15 +3,18 @@
 For cnn1d's and ResNet-20's parameter counts at n workers, the synchronizer's whole BSP round
 (n `submit`s: checks, ledger, the weighted sum, the optimizer step; no network) under a plain
 `bsp` schedule and under `online` with the shards' measuring settings: one round in `every`
-measured (in pairs: the round before only keeps its mean), `workers` gradients squared per
-measured round (0: all), on the plan's coordinate subset where the slice is large. Also the
-measurement alone (`wants` + `RoundStatsAccumulator.observe_rows` per round, averaged over
-rounds), which does not depend on the round's other work. One thread; the thread's CPU time
-(real, not wall); blocks of --rounds rounds, each setting timed in turn within every repeat,
-so a difference is taken between blocks timed moments apart, and the median of the
-differences is reported. Prints a markdown table (microseconds per round; % of the plain BSP
-round, and of that round plus the server's socket reads of n gradients, the capacity run's
-figures in docs/performance.md).
+measured (in pairs: the round before only keeps its mean), every worker's gradient squared, on
+the plan's coordinate subset where the slice is large. Two ways of squaring the workers'
+gradients: "admission" (what runs: the admission check's reduction is the dot of each gradient
+with itself instead of its sum on a measured round, and the statistics sum those; used where
+every coordinate is measured) and "rows" (the third round's way, forced here: one norm of the
+stacked rows). Also the measurement alone (`wants` + `RoundStatsAccumulator.observe_rows` per
+round, averaged over rounds; given the squares for "admission"), which does not depend on the
+round's other work. One thread; the thread's CPU time (real, not wall); blocks of --rounds
+rounds, each setting timed in turn within every repeat, so a difference is taken between
+blocks timed moments apart, and the median of the differences is reported. Prints a markdown
+table (microseconds per round; % of the plain BSP round, and of that round plus the server's
+socket reads of n gradients, the capacity run's figures in docs/performance.md).
 
     python benchmarks/gradient_stats_cost.py                 # 8 workers
     python benchmarks/gradient_stats_cost.py --workers 32
@@ -36,15 +39,15 @@ from syncswitch.core.synchronizer import SyncConfig, Synchronizer
 SIZES = {"cnn1d": 5_210, "resnet20": 269_722}
 # The server's CPU to read one gradient off its socket (docs/performance.md, capacity run).
 READ_US = {"cnn1d": 54.0, "resnet20": 434.0}
-# (label, every, workers squared; 0: all): the plan squares every worker's gradient and
-# measures one round in every (control/plan.py stats_every); a subset of 8 workers, for
-# comparison (more torch calls, less arithmetic).
+# (label, every, squares from the admission check): the plan measures one round in every
+# (control/plan.py stats_every: 4, 2, 1 at 8, 16, 32 workers on the scale study's job).
 SETTINGS = (
-    ("every 1", 1, 0),
-    ("every 2", 2, 0),
-    ("every 4", 4, 0),
-    ("every 8", 8, 0),
-    ("every 1, 8 workers", 1, 8),
+    ("every 1, admission", 1, True),
+    ("every 1, rows", 1, False),
+    ("every 2, admission", 2, True),
+    ("every 2, rows", 2, False),
+    ("every 4, admission", 4, True),
+    ("every 4, rows", 4, False),
 )
 
 
@@ -56,7 +59,7 @@ def _block_us(run: Callable[[int], None], rounds: int) -> float:
     return (time.thread_time() - started) / rounds * 1e6
 
 
-def _rounds(numel: int, workers: int, schedule: str, every: int, squared: int):
+def _rounds(numel: int, workers: int, schedule: str, every: int, admission: bool):
     generator = torch.Generator().manual_seed(0)
     grads = [torch.randn(numel, generator=generator) for _ in range(workers)]
     config = SyncConfig(
@@ -66,9 +69,10 @@ def _rounds(numel: int, workers: int, schedule: str, every: int, squared: int):
         lr=1e-6,
         stats_coordinates=STATS_COORDINATES if schedule == "online" else None,
         stats_every=every,
-        stats_workers=squared,
     )
     sync = Synchronizer(config, FlatSGD(torch.zeros(numel), weight_decay=0.0))
+    if sync.stats is not None and not admission:
+        sync.stats._takes_squares = False  # the third round's way: the stacked rows' norm
     sequence = [0] * workers
 
     def run(count: int) -> None:
@@ -81,31 +85,33 @@ def _rounds(numel: int, workers: int, schedule: str, every: int, squared: int):
     return run
 
 
-def _measurement(numel: int, workers: int, every: int, squared: int):
+def _measurement(numel: int, workers: int, every: int, admission: bool):
     generator = torch.Generator().manual_seed(1)
-    rows = torch.randn(workers, numel, generator=generator) / workers
+    grads = [torch.randn(numel, generator=generator) for _ in range(workers)]
+    rows = torch.stack(grads) / workers
     mean = rows.sum(dim=0)
     samples = [32] * workers
     coordinates = STATS_COORDINATES if numel > 2 * STATS_COORDINATES else 0
-    accumulator = RoundStatsAccumulator(
-        numel, every=every, workers=squared, coordinates=coordinates
-    )
+    accumulator = RoundStatsAccumulator(numel, every=every, coordinates=coordinates)
+    # What the admission check hands over (its dot replaces its sum, so costs it nothing more
+    # at cnn1d's size: core/gradients.py check_gradient).
+    squares = [float(torch.dot(g, g)) for g in grads] if admission else None
     version = [0]
 
     def run(count: int) -> None:
         for _ in range(count):
             version[0] += 1
             if accumulator.wants(version[0]):
-                accumulator.observe_rows(version[0], rows, samples, mean)
+                accumulator.observe_rows(version[0], rows, samples, mean, squares=squares)
 
     return run
 
 
 def measure(numel: int, workers: int, rounds: int, repeats: int) -> dict[str, float]:
     runs = {"bsp": _rounds(numel, workers, "bsp", 1, 0)}
-    for label, every, squared in SETTINGS:
-        runs[label] = _rounds(numel, workers, "online", every, squared)
-        runs[f"alone: {label}"] = _measurement(numel, workers, every, squared)
+    for label, every, admission in SETTINGS:
+        runs[label] = _rounds(numel, workers, "online", every, admission)
+        runs[f"alone: {label}"] = _measurement(numel, workers, every, admission)
     for run in runs.values():
         run(rounds)  # warm up
     times: dict[str, list[float]] = {name: [] for name in runs}

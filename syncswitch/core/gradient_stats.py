@@ -25,10 +25,13 @@ shard's slice), so each shard reports its slice's partial sums (`RoundPartials`,
 with `+`) and whoever holds all shards' partials for a round (the run controller) adds them
 and feeds the sum to one `GradientStatsEstimator`. Only scalars cross processes.
 
-Cost: a shard keeps the last two means over its slice and, on a measured round, makes one
-product of that pair with itself and takes the norm of a block of `workers` consecutive rows
-(`observe_rows`, the synchronizer's form: a handful of torch calls whatever n is). That is
-done every `every`-th round (in pairs: the round before a measured one only keeps its mean,
+Cost: a shard keeps the last round's mean over its slice and, on a measured round, takes
+three dot products of the two means; the workers' abs(g_i)^2 come from the admission check,
+whose one reduction over each arriving gradient is its dot with itself on such a round
+(core/gradients.py `check_gradient`), so the statistics make no pass over the workers'
+gradients of their own. Where that cannot serve (a subset of workers or coordinates) they take
+the norm of a block of `workers` consecutive rows instead (`observe_rows`, the synchronizer's
+form: a handful of torch calls whatever n is). That is done every `every`-th round (in pairs: the round before a measured one only keeps its mean,
 so the drift is still between consecutive updates), optionally on a fixed random subset of
 coordinates (`coordinates`), scaled up by the number of coordinates, which keeps the sums
 unbiased. A subset of m workers estimates the noise around its own mean g_U (over B_U
@@ -171,23 +174,24 @@ class RoundStatsAccumulator:
         self._scale = numel / measured  # sums over the subset, scaled to the whole slice
         self._previous = torch.zeros(measured)
         self._previous_version: int | None = None
-        # observe_rows: the last two rounds' means (slot `_slot` is written next), so that one
-        # product of the pair with itself gives |g_t|^2, |g_{t-1}|^2 and <g_t, g_{t-1}>.
-        self._pair = torch.zeros(2, measured)
-        self._pair_views()
-        self._slot = 0
-        self._previous_samples = 0
-
-    def _pair_views(self) -> None:
-        # Made once: a measured round's few torch calls cost more than their arithmetic at
-        # small models, so even the views are not made again each round.
-        self._pair_t = self._pair.t()
-        self._slots = (self._pair[0], self._pair[1])
+        # observe_rows: the last round's (version, mean over the measured coordinates, B), the
+        # mean held by reference: a copy and a matrix product over the pair cost twice the
+        # three dot products on the rounds' own tensors inside a loaded round (cold BLAS
+        # code; docs/performance.md).
+        self._kept: tuple[int, torch.Tensor, int] | None = None
+        # Worker norms are taken as given (observe_rows' `squares`) only where the sums are
+        # over every coordinate of every worker: a subset's squares would mix with the whole.
+        self._takes_squares = self._index is None and self.stride == 1 and workers == 0
 
     def wants(self, version: int) -> bool:
         """Whether the round producing `version` is used (the caller may skip the work)."""
         phase = version % self.every
         return phase == 0 or phase == self.every - 1
+
+    def needs_squares(self, version: int) -> bool:
+        """Whether `observe_rows` would use the squared norms of the round producing `version`
+        (`squares`): a measured round, with every worker and every coordinate taken."""
+        return self._takes_squares and version % self.every == 0
 
     def observe(
         self,
@@ -239,14 +243,22 @@ class RoundStatsAccumulator:
         rows: torch.Tensor,
         samples: Sequence[int],
         mean: torch.Tensor,
+        *,
+        squares: Sequence[float | None] | None = None,
     ) -> RoundPartials | None:
         """The synchronizer's form: `rows` are the gradients as it stacks them before its sum
         (row i = g_i b_i / B, flat), `mean` their sum; `version` the version the round produces.
+        `squares`, when every one is known, are the workers' abs(g_i)^2 (its admission check's
+        by-product): then sum_i b_i abs(g_i)^2 is summed from them instead of read off the rows
+        (used where `needs_squares`; else the rows' norm as below).
+
+        `mean` is kept, not copied, for the next round's drift: the caller must not write it
+        afterwards (the synchronizer makes a new one each round and only reads it).
 
         A round `wants` declines costs nothing; the round just before a measured one only keeps
-        its mean (one copy) and reports nothing; a measured round makes one product of the last
-        two means with themselves (|g_t|^2, |g_{t-1}|^2, <g_t, g_{t-1}>) and takes the norm of
-        a block of `workers` consecutive rows that rotates with the version (all rows when
+        its mean and reports nothing; a measured round takes three dot products of the last two
+        means (|g_t|^2, |g_{t-1}|^2, <g_t, g_{t-1}>) and, without `squares`, the norm of a
+        block of `workers` consecutive rows that rotates with the version (all rows when
         `workers` is 0; for a subset, also the norm of its sum): a handful of torch calls
         whatever n is. With equal batches the block's sum_i b_i |g_i|^2 is (B^2 / b) times its
         squared Frobenius norm, so no per-row norms are needed. On a fixed random subset of
@@ -257,21 +269,16 @@ class RoundStatsAccumulator:
             raise ValueError("a round needs two or more gradients, each with its sample count")
         if not self.wants(version):
             return None
-        flat = mean.reshape(-1)
+        flat = mean if mean.dim() == 1 else mean.reshape(-1)
         mean_view = flat if self._index is None else flat.index_select(0, self._index)
-        if self._pair.dtype != mean_view.dtype:  # the first round says the gradients' dtype
-            self._pair = torch.zeros(2, mean_view.numel(), dtype=mean_view.dtype)
-            self._pair_views()
-            self._previous_version = None
-        slot = self._slot
-        self._slots[slot].copy_(mean_view)
-        consecutive = self._previous_version == version - 1
-        previous_samples = self._previous_samples
         total = int(sum(samples))
-        self._slot, self._previous_version, self._previous_samples = 1 - slot, version, total
+        kept, self._kept = self._kept, (version, mean_view, total)
         if version % self.every != 0:
             return None  # kept for the next round's drift only
-        gram = torch.mm(self._pair, self._pair_t).tolist()
+        mean_sq = float(torch.dot(mean_view, mean_view))
+        previous = kept[1] if kept is not None and kept[0] == version - 1 else None
+        if previous is not None and previous.dtype != mean_view.dtype:
+            previous = None  # no drift across a change of the gradients' dtype
         m = self.workers if 0 < self.workers < n else n
         lo = min(((version // self.every) * m) % n, n - m)
         block = rows if m == n else rows.narrow(0, lo, m)
@@ -282,7 +289,11 @@ class RoundStatsAccumulator:
         if m < n:  # the subset's own mean, (B / B_U) sum_U row_i
             subset = float(torch.linalg.vector_norm(block.sum(dim=0)))
             subset_sq = (subset * total / sum(chosen)) ** 2
-        if all(b == chosen[0] for b in chosen):
+        known = _known(squares, n) if self._takes_squares else None
+        if known is not None:
+            # No pass over the rows at all: n multiplications in Python.
+            weighted = math.fsum(b * sq for b, sq in zip(samples, known, strict=True))
+        elif all(b == chosen[0] for b in chosen):
             # sum_i b_i |g_i|^2 = (B^2 / b) sum_i |row_i|^2: the block's Frobenius norm.
             weighted = total * total / chosen[0] * float(torch.linalg.vector_norm(block)) ** 2
         else:
@@ -294,12 +305,12 @@ class RoundStatsAccumulator:
             workers=n,
             samples=total,
             weighted_sq=weighted * self._scale,
-            mean_sq=gram[slot][slot] * self._scale,
-            cross=gram[0][1] * self._scale if consecutive else None,
+            mean_sq=mean_sq * self._scale,
+            cross=_dot(mean_view, previous) * self._scale if previous is not None else None,
             measured_workers=m if m < n else 0,
             measured_samples=int(sum(chosen)) if m < n else 0,
-            previous_sq=gram[1 - slot][1 - slot] * self._scale if consecutive else None,
-            previous_samples=previous_samples if consecutive else 0,
+            previous_sq=_dot(previous, previous) * self._scale if previous is not None else None,
+            previous_samples=kept[2] if previous is not None and kept is not None else 0,
             subset_sq=subset_sq * self._scale if subset_sq is not None else None,
         )
 
@@ -319,6 +330,7 @@ class RoundStatsAccumulator:
     def forget(self) -> None:
         """The weights jumped (a rollback, a restore): no drift across it."""
         self._previous_version = None
+        self._kept = None
 
     def _square(self, tensor: torch.Tensor) -> float:
         view = self._view(tensor)
@@ -327,6 +339,18 @@ class RoundStatsAccumulator:
     def _view(self, tensor: torch.Tensor) -> torch.Tensor:
         flat = tensor.reshape(-1)
         return flat if self.stride == 1 else flat[:: self.stride]
+
+
+def _dot(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.dot(a, b))
+
+
+def _known(squares: Sequence[float | None] | None, n: int) -> list[float] | None:
+    """`squares` as floats when all n are known, else None (the rows' norm is taken)."""
+    if squares is None or len(squares) != n:
+        return None
+    known = [sq for sq in squares if sq is not None]
+    return known if len(known) == n else None
 
 
 def _random_coordinates(numel: int, coordinates: int, seed: int) -> torch.Tensor:

@@ -30,6 +30,9 @@ class Gradient:
     # 0: a gradient. H >= 1: a local phase's model delta (pulled - current) after H steps,
     # `samples` being all of them (core/local.py).
     local_steps: int = 0
+    # abs(values)^2, written by the synchronizer's admission check when the round it joins is
+    # measured for online timing (the check's by-product; core/gradient_stats.py), else None.
+    squared_norm: float | None = None
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from syncswitch.core.gradients import (
     DropReason,
     GradientLedger,
     QuarantinePolicy,
-    gradient_problem,
+    check_gradient,
 )
 from syncswitch.core.hyperparams import (
     LrSchedule,
@@ -261,7 +261,9 @@ class Synchronizer:
         elif self.quarantine.is_quarantined(worker):
             reason = DropReason.QUARANTINED
         else:
-            reason = gradient_problem(gradient.values, self._numel)
+            reason, gradient.squared_norm = check_gradient(
+                gradient.values, self._numel, squared=self._squares_wanted()
+            )
             verdict = self.quarantine.observe(worker, reason)
             if verdict is not None:
                 outcome.decisions.append(verdict.to_decision(self.now_s(), self.progress))
@@ -461,8 +463,12 @@ class Synchronizer:
             if self.stats is not None and self._measuring and self.stats.wants(self.version + 1):
                 # Measured before the update, while the stacked rows are at hand (they are let
                 # go before the step, as without measuring); the round produces version + 1.
+                # The admission check squared each gradient when asked (`_squares_wanted`).
                 samples = [g.samples for g in gradients]
-                partials = self.stats.observe_rows(self.version + 1, rows, samples, mean)
+                squares = [g.squared_norm for g in gradients]
+                partials = self.stats.observe_rows(
+                    self.version + 1, rows, samples, mean, squares=squares
+                )
                 if partials is not None:
                     self.partials.append(partials)
             del rows
@@ -581,6 +587,13 @@ class Synchronizer:
     def _measuring(self) -> bool:
         """Whether this round's statistics are wanted: the online phase, under BSP."""
         return self.phase_index == self._online_index and self.spec.protocol is Protocol.BSP
+
+    def _squares_wanted(self) -> bool:
+        """Whether the admission check should square the gradient it checks: it joins a BSP
+        round the statistics measure, and they take worker norms as they are (every worker,
+        every coordinate)."""
+        stats = self.stats
+        return stats is not None and self._measuring and stats.needs_squares(self.version + 1)
 
     def _gathers(self, gradient: Gradient) -> bool:
         """Whether the protocol in force gathers this message at its barrier: BSP gradients,

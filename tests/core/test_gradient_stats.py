@@ -15,6 +15,10 @@ from syncswitch.core.gradient_stats import (
     RoundStatsAccumulator,
     add_partials,
 )
+from syncswitch.core.optimizer import FlatSGD
+from syncswitch.core.protocol import Schedule
+from syncswitch.core.records import Gradient
+from syncswitch.core.synchronizer import SyncConfig, Synchronizer
 
 PARAMS = 600
 WORKERS = 8
@@ -224,6 +228,80 @@ def test_observe_rows_gives_the_partials_observe_gives() -> None:
             assert got.cross == pytest.approx(want.cross, rel=1e-9)
 
 
+def test_given_squares_give_the_sums_the_rows_give_and_a_missing_one_falls_back() -> None:
+    generator = torch.Generator().manual_seed(4)
+    samples = [8, 8, 16, 4]
+    total = sum(samples)
+    by_rows, by_squares = RoundStatsAccumulator(50), RoundStatsAccumulator(50)
+    for version in (1, 2, 3):
+        values = [torch.randn(50, generator=generator, dtype=torch.float64) for _ in samples]
+        rows = torch.stack([v * (b / total) for v, b in zip(values, samples, strict=True)])
+        mean = rows.sum(dim=0)
+        squares: list[float | None] = [float(torch.dot(v, v)) for v in values]
+        if version == 3:
+            squares[1] = None  # e.g. its square overflowed: the rows' norm is taken instead
+            squares[2] = 1e9  # ignored then
+        want = by_rows.observe_rows(version, rows, samples, mean)
+        got = by_squares.observe_rows(version, rows, samples, mean, squares=squares)
+        assert want is not None and got is not None
+        assert got.weighted_sq == pytest.approx(want.weighted_sq, rel=1e-12)
+        assert (got.mean_sq, got.cross) == (want.mean_sq, want.cross)
+
+
+def test_squares_are_only_asked_for_where_every_worker_and_coordinate_is_measured() -> None:
+    assert [RoundStatsAccumulator(50, every=4).needs_squares(v) for v in range(1, 9)] == [
+        False,
+        False,
+        False,
+        True,
+        False,
+        False,
+        False,
+        True,
+    ]
+    assert not RoundStatsAccumulator(50, workers=2).needs_squares(4)
+    assert not RoundStatsAccumulator(50, stride=2).needs_squares(4)
+    assert not RoundStatsAccumulator(10_000, coordinates=100).needs_squares(4)
+    assert RoundStatsAccumulator(150, coordinates=100).needs_squares(4)  # the subset is moot
+
+
+def test_the_synchronizer_measures_with_its_admission_checks_squares() -> None:
+    # The whole path: each gradient of a measured round is squared by the admission check,
+    # and the round's partials equal the reference form's on the same gradients.
+    workers, numel, every = 4, 300, 2
+    config = SyncConfig(
+        workers=workers,
+        total_samples=10**9,
+        schedule=Schedule.parse("online"),
+        lr=1e-3,
+        stats_coordinates=0,
+        stats_every=every,
+    )
+    sync = Synchronizer(config, FlatSGD(torch.zeros(numel)))
+    reference = RoundStatsAccumulator(numel, every=every)
+    generator = torch.Generator().manual_seed(6)
+    measured = 0
+    for version in range(1, 7):
+        values = [torch.randn(numel, generator=generator) for _ in range(workers)]
+        sent = [
+            Gradient(w, version - 1, sync.version, v, 8, 0.0, 0.0) for w, v in enumerate(values)
+        ]
+        reported = [p for g in sent for p in sync.submit(g).partials]
+        assert sync.version == version
+        assert [g.squared_norm is not None for g in sent] == [version % every == 0] * workers
+        mean = torch.stack([v / workers for v in values]).sum(dim=0)
+        want = reference.observe(version, values, [8] * workers, mean)
+        # The reference reports the round before a measured one too (its mean only).
+        assert len(reported) == (version % every == 0)
+        for got in reported:
+            assert want is not None and got.cross is not None and want.cross is not None
+            assert got.weighted_sq == pytest.approx(want.weighted_sq, rel=1e-5)
+            assert got.mean_sq == pytest.approx(want.mean_sq, rel=1e-5)
+            assert got.cross == pytest.approx(want.cross, rel=1e-5)
+            measured += 1
+    assert measured == 3
+
+
 def test_a_fixed_coordinate_subset_keeps_the_noise_estimate_within_ten_percent() -> None:
     generator = torch.Generator().manual_seed(5)
     numel, workers, batch = 4000, 8, 16
@@ -243,37 +321,44 @@ def test_a_fixed_coordinate_subset_keeps_the_noise_estimate_within_ten_percent()
     assert signals.noise_trace == pytest.approx(true_noise, rel=0.1)
 
 
-def run_rows(oracle: Oracle, rounds: int, batches: list[int], **accumulator_options):
-    """As `run`, through the synchronizer's form (`observe_rows` on the stacked rows)."""
+def run_rows(
+    oracle: Oracle, rounds: int, batches: list[int], squares: bool = False, **accumulator_options
+):
+    """As `run`, through the synchronizer's form (`observe_rows` on the stacked rows; with
+    `squares`, given each worker's squared norm as its admission check computes it)."""
     acc = RoundStatsAccumulator(PARAMS, **accumulator_options)
     est = GradientStatsEstimator(half_life_rounds=1e9)
     total = sum(batches)
     for t in range(1, rounds + 1):
         grads, _ = oracle.round(t, batches)
         rows = torch.stack([g * (b / total) for g, b in zip(grads, batches, strict=True)])
-        partials = acc.observe_rows(t, rows, batches, rows.sum(dim=0))
+        given = [float(torch.dot(g, g)) for g in grads] if squares else None
+        partials = acc.observe_rows(t, rows, batches, rows.sum(dim=0), squares=given)
         if partials is not None:
             est.add(partials)
     return est
 
 
 @pytest.mark.parametrize(
-    ("batches", "every", "workers"),
+    ("batches", "every", "workers", "squares"),
     [
-        ([4] * WORKERS, 1, 0),
-        ([4] * WORKERS, 4, 3),
-        ([2, 3, 4, 5, 6, 4, 4, 4], 4, 3),
-        ([4] * 16, 2, 8),
-        ([2, 3, 4, 5, 6, 4, 4, 4], 8, 0),
+        ([4] * WORKERS, 1, 0, False),
+        ([4] * WORKERS, 4, 3, False),
+        ([2, 3, 4, 5, 6, 4, 4, 4], 4, 3, False),
+        ([4] * 16, 2, 8, False),
+        ([2, 3, 4, 5, 6, 4, 4, 4], 8, 0, False),
+        ([4] * WORKERS, 4, 0, True),
+        ([2, 3, 4, 5, 6, 4, 4, 4], 2, 0, True),
     ],
 )
-def test_the_synchronizers_form_within_ten_percent_of_the_truth(batches, every, workers):
-    # One round in `every` (in pairs), `workers` rows squared per measured round: the
-    # estimates stay within 10% of the truth (here |G|^2 grows far above the noise, where a
-    # subset's noise taken around the whole round's mean would be far off).
+def test_the_synchronizers_form_within_ten_percent_of_the_truth(batches, every, workers, squares):
+    # One round in `every` (in pairs), `workers` rows squared per measured round, or the
+    # workers' squared norms given: the estimates stay within 10% of the truth (here |G|^2
+    # grows far above the noise, where a subset's noise taken around the whole round's mean
+    # would be far off).
     oracle = Oracle(seed=9)
     rounds = 400 * every
-    est = run_rows(oracle, rounds, batches, every=every, workers=workers)
+    est = run_rows(oracle, rounds, batches, squares, every=every, workers=workers)
     signals = est.signals
     assert signals is not None and signals.drift_sq is not None
     assert signals.rounds == rounds // every

@@ -11,6 +11,7 @@ from syncswitch.core.gradients import (
     LedgerError,
     Quarantine,
     QuarantinePolicy,
+    check_gradient,
     describe_problem,
     gradient_problem,
 )
@@ -67,6 +68,27 @@ def test_overflowing_sum_of_finite_values_is_not_refused() -> None:
     assert gradient_problem(values, N) is None
     half = torch.full((N,), 60_000.0, dtype=torch.float16)
     assert gradient_problem(half, N) is None
+
+
+def test_the_check_squares_the_values_when_asked_and_only_then() -> None:
+    values = torch.randn(N, dtype=torch.float64)
+    problem, square = check_gradient(values, N, squared=True)
+    assert problem is None
+    assert square == pytest.approx(float((values**2).sum()), rel=1e-12)
+    assert check_gradient(values, N) == (None, None)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_squaring_still_catches_every_non_finite_value(bad) -> None:
+    values = torch.randn(N)
+    values[N // 3] = bad
+    assert check_gradient(values, N, squared=True) == (DropReason.NON_FINITE, None)
+
+
+def test_finite_values_whose_square_overflows_are_admitted_without_a_square() -> None:
+    values = torch.full((N,), 1.0e20)  # finite; its squares are not in float32
+    assert check_gradient(values, N, squared=True) == (None, None)
+    assert check_gradient(torch.randn(N - 1), N, squared=True) == (DropReason.SHAPE_MISMATCH, None)
 
 
 def test_problem_reasons_are_the_drop_reasons() -> None:
