@@ -53,7 +53,9 @@ def summary_table(summary: Summary, run_dir: Path, *, library_log: Path | None) 
     if summary.placement:
         table.add_row("placement", _placement(summary.placement))
     if library_log is not None:
-        table.add_row("Ray/PyTorch log", str(library_log))
+        # A simulated run starts no Ray: what its libraries print is PyTorch's.
+        libraries = "PyTorch" if summary.timing == "simulated" else "Ray/PyTorch"
+        table.add_row(f"{libraries} log", str(library_log))
     return table
 
 

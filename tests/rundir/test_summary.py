@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from dataclasses import fields
 
 import pytest
+from rich.console import Console
 
-from syncswitch.cli.run_summary import summary_json
+from syncswitch.cli.run_summary import summary_json, summary_table
 from syncswitch.core.records import DropRecord, UpdateRecord
 from syncswitch.errors import RunDirError
 from syncswitch.rundir import (
@@ -74,6 +76,18 @@ def test_the_short_json_takes_its_keys_from_the_schema(tmp_path) -> None:
         "run_dir",
     ]
     assert printed["run_dir"] == str(tmp_path)
+
+
+@pytest.mark.parametrize(("runtime", "label"), [("sim", "PyTorch log"), ("ray", "Ray/PyTorch log")])
+def test_the_terminal_table_names_the_libraries_log_by_the_runtime(
+    tmp_path, runtime, label
+) -> None:
+    summary = sample_summary(runtime=runtime)
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(summary_table(summary, tmp_path, library_log=tmp_path / "ray.log"))
+    lines = console.export_text().splitlines()
+    assert any(line.strip().startswith(label) for line in lines)
+    assert (runtime == "sim") != any("Ray/PyTorch" in line for line in lines)
 
 
 def test_a_summary_written_before_the_later_keys_existed_still_reads(tmp_path) -> None:
