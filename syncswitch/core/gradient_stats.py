@@ -25,20 +25,21 @@ shard's slice), so each shard reports its slice's partial sums (`RoundPartials`,
 with `+`) and whoever holds all shards' partials for a round (the run controller) adds them
 and feeds the sum to one `GradientStatsEstimator`. Only scalars cross processes.
 
-Cost: a shard keeps the last round's mean over its slice and, on a measured round, takes
-three dot products of the two means; the workers' abs(g_i)^2 come from the admission check,
-whose one reduction over each arriving gradient is its dot with itself on such a round
-(core/gradients.py `check_gradient`), so the statistics make no pass over the workers'
-gradients of their own. Where that cannot serve (a subset of workers or coordinates) they take
-the norm of a block of `workers` consecutive rows instead (`observe_rows`, the synchronizer's
-form: a handful of torch calls whatever n is). That is done every `every`-th round (in pairs: the round before a measured one only keeps its mean,
-so the drift is still between consecutive updates), optionally on a fixed random subset of
-coordinates (`coordinates`), scaled up by the number of coordinates, which keeps the sums
-unbiased. A subset of m workers estimates the noise around its own mean g_U (over B_U
-samples): E[sum_U b_i |g_i|^2] - B_U E|g_U|^2 = (m - 1) tr(Sigma), with no |G|^2 left in the
-difference (around the whole round's mean the subset's <G, noise> terms would not cancel,
-and their variance grows with |G|^2). `observe`, on the gradients themselves, is the
-reference form the oracle tests compare with (it also takes a strided subset, `stride`).
+Cost: a shard keeps the last round's mean over its slice and, on a measured round, takes three
+dot products of the two means; the workers' abs(g_i)^2 come from the admission check, whose one
+reduction over each arriving gradient is its dot with itself on such a round (core/gradients.py
+`check_gradient`), so the statistics make no pass over the workers' gradients of their own.
+Where that cannot serve (a subset of workers or coordinates) they take the norm of a block of
+`workers` consecutive rows instead (`observe_rows`, the synchronizer's form: a handful of torch
+calls whatever n is). That is done every `every`-th round (in pairs: the round before a
+measured one only keeps its mean, so the drift is still between consecutive updates),
+optionally on a fixed random subset of coordinates (`coordinates`), scaled up by the number of
+coordinates, which keeps the sums unbiased. A subset of m workers estimates the noise around
+its own mean g_U (over B_U samples): E[sum_U b_i |g_i|^2] - B_U E|g_U|^2 = (m - 1) tr(Sigma),
+with no |G|^2 left in the difference (around the whole round's mean the subset's <G, noise>
+terms would not cancel, and their variance grows with |G|^2). `observe`, on the gradients
+themselves, is the reference form the oracle tests compare with (it also takes a strided
+subset, `stride`).
 """
 
 from __future__ import annotations
