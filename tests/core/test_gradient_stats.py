@@ -208,44 +208,39 @@ def test_a_subset_of_workers_adds_across_shards_like_the_whole():
     assert summed.weighted_sq == pytest.approx(expected.weighted_sq, rel=1e-5)
 
 
-def test_observe_rows_gives_the_partials_observe_gives() -> None:
-    # The synchronizer's stacked rows (g_i b_i / B) and their sum: one norm call, the same sums.
+def stacked_round(generator: torch.Generator, samples: list[int]):
+    """Random float64 gradients of 50 values, as the synchronizer stacks them (g_i b_i / B)
+    and their sum."""
+    total = sum(samples)
+    values = [torch.randn(50, generator=generator, dtype=torch.float64) for _ in samples]
+    rows = torch.stack([v * (b / total) for v, b in zip(values, samples, strict=True)])
+    return values, rows, rows.sum(dim=0)
+
+
+def test_observe_rows_gives_the_partials_observe_gives_with_or_without_squares() -> None:
+    # The synchronizer's stacked rows (g_i b_i / B) and their sum: one norm call, or the
+    # workers' squared norms as the admission check gives them; the same sums either way.
     generator = torch.Generator().manual_seed(3)
     samples = [8, 8, 16, 4]
-    total = sum(samples)
-    by_rows, by_values = RoundStatsAccumulator(50), RoundStatsAccumulator(50)
-    for version in (1, 2, 4):
-        values = [torch.randn(50, generator=generator, dtype=torch.float64) for _ in samples]
-        rows = torch.stack([v * (b / total) for v, b in zip(values, samples, strict=True)])
-        mean = rows.sum(dim=0)
-        got = by_rows.observe_rows(version, rows, samples, mean)
-        want = by_values.observe(version, values, samples, mean)
-        assert want is not None
-        assert got.weighted_sq == pytest.approx(want.weighted_sq, rel=1e-9)
-        assert got.mean_sq == pytest.approx(want.mean_sq, rel=1e-9)
-        assert (got.cross is None) == (want.cross is None)  # no drift across version 3
-        if got.cross is not None:
-            assert got.cross == pytest.approx(want.cross, rel=1e-9)
-
-
-def test_given_squares_give_the_sums_the_rows_give_and_a_missing_one_falls_back() -> None:
-    generator = torch.Generator().manual_seed(4)
-    samples = [8, 8, 16, 4]
-    total = sum(samples)
-    by_rows, by_squares = RoundStatsAccumulator(50), RoundStatsAccumulator(50)
-    for version in (1, 2, 3):
-        values = [torch.randn(50, generator=generator, dtype=torch.float64) for _ in samples]
-        rows = torch.stack([v * (b / total) for v, b in zip(values, samples, strict=True)])
-        mean = rows.sum(dim=0)
+    by_rows, by_squares, by_values = (RoundStatsAccumulator(50) for _ in range(3))
+    for version in (1, 2, 4, 5):
+        values, rows, mean = stacked_round(generator, samples)
         squares: list[float | None] = [float(torch.dot(v, v)) for v in values]
-        if version == 3:
+        if version == 5:
             squares[1] = None  # e.g. its square overflowed: the rows' norm is taken instead
             squares[2] = 1e9  # ignored then
-        want = by_rows.observe_rows(version, rows, samples, mean)
-        got = by_squares.observe_rows(version, rows, samples, mean, squares=squares)
-        assert want is not None and got is not None
-        assert got.weighted_sq == pytest.approx(want.weighted_sq, rel=1e-12)
-        assert (got.mean_sq, got.cross) == (want.mean_sq, want.cross)
+        want = by_values.observe(version, values, samples, mean)
+        assert want is not None
+        for got in (
+            by_rows.observe_rows(version, rows, samples, mean),
+            by_squares.observe_rows(version, rows, samples, mean, squares=squares),
+        ):
+            assert got is not None
+            assert got.weighted_sq == pytest.approx(want.weighted_sq, rel=1e-9)
+            assert got.mean_sq == pytest.approx(want.mean_sq, rel=1e-9)
+            assert (got.cross is None) == (want.cross is None)  # no drift across version 3
+            if got.cross is not None:
+                assert got.cross == pytest.approx(want.cross, rel=1e-9)
 
 
 def test_squares_are_only_asked_for_where_every_worker_and_coordinate_is_measured() -> None:
