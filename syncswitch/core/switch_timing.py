@@ -101,8 +101,11 @@ class TimingDecision:
 
     def describe(self) -> str:
         shown = ", ".join(f"{k} {_fmt(v)}" for k, v in self.values.items())
-        verb = "switch" if self.switch else "stay"
         detail = f"; {shown}" if shown else ""
+        if self.reason is TimingReason.CEILING:
+            # The shards ended the phase at the ceiling on their own; this check came after.
+            return f"switch at the ceiling (seen at {self.progress:.3f}; {self.rule}{detail})"
+        verb = "switch" if self.switch else "stay"
         return f"{verb} at {self.progress:.3f} ({self.rule}: {self.reason}{detail})"
 
 

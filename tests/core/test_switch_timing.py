@@ -74,6 +74,8 @@ def test_floor_holds_a_fired_rule_back_and_the_ceiling_forces_a_switch():
     late = decide(rule, high, 0.75, bounds)
     assert late.switch and late.reason is TimingReason.CEILING
     assert late.values["staleness_ratio"] == pytest.approx(5.0)  # the signal is still shown
+    assert late.describe().startswith("switch at the ceiling (seen at 0.750; staleness")
+    assert early.describe().startswith("stay at 0.020 (staleness")
     with pytest.raises(ValueError, match="floor <= ceiling"):
         ShareBounds(floor=0.8, ceiling=0.5)
 
