@@ -551,7 +551,38 @@ def goals(
         f"BSP {bsp.seeds})"
     ]
     lines += [f"  - {'PASS' if ok else 'FAIL'}: {text}" for text, ok in checks]
+    if plateau.accuracy is not None and plateau.time_s is not None:
+        lines += _plateau_notes(rows, workers, seeds, plateau, reference, smallest)
     return GoalCheck(workers, lines, passed)
+
+
+def _plateau_notes(
+    rows: list[EvalRow],
+    workers: int,
+    seeds: tuple[int, ...] | None,
+    plateau: CaseMeans,
+    reference: float,
+    smallest: tuple[str, CaseMeans],
+) -> list[str]:
+    """Not verdicts: the plateau held to online's own accuracy and time terms, and online
+    minus the plateau seed by seed (how much of the mean gap is seed noise)."""
+    assert plateau.accuracy is not None and plateau.time_s is not None
+    gap = plateau.accuracy - reference
+    ratio = plateau.time_s / smallest[1].time_s
+    meets = gap >= -TOLERANCE_POINTS and ratio <= TIME_FACTOR
+    by_seed = {r.seed: r for r in _runs(rows, "plateau", workers, seeds)}
+    paired = [
+        f"{100 * (r.final_accuracy - by_seed[r.seed].final_accuracy):+.2f}"
+        for r in _runs(rows, "online", workers, seeds)
+        if r.seed in by_seed
+        and r.final_accuracy is not None
+        and by_seed[r.seed].final_accuracy is not None
+    ]
+    return [
+        f"  - note: the plateau against the same terms: {gap:+.2f} pt, {ratio:.3f}x the time "
+        f"({'meets both' if meets else 'does not meet both'})",
+        f"  - note: online minus plateau, seed by seed: {', '.join(paired) or '-'} pt",
+    ]
 
 
 def _label(item: tuple[str, CaseMeans]) -> str:

@@ -1,0 +1,41 @@
+"""benchmarks/online_eval.py's goals check: the terms on the seed means, against the smallest
+fixed share within 0.5 point of BSP, and the plateau's notes (not verdicts)."""
+
+from tests.benchmarks.test_harness import load
+
+online_eval = load("online_eval")
+
+
+def row(case: str, seed: int, accuracy: float, time_s: float, share: float, workers: int = 16):
+    return online_eval.EvalRow(
+        table="sim", case=case, workers=workers, seed=seed, schedule=case,
+        timing="SIMULATED", final_accuracy=accuracy, time_s=time_s, bsp_share=share,
+    )  # fmt: skip
+
+
+ROWS = [
+    row("bsp", 0, 0.970, 36.0, 1.0), row("bsp", 1, 0.970, 36.0, 1.0),
+    row("bsp:0.25,asp", 0, 0.960, 28.0, 0.25), row("bsp:0.25,asp", 1, 0.960, 28.0, 0.25),
+    row("search", 0, 0.967, 29.0, 0.375), row("search", 1, 0.967, 29.0, 0.375),
+    # the plateau: BSP's accuracy, but 1.07x the search share's time
+    row("plateau", 0, 0.970, 31.0, 0.55), row("plateau", 1, 0.970, 31.0, 0.55),
+]  # fmt: skip
+
+
+def test_online_faster_but_below_the_plateau_fails_only_that_term_with_its_notes() -> None:
+    rows = [*ROWS, row("online", 0, 0.969, 30.0, 0.45), row("online", 1, 0.967, 30.0, 0.45)]
+    check = online_eval.goals(rows, 16)
+    assert check.passed is False
+    text = "\n".join(check.lines)
+    assert "PASS: accuracy 96.80 vs BSP 97.00: -0.20 pt" in text
+    assert "PASS: time 30.0 s = 1.034x search (share 0.375)'s 29.0 s" in text
+    assert "FAIL: vs plateau 97.00 / 31.0 s: -0.20 pt, time 0.968x" in text
+    assert "note: the plateau against the same terms: +0.00 pt, 1.069x the time (does not" in text
+    assert "note: online minus plateau, seed by seed: -0.10, -0.30 pt" in text
+
+
+def test_online_above_the_plateau_passes() -> None:
+    rows = [*ROWS, row("online", 0, 0.971, 30.0, 0.45), row("online", 1, 0.970, 30.0, 0.45)]
+    check = online_eval.goals(rows, 16)
+    assert check.passed is True
+    assert "note: online minus plateau, seed by seed: +0.10, +0.00 pt" in "\n".join(check.lines)
