@@ -135,6 +135,9 @@ class ServerShard:
     def rejoin(self, worker: int) -> int:
         return self.sync.rejoin(worker)
 
+    def data_position(self, worker: int) -> int:
+        return self.sync.data_position(worker)
+
     def request_snapshot(self, label: str) -> None:
         self.sync.request_snapshot(label)
 

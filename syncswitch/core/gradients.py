@@ -123,6 +123,10 @@ class _Sequences:
     high: int  # every sequence below this has arrived, except those in `retired`
     ahead: set[int] = field(default_factory=set)  # arrived out of order, all >= high
     retired: set[int] = field(default_factory=set)  # never arrived; given up at a restart
+    # Batches beyond one per sequence that the arrived messages stood for (a local round's
+    # delta is one message for H batches): the worker's data position is next_sequence()
+    # plus this.
+    extra_batches: int = 0
 
     def seen(self, sequence: int) -> bool:
         return (sequence < self.high and sequence not in self.retired) or sequence in self.ahead
@@ -183,6 +187,15 @@ class GradientLedger:
         seqs = self._workers.get(worker)
         return seqs.next_sequence() if seqs is not None else self.first_sequence
 
+    def data_position(self, worker: int) -> int:
+        """The batches `worker` has drawn before `next_sequence`: one per sequence, and H for a
+        local round's delta that arrived. A message lost on the way counts one (its H is not
+        known here); a worker sends its next message only once the last one was answered, so
+        only its last can be lost, and that one it trains again."""
+        seqs = self._workers.get(worker)
+        extra = seqs.extra_batches if seqs is not None else 0
+        return self.next_sequence(worker) + extra
+
     def unaccounted(self) -> int:
         """sent - applied - dropped - in flight: 0 unless the accounting has a hole."""
         return self.sent - self.applied - self.dropped - self.in_flight
@@ -200,8 +213,9 @@ class GradientLedger:
 
     # -- recording ---------------------------------------------------------------------------
 
-    def record_arrival(self, worker: int, sequence: int) -> DropReason | None:
-        """Count a gradient that reached the server.
+    def record_arrival(self, worker: int, sequence: int, batches: int = 1) -> DropReason | None:
+        """Count a gradient (or a local round's delta, one message for `batches` batches)
+        that reached the server.
 
         Returns DUPLICATE (a retry of one already received) or WORKER_DIED (a late gradient of
         an incarnation replaced by `restart_worker`); such an arrival is already counted as
@@ -219,6 +233,7 @@ class GradientLedger:
             self.dropped_by_reason[DropReason.WORKER_DIED] += 1
             return DropReason.WORKER_DIED
         self._in_flight.add((worker, sequence))
+        seqs.extra_batches += max(batches - 1, 0)
         return None
 
     def record_applied(self, worker: int, sequence: int) -> None:
@@ -292,6 +307,9 @@ class GradientLedger:
                     "high": s.high,
                     "ahead": sorted(s.ahead),
                     "retired": sorted(s.retired),
+                    # Only where a local phase made it non-zero: other checkpoints keep their
+                    # layout, and one without it reads as 0.
+                    **({"extra_batches": s.extra_batches} if s.extra_batches else {}),
                 }
                 for w, s in sorted(self._workers.items())
             },
@@ -313,8 +331,14 @@ class GradientLedger:
             {DropReason(r): int(n) for r, n in data["dropped"].items()}
         )
         for w, s in data["workers"].items():
+            extra = int(s.get("extra_batches", 0))
+            if extra < 0:
+                raise ValueError(f"worker {w}'s extra_batches must be >= 0, not {extra}")
             ledger._workers[int(w)] = _Sequences(
-                high=int(s["high"]), ahead=set(s["ahead"]), retired=set(s["retired"])
+                high=int(s["high"]),
+                ahead=set(s["ahead"]),
+                retired=set(s["retired"]),
+                extra_batches=extra,
             )
         ledger.dropped_by_reason[DropReason(in_flight_reason)] += len(data["in_flight"])
         if ledger.dropped_by_reason[DropReason(in_flight_reason)] == 0:

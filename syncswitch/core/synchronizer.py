@@ -247,7 +247,9 @@ class Synchronizer:
     def _admission(self, gradient: Gradient, outcome: Outcome) -> str | None:
         """Why this gradient must not be used (it is then counted dropped), or None."""
         worker = gradient.worker
-        settled = self.ledger.record_arrival(worker, gradient.sequence)
+        settled = self.ledger.record_arrival(
+            worker, gradient.sequence, batches=max(gradient.local_steps, 1)
+        )
         kind = self._kind(gradient)
         self.messages_by_protocol[kind] += 1
         if isinstance(gradient.values, torch.Tensor):
@@ -391,6 +393,12 @@ class Synchronizer:
         self.quarantine.release(worker)
         self.readmit(worker)
         return start
+
+    def data_position(self, worker: int) -> int:
+        """How many batches `worker` has drawn before the sequence `rejoin` gave it: where its
+        data order resumes (a local round's delta stands for H of them)."""
+        _check_worker(worker, self.config.workers)
+        return self.ledger.data_position(worker)
 
     def local_round(self) -> LocalRound | None:
         """What a worker released now does before its next message in a local phase (None

@@ -238,6 +238,32 @@ def test_restart_retires_gaps_and_late_arrivals_from_the_old_incarnation() -> No
     _identity_holds(ledger)
 
 
+def test_the_data_position_counts_a_local_rounds_batches_once_and_survives_a_checkpoint():
+    ledger = GradientLedger()
+    ledger.record_arrival(0, 0)  # a gradient: one batch
+    ledger.record_arrival(0, 1, batches=4)  # a local round's delta: four batches
+    assert ledger.record_arrival(0, 1, batches=4) == DropReason.DUPLICATE  # its retry
+    ledger.record_arrival(0, 2, batches=4)
+    assert ledger.next_sequence(0) == 3 and ledger.data_position(0) == 9
+    assert ledger.data_position(5) == 0  # never heard of: from the start
+    before = ledger.to_state()
+    assert before["workers"]["0"]["extra_batches"] == 6
+    assert ledger.restart_worker(0) == 3 and ledger.data_position(0) == 9
+    # A late delta of the replaced incarnation is not drawn by the new one: not counted.
+    ledger.record_arrival(0, 7, batches=4)  # the new incarnation jumps ahead (a gap)
+    ledger.restart_worker(0)
+    assert ledger.record_arrival(0, 5, batches=4) == DropReason.WORKER_DIED
+    assert ledger.data_position(0) == 8 + 9
+    restored = GradientLedger.from_state(ledger.to_state())
+    assert restored.data_position(0) == ledger.data_position(0)
+    # A checkpoint without the key (every run before local phases) reads as one per sequence.
+    del before["workers"]["0"]["extra_batches"]
+    assert GradientLedger.from_state(before).data_position(0) == 3
+    before["workers"]["0"]["extra_batches"] = -1
+    with pytest.raises(ValueError, match="extra_batches must be >= 0"):
+        GradientLedger.from_state(before)
+
+
 def test_state_round_trip_is_plain_and_drops_what_was_in_flight() -> None:
     ledger = GradientLedger()
     for q in (0, 1, 3):

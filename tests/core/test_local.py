@@ -211,6 +211,8 @@ def test_a_round_applies_the_outer_step_to_the_workers_mean_delta() -> None:
         sync.submit(Gradient(worker, 0, 0, delta, 2 * BATCH, 1.0, 0.01, local_steps=2))
     assert sync.version == 1
     assert torch.allclose(sync.weights, torch.full((DIM,), -0.7 * (2.0 + 0.9 * 2.0)))
+    # A restarted worker's data order resumes after the two batches its delta stood for.
+    assert sync.rejoin(1) == 1 and sync.data_position(1) == 2
 
 
 # -- the policy at switches, accounting ----------------------------------------------------

@@ -15,7 +15,7 @@ from .models import NoisyNetFactory
 WORKERS, BATCH, SEED = 3, 16, 4
 
 
-def ray_twin(mnist, worker: int, sequence: int) -> Worker:
+def ray_twin(mnist, worker: int, sequence: int, batches: int | None = None) -> Worker:
     """The Ray worker's class as a plain object: what its actor would compute."""
     spec = WorkerSpec(
         worker=worker,
@@ -32,12 +32,13 @@ def ray_twin(mnist, worker: int, sequence: int) -> Worker:
     from syncswitch.core.sharding import worker_shard
 
     twin._shard = worker_shard(len(mnist.y_train), worker, WORKERS, SEED)
-    twin._position(sequence)
+    twin._position(sequence, batches)
     return twin
 
 
-@pytest.mark.parametrize("start", [0, 5])
-def test_each_worker_gets_its_ray_twins_gradients(mnist, start) -> None:
+@pytest.mark.parametrize(("start", "batches"), [(0, None), (5, None), (5, 17)])
+def test_each_worker_gets_its_ray_twins_gradients(mnist, start, batches) -> None:
+    # (5, 17): five messages that stood for 17 batches (local rounds) before a restart.
     threads = torch.get_num_threads()
     computer = GradientComputer(
         mnist,
@@ -50,10 +51,10 @@ def test_each_worker_gets_its_ray_twins_gradients(mnist, start) -> None:
     )
     twins, twin_rng = {}, {}
     for w in range(WORKERS):
-        twins[w] = ray_twin(mnist, w, start)
+        twins[w] = ray_twin(mnist, w, start, batches)
         twin_rng[w] = torch.get_rng_state()  # in its own process, nobody else draws from it
     for w in range(WORKERS):
-        computer.position(w, start, new_process=True)
+        computer.position(w, start, new_process=True, batches=batches)
     torch.set_num_threads(threads)
     weights = flatten_parameters(NoisyNetFactory()()).numpy()
     # Interleaved, as the simulator runs them: each worker's RNG, data and BatchNorm
@@ -68,6 +69,26 @@ def test_each_worker_gets_its_ray_twins_gradients(mnist, start) -> None:
             assert my_loss == their_loss
         weights = weights - 0.1 * mine  # the next step computes on new weights
         del step
+
+
+def test_the_data_order_resumes_after_the_batches_drawn_not_the_messages(mnist) -> None:
+    computer = GradientComputer(
+        mnist,
+        NoisyNetFactory(),
+        F.cross_entropy,
+        workers=WORKERS,
+        batch_size=BATCH,
+        seed=SEED,
+        emulation=EmulationConfig(),
+    )
+    computer.position(1, 5, new_process=True, batches=17)
+    after_local = computer._data[1].batches.next_indices()
+    computer.position(1, 17, new_process=True)
+    after_plain = computer._data[1].batches.next_indices()
+    computer.position(1, 5, new_process=True)
+    after_messages = computer._data[1].batches.next_indices()
+    assert np.array_equal(after_local, after_plain)
+    assert not np.array_equal(after_local, after_messages)
 
 
 def test_the_batchnorm_statistics_are_kept_per_worker(mnist) -> None:

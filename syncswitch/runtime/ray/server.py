@@ -126,10 +126,12 @@ class ParameterServer:
         with self._lock:
             return self._weights_reply()
 
-    def rejoin(self, worker: int, incarnation: int = 0) -> tuple[int, WeightsReply]:
-        """A (new incarnation of a) worker starts: the sequence it starts at, and weights."""
+    def rejoin(self, worker: int, incarnation: int = 0) -> tuple[int, int, WeightsReply]:
+        """A (new incarnation of a) worker starts: the sequence it starts at, the batches it
+        has drawn before it (where its data order resumes), and weights."""
         with self._lock:
-            return self._admit(worker, incarnation), self._weights_reply()
+            start = self._admit(worker, incarnation)
+            return start, self.shard.data_position(worker), self._weights_reply()
 
     def admit(self, worker: int, incarnation: int = 0) -> int:
         """`rejoin` without the weights (for a caller outside Ray, e.g. a benchmark)."""

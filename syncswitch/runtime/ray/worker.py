@@ -95,8 +95,8 @@ class Worker:
             ray.get([s.endpoint.remote() for s in servers]), probe=self._probe_servers
         )
         try:
-            sequence, (versions, weights, done, progress), local = self._rejoin()
-            self._position(sequence)
+            sequence, batches, (versions, weights, done, progress), local = self._rejoin()
+            self._position(sequence, batches)
             self._train(channel, sequence, versions, weights, done, progress, started_at, local)
         finally:
             channel.close()
@@ -166,20 +166,24 @@ class Worker:
 
     def _rejoin(
         self,
-    ) -> tuple[int, tuple[list[int], np.ndarray, bool, float], LocalRound | None]:
-        """Join (again) at the current version; the server says which sequence comes next."""
+    ) -> tuple[int, int, tuple[list[int], np.ndarray, bool, float], LocalRound | None]:
+        """Join (again) at the current version; the servers say which sequence comes next and
+        how many batches the worker had drawn before it."""
         answers = ray.get(
             [s.rejoin.remote(self.spec.worker, self.incarnation) for s in self.servers]
         )
-        replies = [r for _, r in answers]
-        return max(start for start, _ in answers), join_replies(replies), replies[0].local
+        replies = [r for _, _, r in answers]
+        start = max(start for start, _, _ in answers)
+        batches = max(batches for _, batches, _ in answers)
+        return start, batches, join_replies(replies), replies[0].local
 
-    def _position(self, sequence: int) -> None:
-        """Data order, jitter and augmentation as they stand after `sequence` steps, so a
-        restarted worker or a resumed run goes on where the checkpoint left off."""
+    def _position(self, sequence: int, batches: int | None = None) -> None:
+        """Data order as it stands after `batches` batches (`sequence` unless a local phase
+        made some messages stand for several), jitter and augmentation after `sequence` steps,
+        so a restarted worker or a resumed run goes on where the checkpoint left off."""
         spec = self.spec
         self.batches = BatchStream(self._shard, spec.batch_size, spec.seed, spec.worker)
-        for _ in range(sequence):
+        for _ in range(sequence if batches is None else batches):
             self.batches.next_indices()
         self.step_time_model = StepTimeModel(spec.emulation, spec.worker, spec.seed + sequence)
         self.generator = torch.Generator().manual_seed(

@@ -61,16 +61,20 @@ class GradientComputer:
         samples = len(dataset.y_train)
         self._shards = [worker_shard(samples, w, workers, seed) for w in range(workers)]
 
-    def position(self, worker: int, sequence: int, *, new_process: bool) -> None:
-        """Put `worker` where it stands after `sequence` steps (a start, a restart, a resume).
+    def position(
+        self, worker: int, sequence: int, *, new_process: bool, batches: int | None = None
+    ) -> None:
+        """Put `worker` where it stands after `sequence` steps (a start, a restart, a resume),
+        its data order after `batches` batches (`sequence` unless a local phase made some
+        messages stand for several).
 
         `new_process`: its process is new (the run's start, a restart after a crash), so its
         RNG and buffers start afresh as a new Ray actor's do; otherwise (the servers were
         replaced under a live worker) they carry on.
         """
-        batches = BatchStream(self._shards[worker], self.batch_size, self.seed, worker)
-        for _ in range(sequence):
-            batches.next_indices()
+        stream = BatchStream(self._shards[worker], self.batch_size, self.seed, worker)
+        for _ in range(sequence if batches is None else batches):
+            stream.next_indices()
         generator = torch.Generator().manual_seed(self.seed * 104729 + worker + 7 * sequence)
         step_times = StepTimeModel(self.emulation, worker, self.seed + sequence)
         old = self._data.get(worker)
@@ -78,7 +82,7 @@ class GradientComputer:
             rng_state, buffers = self._fresh_process(worker)
         else:
             rng_state, buffers = old.rng_state, old.buffers
-        self._data[worker] = WorkerData(batches, step_times, generator, rng_state, buffers)
+        self._data[worker] = WorkerData(stream, step_times, generator, rng_state, buffers)
 
     def next_step_s(self, worker: int) -> float:
         return self._data[worker].step_times.next_step_s()

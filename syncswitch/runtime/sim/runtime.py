@@ -349,7 +349,8 @@ class SimRuntime:
         worker.life += 1
         worker.incarnation = incarnation
         worker.sequence = max(s.rejoin(index) for s in self.shards)
-        self.computer.position(index, worker.sequence, new_process=new_process)
+        batches = max(s.data_position(index) for s in self.shards)
+        self.computer.position(index, worker.sequence, new_process=new_process, batches=batches)
         if new_process:
             worker.inner.forget()
         worker.last_heard_s = self.events.now_s
