@@ -4,9 +4,16 @@
 - `search`: runs the trials (train() on Ray), stores them and the decision in the registry;
 - `results`: the trial runs, the time saved and the search result (plain data);
 - `report`: the trace as CSV/JSON/markdown and the accuracy-vs-fraction plot;
-- `auto`: `--schedule auto`, the stored decision for a job (or the default, with a hint).
+- `auto`: `--schedule auto`, the stored decision for a job (or the default, with a hint);
+- `online`: an online run's chosen share stored as a decision of kind `online`.
 """
 
 from syncswitch.timing.auto import DEFAULT_SCHEDULE, describe_source, resolve_auto_schedule
+from syncswitch.timing.online import record_online_decision
 
-__all__ = ["DEFAULT_SCHEDULE", "describe_source", "resolve_auto_schedule"]
+__all__ = [
+    "DEFAULT_SCHEDULE",
+    "describe_source",
+    "record_online_decision",
+    "resolve_auto_schedule",
+]
