@@ -36,19 +36,23 @@ def ray_twin(mnist, worker: int, sequence: int, batches: int | None = None) -> W
     return twin
 
 
-@pytest.mark.parametrize(("start", "batches"), [(0, None), (5, None), (5, 17)])
-def test_each_worker_gets_its_ray_twins_gradients(mnist, start, batches) -> None:
-    # (5, 17): five messages that stood for 17 batches (local rounds) before a restart.
-    threads = torch.get_num_threads()
-    computer = GradientComputer(
+def make_computer(mnist, workers: int = WORKERS) -> GradientComputer:
+    return GradientComputer(
         mnist,
         NoisyNetFactory(),
         F.cross_entropy,
-        workers=WORKERS,
+        workers=workers,
         batch_size=BATCH,
         seed=SEED,
         emulation=EmulationConfig(),
     )
+
+
+@pytest.mark.parametrize(("start", "batches"), [(0, None), (5, None), (5, 17)])
+def test_each_worker_gets_its_ray_twins_gradients(mnist, start, batches) -> None:
+    # (5, 17): five messages that stood for 17 batches (local rounds) before a restart.
+    threads = torch.get_num_threads()
+    computer = make_computer(mnist)
     twins, twin_rng = {}, {}
     for w in range(WORKERS):
         twins[w] = ray_twin(mnist, w, start, batches)
@@ -72,15 +76,7 @@ def test_each_worker_gets_its_ray_twins_gradients(mnist, start, batches) -> None
 
 
 def test_the_data_order_resumes_after_the_batches_drawn_not_the_messages(mnist) -> None:
-    computer = GradientComputer(
-        mnist,
-        NoisyNetFactory(),
-        F.cross_entropy,
-        workers=WORKERS,
-        batch_size=BATCH,
-        seed=SEED,
-        emulation=EmulationConfig(),
-    )
+    computer = make_computer(mnist)
     computer.position(1, 5, new_process=True, batches=17)
     after_local = computer._data[1].batches.next_indices()
     computer.position(1, 17, new_process=True)
@@ -92,15 +88,7 @@ def test_the_data_order_resumes_after_the_batches_drawn_not_the_messages(mnist) 
 
 
 def test_the_batchnorm_statistics_are_kept_per_worker(mnist) -> None:
-    computer = GradientComputer(
-        mnist,
-        NoisyNetFactory(),
-        F.cross_entropy,
-        workers=2,
-        batch_size=BATCH,
-        seed=SEED,
-        emulation=EmulationConfig(),
-    )
+    computer = make_computer(mnist, workers=2)
     for w in range(2):
         computer.position(w, 0, new_process=True)
     weights = flatten_parameters(NoisyNetFactory()()).numpy()
