@@ -585,6 +585,44 @@ def _plateau_notes(
     ]
 
 
+def paired_text(rows: list[EvalRow], workers: list[int]) -> str:
+    """Online against the plateau seed by seed (the same seed, so the same data order and
+    start): the mean difference and its standard error, over every seed both ran."""
+    title = check_timing(
+        "SIMULATED; online minus the loss plateau, final accuracy points, paired by seed",
+        Timing.SIMULATED,
+    )
+    columns = ["workers", "seeds", "per seed", "mean", "standard error", "online time / plateau"]
+    lines = []
+    for w in workers:
+        online = {r.seed: r for r in _runs(rows, "online", w)}
+        plateau = {r.seed: r for r in _runs(rows, "plateau", w)}
+        seeds = sorted(set(online) & set(plateau))
+        if not seeds:
+            continue
+        diffs = [
+            100 * (online[s].final_accuracy - plateau[s].final_accuracy)  # type: ignore[operator]
+            for s in seeds
+        ]
+        times = [
+            online[s].time_s / plateau[s].time_s  # type: ignore[operator]
+            for s in seeds
+            if online[s].time_s and plateau[s].time_s
+        ]
+        error = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else None
+        lines.append(
+            [
+                w,
+                len(seeds),
+                ", ".join(f"{d:+.2f}" for d in diffs),
+                f"{statistics.mean(diffs):+.2f}",
+                "-" if error is None else f"{error:.2f}",
+                f"{statistics.mean(times):.3f}x" if times else "-",
+            ]
+        )
+    return "\n".join([title, "", *markdown_table(columns, lines)])
+
+
 def _label(item: tuple[str, CaseMeans]) -> str:
     case, means = item
     return f"{case} (share {means.share:.3f})" if case == "search" and means.share else case
@@ -713,6 +751,7 @@ def sim(args: argparse.Namespace, out: Path, log: RunLog) -> None:
 
     def report(rows: list[EvalRow]) -> str:
         text = sim_table(rows, workers, SIM_CASES) + "\n\n" + goals_text(rows, workers)
+        text += "\n\n" + paired_text(rows, workers)
         if args.reuse_scale is not None:
             have = {(r.case, r.workers, r.seed) for r in rows}
             grid = [

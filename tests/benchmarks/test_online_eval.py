@@ -39,3 +39,17 @@ def test_online_above_the_plateau_passes() -> None:
     check = online_eval.goals(rows, 16)
     assert check.passed is True
     assert "note: online minus plateau, seed by seed: +0.10, +0.00 pt" in "\n".join(check.lines)
+
+
+def test_the_paired_table_takes_the_seeds_both_ran() -> None:
+    rows = [
+        row("online", 0, 0.969, 30.0, 0.45), row("online", 1, 0.967, 30.0, 0.45),
+        row("online", 2, 0.960, 30.0, 0.45),  # no plateau run for seed 2: left out
+        row("plateau", 0, 0.970, 31.0, 0.55), row("plateau", 1, 0.970, 31.0, 0.55),
+    ]  # fmt: skip
+    text = online_eval.paired_text(rows, [8, 16])
+    assert text.startswith("SIMULATED")
+    lines = [line for line in text.splitlines() if line.startswith("| 16")]
+    # mean -0.20, standard error stdev(-0.1, -0.3) / sqrt(2) = 0.10
+    assert lines == ["| 16 | 2 | -0.10, -0.30 | -0.20 | 0.10 | 0.968x |"]
+    assert not [line for line in text.splitlines() if line.startswith("| 8 ")]  # no runs
