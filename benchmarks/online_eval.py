@@ -479,6 +479,9 @@ class GoalCheck:
     workers: int
     lines: list[str]
     passed: bool | None  # None: not enough runs to say
+    # The same checks, with "beats the plateau" read on the goal's own terms: online meets the
+    # accuracy and time terms and the plateau does not (or online's accuracy is higher).
+    passed_on_terms: bool | None = None
 
 
 def goals(
@@ -531,10 +534,12 @@ def goals(
                 margin >= BEAT_FIXED_POINTS,
             )
         )
+    plateau_meets: bool | None = None
     if plateau.accuracy is not None:
         beats = online.accuracy > plateau.accuracy or (
             online.accuracy == plateau.accuracy and online.time_s < plateau.time_s
         )
+        plateau_meets = _meets_terms(plateau, reference, smallest[1])
         checks.append(
             (
                 f"vs plateau {plateau.accuracy:.2f} / {plateau.time_s:.1f} s: "
@@ -546,6 +551,8 @@ def goals(
     else:
         checks.append(("vs plateau: not run", False))
     passed = all(ok for _, ok in checks)
+    # The plateau's check is the last one; the others are online's own terms.
+    on_terms = all(ok for _, ok in checks[:-1]) and (checks[-1][1] or plateau_meets is False)
     lines = [
         f"{workers} workers: {'PASS' if passed else 'FAIL'} (seeds: online {online.seeds}, "
         f"BSP {bsp.seeds})"
@@ -553,7 +560,17 @@ def goals(
     lines += [f"  - {'PASS' if ok else 'FAIL'}: {text}" for text, ok in checks]
     if plateau.accuracy is not None and plateau.time_s is not None:
         lines += _plateau_notes(rows, workers, seeds, plateau, reference, smallest)
-    return GoalCheck(workers, lines, passed)
+    return GoalCheck(workers, lines, passed, on_terms)
+
+
+def _meets_terms(case: CaseMeans, reference: float, smallest: CaseMeans) -> bool:
+    """Whether a case's means meet the accuracy and time terms online is held to."""
+    assert case.accuracy is not None and case.time_s is not None
+    assert smallest.time_s is not None
+    return (
+        case.accuracy - reference >= -TOLERANCE_POINTS
+        and case.time_s / smallest.time_s <= TIME_FACTOR
+    )
 
 
 def _plateau_notes(
@@ -569,7 +586,7 @@ def _plateau_notes(
     assert plateau.accuracy is not None and plateau.time_s is not None
     gap = plateau.accuracy - reference
     ratio = plateau.time_s / smallest[1].time_s
-    meets = gap >= -TOLERANCE_POINTS and ratio <= TIME_FACTOR
+    meets = _meets_terms(plateau, reference, smallest[1])
     by_seed = {r.seed: r for r in _runs(rows, "plateau", workers, seeds)}
     paired = [
         f"{100 * (r.final_accuracy - by_seed[r.seed].final_accuracy):+.2f}"
@@ -656,6 +673,16 @@ def goals_text(
         else f"Overall: FAIL (not met at every worker count: "
         f"{', '.join(str(c.workers) for c in checks if c.passed is not True)})",
     ]
+    on_terms = [c.workers for c in checks if c.passed_on_terms is not True]
+    lines.append(
+        "Overall, reading 'better than the loss plateau' as: online meets the accuracy and "
+        "time terms and the plateau does not (or online's accuracy is higher): "
+        + (
+            "PASS at every worker count"
+            if checks and not on_terms
+            else f"FAIL (not met at: {', '.join(map(str, on_terms))})"
+        )
+    )
     return "\n".join(lines)
 
 

@@ -32,6 +32,27 @@ def test_online_faster_but_below_the_plateau_fails_only_that_term_with_its_notes
     assert "FAIL: vs plateau 97.00 / 31.0 s: -0.20 pt, time 0.968x" in text
     assert "note: the plateau against the same terms: +0.00 pt, 1.069x the time (does not" in text
     assert "note: online minus plateau, seed by seed: -0.10, -0.30 pt" in text
+    # On the goal's own terms online does beat it: it meets both, the plateau is too slow.
+    assert check.passed_on_terms is True
+
+
+def test_on_the_goals_terms_a_plateau_that_meets_both_still_has_to_be_outscored() -> None:
+    quick = [r for r in ROWS if r.case != "plateau"] + [
+        row("plateau", 0, 0.970, 30.0, 0.5), row("plateau", 1, 0.970, 30.0, 0.5),
+    ]  # fmt: skip
+    rows = [*quick, row("online", 0, 0.969, 29.5, 0.45), row("online", 1, 0.967, 29.5, 0.45)]
+    check = online_eval.goals(rows, 16)
+    assert check.passed is False and check.passed_on_terms is False
+    text = online_eval.goals_text(rows, [16])
+    assert "Overall: FAIL (not met at every worker count: 16)" in text
+    assert "does not (or online's accuracy is higher): FAIL (not met at: 16)" in text
+
+
+def test_both_readings_are_printed_under_the_goals() -> None:
+    rows = [*ROWS, row("online", 0, 0.969, 30.0, 0.45), row("online", 1, 0.967, 30.0, 0.45)]
+    text = online_eval.goals_text(rows, [16])
+    assert "Overall: FAIL (not met at every worker count: 16)" in text
+    assert text.endswith("or online's accuracy is higher): PASS at every worker count")
 
 
 def test_online_above_the_plateau_passes() -> None:
