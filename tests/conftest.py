@@ -1,6 +1,17 @@
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def private_registry(request, tmp_path_factory, monkeypatch):
+    """Every test's online runs store their decisions in a registry of its own, never in the
+    user's (the default schedule is online, and an online CLI run records its share). Tests
+    marked own_registry set one up themselves, for a whole module."""
+    if request.node.get_closest_marker("own_registry") is not None:
+        return
+    path = tmp_path_factory.mktemp("registry") / "registry.db"
+    monkeypatch.setenv("SYNCSWITCH_REGISTRY", str(path))
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """One local Ray instance for the whole test session (starting one costs seconds)."""

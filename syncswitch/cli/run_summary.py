@@ -104,12 +104,19 @@ def _switches(switches: tuple[Switch, ...]) -> str:
 def online_timing_line(timing: OnlineTimingSummary) -> str:
     """Where an online phase ended and why, with the signal against its threshold then."""
     bounds = f"floor {timing.floor:.3g}, ceiling {timing.ceiling:.3g}"
+    rule = f"{timing.rule} rule, threshold {timing.threshold:g}, {bounds}"
+    if not timing.switched and timing.decided_at is not None and timing.decided_at >= 1.0:
+        # A job of a few BSP rounds reaches its end before the ceiling's switch can land.
+        return (
+            f"no switch: training ended as the rule decided ({timing.reason}, after "
+            f"{timing.checks} check{'s' if timing.checks != 1 else ''}), a job too short to "
+            f"leave BSP; {rule}"
+        )
     if not timing.switched:
         why = f"decided ({timing.reason})" if timing.reason else "not decided"
         return (
             f"no switch of its own: {why} (a rollback's pinned protocol or an online policy "
-            f"may have had the last word); {timing.rule} rule, threshold "
-            f"{timing.threshold:g}, {bounds}"
+            f"may have had the last word); {rule}"
         )
     why = {
         "signal": "the signal crossed its threshold",

@@ -96,13 +96,14 @@ class TrainConfig:
         range=Range(1, MAX_SERVERS),
     )
     schedule: str = _opt(
-        "bsp:0.25,asp",
+        "online",
         "protocol phases PROTOCOL[:END],...: PROTOCOL is bsp, asp, ssp-S or local-H (H local "
         "steps per worker between rounds of model deltas, docs/local-updates.md); END is the "
         "fraction of total training samples where the phase ends; the last phase runs to the end; "
+        "END 'online' (bsp:online,asp; 'online' alone says that, and is the default): the run "
+        "decides when to leave BSP, by --switch-rule, between --switch-floor and --switch-ceiling; "
         "'auto': this job's stored switch point (from `syncswitch search` or an online run), "
-        "else bsp:0.25,asp; END 'online' (bsp:online,asp; 'online' alone says that): the run "
-        "decides when to leave BSP, by --switch-rule, between --switch-floor and --switch-ceiling",
+        "else online",
     )
     switch_rule: str = _opt(
         "staleness",

@@ -1,4 +1,4 @@
-"""`--schedule auto`: the job's stored timing decision, or the default hybrid with a hint.
+"""`--schedule auto`: the job's stored timing decision, or online timing with a hint.
 
 The job is looked up by its fingerprint (syncswitch.registry.fingerprint); a job that differs
 in any fingerprint field has no decision of its own and gets the default. The resolved
@@ -16,7 +16,9 @@ from syncswitch.core.switch_search import format_fraction, schedule_for
 from syncswitch.registry import Registry, RegistryLocation, fingerprint
 from syncswitch.workloads.identity import Workload
 
-DEFAULT_SCHEDULE = "bsp:0.25,asp"  # the paper's finding for 8 workers: a short BSP prefix
+# A job with no stored decision decides online (docs/online-timing.md); that run then stores
+# its share, so the next `auto` run reuses it.
+DEFAULT_SCHEDULE = "online"
 
 
 def resolve_auto_schedule(
@@ -71,9 +73,8 @@ def auto_schedule(
             "schedule": schedule,
             "fingerprint": job_fp,
             "registry": location.display,
-            "hint": f"no stored decision for job {job_fp[:12]}; run `syncswitch search` with "
-            "the same options to find this job's switch point, or train it once with "
-            "--schedule online",
+            "hint": f"no stored decision for job {job_fp[:12]}; this run decides online and "
+            "stores its share, or run `syncswitch search` with the same options to search for it",
         }
     return schedule, source
 

@@ -170,7 +170,7 @@ def test_train_command_runs_a_job_and_says_where_results_are(tmp_path: Path) -> 
             "--workers",
             "2",
             "--epochs",
-            "0.5",
+            "2",
             "--mnist1d-samples",
             "400",
             "--no-progress",
@@ -187,5 +187,13 @@ def test_train_command_runs_a_job_and_says_where_results_are(tmp_path: Path) -> 
     printed = json.loads(proc.stdout)
     assert printed["run_dir"] == str(out) and printed["status"] == "complete"
     summary = read_summary(out)
+    # The default schedule is online: the run left BSP where it decided, within the bounds,
+    # and stored that share for `--schedule auto` (in this test's own registry).
+    timing = summary.online_timing
+    assert summary.schedule == "online" and timing is not None and timing.switched
     assert summary.complete and summary.switches[0].to_protocol == "asp"
+    assert timing.at_fraction == pytest.approx(summary.switches[0].at_fraction)
+    # (the shards end the phase at the ceiling on their own: within one round of 64 samples)
+    assert timing.floor <= timing.at_fraction <= timing.ceiling + 64 / 640  # type: ignore[operator]
+    assert "stored the online run's BSP share" in proc.stderr
     assert printed["final_accuracy"] == summary.final_accuracy

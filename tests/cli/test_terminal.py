@@ -99,3 +99,17 @@ def test_verbose_shows_the_libraries_lines(tmp_path: Path) -> None:
     assert any("mlflow" in line for line in library), proc.stderr[-3000:]
     assert not (out / "ray.log").exists()
     assert json.loads(proc.stdout)["run_dir"] == str(out)
+
+
+def test_an_online_job_too_short_to_leave_bsp_says_so() -> None:
+    from syncswitch.cli.run_summary import online_timing_line
+    from syncswitch.rundir.summary import OnlineTimingSummary
+
+    ended = OnlineTimingSummary(
+        rule="staleness_noise", threshold=0.15, floor=0.0625, ceiling=0.875,
+        decided_at=1.0, reason="ceiling", checks=1,
+    )  # fmt: skip
+    line = online_timing_line(ended)
+    assert line.startswith("no switch: training ended as the rule decided (ceiling, after 1 check)")
+    undecided = OnlineTimingSummary(rule="plateau", threshold=0.05, floor=0.0625, ceiling=0.875)
+    assert online_timing_line(undecided).startswith("no switch of its own: not decided")

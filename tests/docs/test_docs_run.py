@@ -24,6 +24,8 @@ from syncswitch.cli.main import main
 from syncswitch.registry.store import Registry
 from tests.docs.test_docs import ROOT, SHOWN
 
+pytestmark = pytest.mark.own_registry  # the workspace fixture's, shared by the pages' commands
+
 # Appended to every train/search command: flags given later win, so the command's own job
 # is kept and only its size shrinks (and a Ray run becomes a simulated one).
 SHORT = ["--runtime", "sim", "--epochs", "0.2", "--mnist1d-samples", "2000", "--no-progress"]
@@ -173,8 +175,8 @@ def ray_run(workspace: Path) -> str:
 def searched(workspace: Path) -> str:
     """The registry holds a searched job; returns its fingerprint."""
     assert run(["search", "--workers", "8", "--step-time-ms", "20", *SHORT, *TINY_SEARCH]) == 0
-    with Registry() as registry:
-        [job] = registry.overview()
+    with Registry() as registry:  # the pages' online train runs store jobs of their own
+        [job] = [j for j in registry.overview() if j.trials]
     return job.job.fingerprint
 
 

@@ -103,4 +103,4 @@ def test_search_then_auto_reuses_the_decision(ray_session, tmp_path: Path, capsy
         TrainConfig(workers=2, epochs=2.0, mnist1d_samples=1000, lr=0.1, schedule="auto"),
         str(registry),
     )
-    assert other_source["kind"] == "default" and other.schedule == "bsp:0.25,asp"
+    assert other_source["kind"] == "default" and other.schedule == "online"
