@@ -254,7 +254,34 @@ def run(args: argparse.Namespace) -> int:
         schedule = values.get("schedule") or _default("schedule")
         values["out"] = str(default_run_dir(schedule))
     config = make_config(values)
+    _check_switch_options(values, config, from_registry=schedule_source is not None)
     return _train_and_report(args, config, schedule_source=schedule_source)
+
+
+# The options that tune how an online phase decides; they do nothing without one.
+_SWITCH_OPTIONS = ("switch_rule", "switch_threshold", "switch_floor", "switch_ceiling")
+
+
+def _check_switch_options(
+    values: dict[str, Any], config: TrainConfig, *, from_registry: bool
+) -> None:
+    """Switch options given (flags or --config) for a schedule with no online phase are a
+    mistake; under `--schedule auto` a stored fixed share makes them moot, which is said."""
+    given = [name for name in _SWITCH_OPTIONS if name in values]
+    if not given or config.parsed_schedule().online_index is not None:
+        return
+    flags = ", ".join("--" + name.replace("_", "-") for name in given)
+    if from_registry:
+        print(
+            f"syncswitch: {flags} not used: the stored decision fixes the BSP share "
+            f"({config.schedule})",
+            file=sys.stderr,
+        )
+        return
+    raise ConfigError(
+        f"{flags} apply to a schedule with an online END (--schedule online, or e.g. "
+        f"bsp:online,asp); schedule {config.schedule!r} has none: drop them or make it online"
+    )
 
 
 def _is_auto(schedule: object) -> bool:

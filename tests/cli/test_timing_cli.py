@@ -114,3 +114,36 @@ def test_jobs_lists_jobs_and_shows_one(capsys, tmp_path) -> None:
     assert "give more characters" in one_line_error(
         capsys, ["jobs", "--registry", str(path), "--show", ""]
     )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--schedule", "bsp:0.25,asp", "--switch-rule", "plateau"],
+        ["--schedule", "bsp", "--switch-threshold", "0.3", "--switch-ceiling", "0.5"],
+    ],
+)
+def test_switch_options_without_an_online_phase_are_refused(capsys, tmp_path, argv) -> None:
+    err = one_line_error(capsys, ["train", "--runtime", "sim", "--out", str(tmp_path), *argv])
+    assert "apply to a schedule with an online END" in err
+    assert not (tmp_path / "summary.json").exists()
+
+
+def test_switch_options_under_auto_with_a_stored_fixed_share_are_set_aside(
+    capsys, tmp_path
+) -> None:
+    registry = tmp_path / "registry.db"
+    job = ["--runtime", "sim", "--workers", "2", "--epochs", "0.2", "--mnist1d-samples", "1000"]
+    config = TrainConfig(runtime="sim", workers=2, epochs=0.2, mnist1d_samples=1000)
+    with Registry(str(registry)) as store:
+        stored = store.ensure_job(fingerprint(config), describe_job(config))
+        store.record_decision(
+            stored, fraction=0.5, tolerance=0.5, repeats=1, evidence={}, reason="a test"
+        )
+    argv = ["train", *job, "--schedule", "auto", "--switch-threshold", "0.3", "--no-progress"]
+    code = main([*argv, "--registry", str(registry), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert (
+        "--switch-threshold not used: the stored decision fixes the BSP share (bsp:0.5,asp)" in err
+    )
