@@ -455,55 +455,10 @@ class Synchronizer:
     def _apply(self, gradients: list[Gradient], *, gathered: bool = False) -> list[UpdateRecord]:
         """One update from `gradients`: a barrier's (`gathered`: BSP's, or a local round's
         outer step) or one message's own."""
-        cfg = self.config
-        deltas = gradients[0].local_steps > 0
-        if len(gradients) == 1:
-            # Every asynchronous update: the gradient itself (FlatSGD only reads it).
-            total = gradients[0].samples
-            mean = gradients[0].values
-        else:
-            # A fixed summation order keeps BSP bit-for-bit reproducible whatever the arrival
-            # order.
-            gradients = sorted(gradients, key=lambda g: g.worker)
-            total = sum(g.samples for g in gradients)
-            rows = torch.stack([g.values * (g.samples / total) for g in gradients])
-            mean = rows.sum(dim=0)
-            if self.stats is not None and self._measuring and self.stats.wants(self.version + 1):
-                # Measured before the update, while the stacked rows are at hand (they are let
-                # go before the step, as without measuring); the round produces version + 1.
-                # The admission check squared each gradient when asked (`_squares_wanted`).
-                samples = [g.samples for g in gradients]
-                squares = [g.squared_norm for g in gradients]
-                partials = self.stats.observe_rows(
-                    self.version + 1, rows, samples, mean, squares=squares
-                )
-                if partials is not None:
-                    self.partials.append(partials)
-            del rows
+        gradients, mean, total = self._combine(gradients)
         kind = self._kind(gradients[0])
-        if deltas:
-            # The inner learning rate and momentum the workers used (recorded as such).
-            lr = (
-                self.lr_scale
-                * cfg.lr
-                * cfg.lr_schedule.factor(self.progress)
-                * cfg.local.inner_lr_factor
-            )
-            momentum = cfg.momentum
-            if gathered and self.spec.protocol is Protocol.LOCAL:
-                self.outer.step(self.optimizer.weights, mean)
-            else:
-                # Its worker's share of an average of every worker's model.
-                self.optimizer.weights.sub_(mean.to(self.optimizer.weights), alpha=1 / cfg.workers)
-        else:
-            spec = ASP if self.spec.protocol is Protocol.LOCAL else self.spec
-            lr = self.lr_scale * update_learning_rate(
-                cfg.lr, cfg.lr_schedule, self.progress, len(gradients), cfg.workers
-            )
-            momentum = update_momentum(
-                cfg, spec, self.momentum_policy, self.progress, self._async_start
-            )
-            self.optimizer.step(mean, lr=lr, momentum=momentum)
+        deltas = gradients[0].local_steps > 0
+        lr, momentum = self._step(mean, count=len(gradients), deltas=deltas, gathered=gathered)
         applied_to = self.version
         self.version += 1
         self.samples += total
@@ -531,6 +486,62 @@ class Synchronizer:
             )
             for g in gradients
         ]
+
+    def _combine(self, gradients: list[Gradient]) -> tuple[list[Gradient], torch.Tensor, int]:
+        """The update's direction: one message's own values, or a barrier's sample-weighted
+        mean (measured on the way when the statistics want this round). Returns the gradients
+        in the order they were summed, the mean and the samples it stands for."""
+        if len(gradients) == 1:
+            # Every asynchronous update: the gradient itself (FlatSGD only reads it).
+            return gradients, gradients[0].values, gradients[0].samples
+        # A fixed summation order keeps BSP bit-for-bit reproducible whatever the arrival order.
+        gradients = sorted(gradients, key=lambda g: g.worker)
+        total = sum(g.samples for g in gradients)
+        rows = torch.stack([g.values * (g.samples / total) for g in gradients])
+        mean = rows.sum(dim=0)
+        if self.stats is not None and self._measuring and self.stats.wants(self.version + 1):
+            # Measured before the update, while the stacked rows are at hand (they are let go
+            # before the step, as without measuring); the round produces version + 1. The
+            # admission check squared each gradient when asked (`_squares_wanted`).
+            samples = [g.samples for g in gradients]
+            squares = [g.squared_norm for g in gradients]
+            partials = self.stats.observe_rows(
+                self.version + 1, rows, samples, mean, squares=squares
+            )
+            if partials is not None:
+                self.partials.append(partials)
+        del rows
+        return gradients, mean, total
+
+    def _step(
+        self, mean: torch.Tensor, *, count: int, deltas: bool, gathered: bool
+    ) -> tuple[float, float]:
+        """Move the weights by `mean`, the combination of `count` messages (gradients: an SGD
+        step; model deltas: the outer step or a worker's share of an average). Returns the
+        learning rate and momentum, as recorded: for deltas, the inner ones the workers used."""
+        cfg = self.config
+        if deltas:
+            lr = (
+                self.lr_scale
+                * cfg.lr
+                * cfg.lr_schedule.factor(self.progress)
+                * cfg.local.inner_lr_factor
+            )
+            if gathered and self.spec.protocol is Protocol.LOCAL:
+                self.outer.step(self.optimizer.weights, mean)
+            else:
+                # Its worker's share of an average of every worker's model.
+                self.optimizer.weights.sub_(mean.to(self.optimizer.weights), alpha=1 / cfg.workers)
+            return lr, cfg.momentum
+        spec = ASP if self.spec.protocol is Protocol.LOCAL else self.spec
+        lr = self.lr_scale * update_learning_rate(
+            cfg.lr, cfg.lr_schedule, self.progress, count, cfg.workers
+        )
+        momentum = update_momentum(
+            cfg, spec, self.momentum_policy, self.progress, self._async_start
+        )
+        self.optimizer.step(mean, lr=lr, momentum=momentum)
+        return lr, momentum
 
     def _after_update(self) -> Outcome:
         outcome = Outcome()
