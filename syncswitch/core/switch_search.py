@@ -303,9 +303,16 @@ def schedule_for(fraction: float) -> str:
 
 
 def format_fraction(fraction: float) -> str:
-    """1/8, 3/32, 1 - the search only produces dyadic fractions, which this shows exactly."""
+    """1/8, 3/32, 1 - the search only produces dyadic fractions, which this shows exactly; a
+    share an online run chose (0.3582) is shown as the decimal it was stored as."""
     exact = Fraction(fraction).limit_denominator(1 << 20)
+    if exact.denominator > MAX_SHOWN_DENOMINATOR:
+        return f"{fraction:.4g}"
     return str(exact.numerator) if exact.denominator == 1 else f"{exact}"
+
+
+# A search halves down to MIN_RESOLUTION at the finest: its shares have no larger denominator.
+MAX_SHOWN_DENOMINATOR = round(1 / MIN_RESOLUTION)
 
 
 def fraction_label(fraction: float) -> str:

@@ -167,3 +167,8 @@ def test_fraction_forms_are_exact_and_schedules_parse(fraction: float) -> None:
     schedule = Schedule.parse(schedule_for(fraction))
     assert schedule.phases[0].end == fraction or fraction == 1.0
     assert format_fraction(3 / 32) == "3/32" and format_fraction(1.0) == "1"
+
+
+def test_an_online_share_is_shown_as_a_decimal_and_a_search_share_as_a_fraction() -> None:
+    assert format_fraction(0.3582) == "0.3582"  # an online run's share, as stored
+    assert format_fraction(3 / 4096) == "3/4096"  # the finest a search goes
