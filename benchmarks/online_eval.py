@@ -602,18 +602,23 @@ def _plateau_notes(
     ]
 
 
-def paired_text(rows: list[EvalRow], workers: list[int]) -> str:
-    """Online against the plateau seed by seed (the same seed, so the same data order and
-    start): the mean difference and its standard error, over every seed both ran."""
+PAIRED_NAMES = {"plateau": "the loss plateau", "bsp": "BSP"}
+
+
+def paired_text(rows: list[EvalRow], workers: list[int], against: str = "plateau") -> str:
+    """Online against another case (the plateau, BSP) seed by seed (the same seed, so the same
+    data order and start): the mean difference and its standard error, over every seed both
+    ran."""
     title = check_timing(
-        "SIMULATED; online minus the loss plateau, final accuracy points, paired by seed",
+        f"SIMULATED; online minus {PAIRED_NAMES.get(against, against)}, final accuracy points, "
+        "paired by seed",
         Timing.SIMULATED,
     )
-    columns = ["workers", "seeds", "per seed", "mean", "standard error", "online time / plateau"]
+    columns = ["workers", "seeds", "per seed", "mean", "standard error", f"online time / {against}"]
     lines = []
     for w in workers:
         online = {r.seed: r for r in _runs(rows, "online", w)}
-        plateau = {r.seed: r for r in _runs(rows, "plateau", w)}
+        plateau = {r.seed: r for r in _runs(rows, against, w)}
         seeds = sorted(set(online) & set(plateau))
         if not seeds:
             continue
@@ -779,6 +784,7 @@ def sim(args: argparse.Namespace, out: Path, log: RunLog) -> None:
     def report(rows: list[EvalRow]) -> str:
         text = sim_table(rows, workers, SIM_CASES) + "\n\n" + goals_text(rows, workers)
         text += "\n\n" + paired_text(rows, workers)
+        text += "\n\n" + paired_text(rows, workers, against="bsp")
         if args.reuse_scale is not None:
             have = {(r.case, r.workers, r.seed) for r in rows}
             grid = [

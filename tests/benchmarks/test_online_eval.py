@@ -74,3 +74,13 @@ def test_the_paired_table_takes_the_seeds_both_ran() -> None:
     # mean -0.20, standard error stdev(-0.1, -0.3) / sqrt(2) = 0.10
     assert lines == ["| 16 | 2 | -0.10, -0.30 | -0.20 | 0.10 | 0.968x |"]
     assert not [line for line in text.splitlines() if line.startswith("| 8 ")]  # no runs
+
+
+def test_the_paired_table_against_bsp() -> None:
+    rows = [
+        row("online", 0, 0.969, 30.0, 0.45), row("online", 1, 0.967, 30.0, 0.45),
+        row("bsp", 0, 0.970, 36.0, 1.0), row("bsp", 1, 0.970, 36.0, 1.0),
+    ]  # fmt: skip
+    text = online_eval.paired_text(rows, [16], against="bsp")
+    assert text.startswith("SIMULATED; online minus BSP, final accuracy points, paired by seed")
+    assert "| 16 | 2 | -0.10, -0.30 | -0.20 | 0.10 | 0.833x |" in text
