@@ -84,3 +84,10 @@ def test_the_paired_table_against_bsp() -> None:
     text = online_eval.paired_text(rows, [16], against="bsp")
     assert text.startswith("SIMULATED; online minus BSP, final accuracy points, paired by seed")
     assert "| 16 | 2 | -0.10, -0.30 | -0.20 | 0.10 | 0.833x |" in text
+
+
+def test_without_the_runs_the_goals_are_not_checked() -> None:
+    rows = [row("online", 0, 0.969, 30.0, 0.45), row("bsp", 0, 0.970, 36.0, 1.0)]
+    text = online_eval.goals_text(rows, [16])
+    assert "16 workers: not enough runs to check" in text
+    assert text.endswith("Overall: not checked (no worker count has the runs)")
