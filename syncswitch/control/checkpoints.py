@@ -57,7 +57,7 @@ class CheckpointKeeper:
     def write(self, shard_snapshots: list[Snapshot]) -> None:
         first = shard_snapshots[0]
         record = self.record
-        kept = replace(record, metrics=[m for m in record.metrics if m["samples"] <= first.samples])
+        kept = replace(record, metrics=[m for m in record.metrics if m.samples <= first.samples])
         checkpoint = RunCheckpoint(
             tuple(s.state for s in shard_snapshots), kept, self.total_samples
         )

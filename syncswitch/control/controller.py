@@ -50,6 +50,7 @@ from syncswitch.control.decisions import (
 )
 from syncswitch.control.divergence import DivergenceWatch
 from syncswitch.control.evaluations import EvaluationAssembly
+from syncswitch.control.failures import RunResumed, ServerFailure
 from syncswitch.control.health import HealthChecks, WorkerBook
 from syncswitch.control.phases import PhaseEvent, PhaseMachine, RunPhase, Step
 from syncswitch.control.plan import RunPlan
@@ -98,7 +99,7 @@ class RunController:
         if resumed_from is not None:
             self.record = run_checkpoint(resumed_from).record
             self.record.metrics = [
-                m for m in self.record.metrics if m["samples"] <= resumed_from.info.samples
+                m for m in self.record.metrics if m.samples <= resumed_from.info.samples
             ]
         self.evaluations = EvaluationAssembly()
         self.checkpoints = CheckpointKeeper(
@@ -185,9 +186,9 @@ class RunController:
         for evaluated in self.evaluations.result(point, accuracy, loss):
             row = evaluated.metric_row()
             if self.timing is not None:
-                self.timing.add_loss(float(row["fraction"]), float(row["test_loss"]))
+                self.timing.add_loss(float(row.fraction), float(row.test_loss))
             self.record.metrics.append(row)
-            self.writer.metric(row)
+            self.writer.metric(row.to_row())
             self.writer.summary(self.summary([], status="running"))
         self._maybe_finishing()
         return Step(before, self.phase)
@@ -232,17 +233,16 @@ class RunController:
         # Slices and snapshots that only some shards had sent belong to the lost timeline.
         self.evaluations.forget_slices()
         self.checkpoints.forget_snapshots()
-        entry = {
-            "kind": "server",
-            "reason": reason,
-            "at_fraction": round(self.state.progress, 6),
-            "recovery": f"restored from {loaded.info.path.name}",
-            "checkpoint_samples": loaded.info.samples,
-            "samples_lost": max(self.state.samples - loaded.info.samples, 0),
-            "refused_checkpoints": [f"{r.path.name}: {r.reason}" for r in loaded.refused],
-        }
-        self.record.failures.append(entry)
-        self.writer.event("server_failed", entry)
+        failure = ServerFailure(
+            reason=reason,
+            at_fraction=round(self.state.progress, 6),
+            recovery=f"restored from {loaded.info.path.name}",
+            checkpoint_samples=loaded.info.samples,
+            samples_lost=max(self.state.samples - loaded.info.samples, 0),
+            refused_checkpoints=tuple(f"{r.path.name}: {r.reason}" for r in loaded.refused),
+        )
+        self.record.failures.append(failure)
+        self.writer.event("server_failed", failure.to_record())
         servers = run_checkpoint(loaded).servers
         restore = RestoreServers(servers, loaded.info.path.name, reason)
         return Step(before, self.phase, [restore])
@@ -394,10 +394,10 @@ def announce(
     """Log the run's start, or its resume from a checkpoint."""
     if resumed_from is not None:
         info = resumed_from.info
-        refused = [f"{r.path.name}: {r.reason}" for r in resumed_from.refused]
-        payload = {"checkpoint": info.to_record(), "refused_checkpoints": refused}
-        record.failures.append({"kind": "resumed", **payload})
-        writer.event("run_resumed", payload)
+        refused = tuple(f"{r.path.name}: {r.reason}" for r in resumed_from.refused)
+        resumed = RunResumed(checkpoint=info.to_record(), refused_checkpoints=refused)
+        record.failures.append(resumed)
+        writer.event("run_resumed", resumed.event())
         return
     job = plan.job
     writer.event(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import UnionType
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,68 @@ import numpy as np
 from syncswitch.control.decisions import Evaluate
 from syncswitch.control.shard import ShardReport
 from syncswitch.core.records import EvalPoint
+
+
+@dataclass(frozen=True)
+class MetricsRow:
+    """One evaluation point as the run records it: a row of metrics.csv and of
+    RunRecord.metrics (checkpointed in the plain form of `to_row()`)."""
+
+    time_s: float
+    samples: int
+    fraction: float
+    version: int
+    protocol: str
+    test_accuracy: float
+    test_loss: float
+    train_loss: float  # mean since the previous point (nan when there was no update)
+    samples_per_s: float | None  # None at time 0 (an empty cell)
+
+    def to_row(self) -> dict[str, Any]:
+        return {
+            "time_s": self.time_s,
+            "samples": self.samples,
+            "fraction": self.fraction,
+            "version": self.version,
+            "protocol": self.protocol,
+            "test_accuracy": self.test_accuracy,
+            "test_loss": self.test_loss,
+            "train_loss": self.train_loss,
+            "samples_per_s": "" if self.samples_per_s is None else self.samples_per_s,
+        }
+
+    @classmethod
+    def from_row(cls, row: Any) -> MetricsRow:
+        """Back from `to_row()` (a checkpointed run record), each value as it was saved;
+        raises, in one line, on a malformed one."""
+        if not isinstance(row, dict):
+            raise ValueError("a metrics row is not a mapping")
+        rate = row.get("samples_per_s")
+        return cls(
+            time_s=_number(row, "time_s"),
+            samples=_number(row, "samples", int),
+            fraction=_number(row, "fraction"),
+            version=_number(row, "version", int),
+            protocol=_text(row, "protocol"),
+            test_accuracy=_number(row, "test_accuracy"),
+            test_loss=_number(row, "test_loss"),
+            train_loss=_number(row, "train_loss"),
+            samples_per_s=None if rate == "" else _number(row, "samples_per_s"),
+        )
+
+
+def _number(row: dict[str, Any], key: str, kind: type | UnionType = int | float) -> Any:
+    value = row.get(key)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ValueError(f"a metrics row has {key} = {value!r}")
+    return value
+
+
+def _text(row: dict[str, Any], key: str) -> str:
+    value = row.get(key)
+    if not isinstance(value, str):
+        raise ValueError(f"a metrics row has {key} = {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -24,20 +87,20 @@ class Evaluated:
     loss: float
     train_loss: float
 
-    def metric_row(self) -> dict[str, Any]:
+    def metric_row(self) -> MetricsRow:
         """The metrics.csv row (and RunRecord.metrics entry) for this point."""
         point = self.point
-        return {
-            "time_s": round(point.time_s, 4),
-            "samples": point.samples,
-            "fraction": round(point.fraction, 6),
-            "version": point.version,
-            "protocol": point.protocol,
-            "test_accuracy": self.accuracy,
-            "test_loss": self.loss,
-            "train_loss": self.train_loss,
-            "samples_per_s": round(point.samples / point.time_s, 2) if point.time_s else "",
-        }
+        return MetricsRow(
+            time_s=round(point.time_s, 4),
+            samples=point.samples,
+            fraction=round(point.fraction, 6),
+            version=point.version,
+            protocol=point.protocol,
+            test_accuracy=self.accuracy,
+            test_loss=self.loss,
+            train_loss=self.train_loss,
+            samples_per_s=round(point.samples / point.time_s, 2) if point.time_s else None,
+        )
 
 
 @dataclass

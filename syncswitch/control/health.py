@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from syncswitch.control.decisions import KillWorker, RestartWorker, Stop
+from syncswitch.control.failures import WorkerFailure
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardState
@@ -54,17 +55,16 @@ class HealthChecks:
                 f"worker {worker} failed {restart} times (max_worker_restarts = {limit}); "
                 f"last: {reason}"
             )
-        entry = {
-            "kind": "worker",
-            "worker": worker,
-            "reason": reason,
-            "restart": restart,
-            "at_fraction": round(state.progress, 6),
-            "time_s": round(state.time_s, 3),
-            "recovery": "restarted through the runtime; rejoins at the current version",
-        }
-        self.record.failures.append(entry)
-        self.writer.event("worker_failed", entry)
+        failure = WorkerFailure(
+            worker=worker,
+            reason=reason,
+            restart=restart,
+            at_fraction=round(state.progress, 6),
+            time_s=round(state.time_s, 3),
+            recovery="restarted through the runtime; rejoins at the current version",
+        )
+        self.record.failures.append(failure)
+        self.writer.event("worker_failed", failure.to_record())
         book.restarting.add(worker)
         return RestartWorker(worker, restart, reason)
 

@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from syncswitch.control.evaluations import MetricsRow
+from syncswitch.control.failures import FailureEntry, failure_from_record
 from syncswitch.control.timing import TimingHistory
-from syncswitch.core.records import Decision, SwitchEvent
+from syncswitch.core.records import Decision, StragglerRecord, SwitchEvent
 
 
 @dataclass
@@ -34,11 +36,11 @@ class StalenessStats:
 
 @dataclass
 class RunRecord:
-    metrics: list[dict[str, Any]] = field(default_factory=list)  # one row per evaluation
+    metrics: list[MetricsRow] = field(default_factory=list)  # one row per evaluation
     switches: list[SwitchEvent] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)  # policies, guard, admission
-    straggler_events: list[dict[str, Any]] = field(default_factory=list)
-    failures: list[dict[str, Any]] = field(default_factory=list)  # and how each was recovered
+    straggler_events: list[StragglerRecord] = field(default_factory=list)
+    failures: list[FailureEntry] = field(default_factory=list)  # and how each was recovered
     checkpoints: int = 0
     staleness: dict[str, StalenessStats] = field(default_factory=dict)
     rollbacks: int = 0
@@ -63,11 +65,11 @@ class RunRecord:
 
     def to_state(self) -> dict[str, Any]:
         return {
-            "metrics": self.metrics,
+            "metrics": [row.to_row() for row in self.metrics],
             "switches": [switch.to_summary() for switch in self.switches],
             "decisions": [decision.to_record() for decision in self.decisions],
-            "straggler_events": self.straggler_events,
-            "failures": self.failures,
+            "straggler_events": [event.to_record() for event in self.straggler_events],
+            "failures": [failure.to_record() for failure in self.failures],
             "checkpoints": self.checkpoints,
             "staleness": {
                 name: [s.gradients, s.total, s.max] for name, s in self.staleness.items()
@@ -79,12 +81,16 @@ class RunRecord:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> RunRecord:
+        """Back from `to_state()` (a checkpoint, untrusted); raises, in one line, on a
+        malformed one."""
         return cls(
-            metrics=list(state["metrics"]),
+            metrics=[MetricsRow.from_row(row) for row in state["metrics"]],
             switches=[SwitchEvent.from_summary(entry) for entry in state["switches"]],
             decisions=[Decision.from_record(entry) for entry in state["decisions"]],
-            straggler_events=list(state["straggler_events"]),
-            failures=list(state["failures"]),
+            straggler_events=[
+                StragglerRecord.from_record(entry) for entry in _mappings(state, "straggler_events")
+            ],
+            failures=[failure_from_record(entry) for entry in _mappings(state, "failures")],
             checkpoints=int(state["checkpoints"]),
             staleness={
                 name: StalenessStats(int(g), int(t), int(m))
@@ -99,9 +105,16 @@ class RunRecord:
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def final_metric(self) -> dict[str, Any] | None:
+    def final_metric(self) -> MetricsRow | None:
         last = self.metrics[-1] if self.metrics else None
-        return last if last and last["fraction"] >= 1.0 else None
+        return last if last and last.fraction >= 1.0 else None
 
     def staleness_summary(self) -> dict[str, Any]:
         return {name: stats.describe() for name, stats in self.staleness.items()}
+
+
+def _mappings(state: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    entries = list(state[name])
+    if not all(isinstance(entry, dict) for entry in entries):
+        raise ValueError(f"{name} must be a list of mappings")
+    return entries

@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 from syncswitch.control.plan import RunPlan
-from syncswitch.control.record import RunRecord
 from syncswitch.control.run_state import RunCheckpoint
 from syncswitch.core.checkpoint import LoadedCheckpoint
 from syncswitch.core.optimizer import FlatSGD
@@ -43,14 +42,15 @@ class ResumeCheck:
 
     def __call__(self, state: dict[str, Any]) -> RunCheckpoint:
         """The checkpoint's typed state, if this run can continue from it."""
-        checkpoint = RunCheckpoint.from_plain(state)  # one line naming what does not fit
+        # One line naming what does not fit; the run record's rows, events and failure
+        # entries are checked as they are built (control/record.py).
+        checkpoint = RunCheckpoint.from_plain(state)
         expected = self.plan.job.servers
         if len(checkpoint.servers) != expected:
             raise ValueError(
                 f"it holds {len(checkpoint.servers)} server states, this run has "
                 f"servers = {expected}"
             )
-        _check_record(checkpoint.record)
         shards = parameter_shards(self.parameters, expected)
         for index, (shard_state, shard) in enumerate(zip(checkpoint.servers, shards, strict=True)):
             try:
@@ -79,19 +79,6 @@ def _check_vector(value: Any, name: str, length: int) -> None:
         raise ValueError(f"{name} is {shape}, this run's model needs ({length},)")
     if not value.is_floating_point():
         raise ValueError(f"{name} has dtype {value.dtype}, not a floating point type")
-
-
-def _check_record(record: RunRecord) -> None:
-    for name in ("straggler_events", "failures"):
-        if not all(isinstance(entry, dict) for entry in getattr(record, name)):
-            raise ValueError(f"controller record: {name} must be a list of mappings")
-    for row in record.metrics:
-        if not isinstance(row, dict):
-            raise ValueError("controller record: a metrics row is not a mapping")
-        for key in ("samples", "fraction", "test_accuracy"):
-            value = row.get(key)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"controller record: a metrics row has {key} = {value!r}")
 
 
 def say_refused(loaded: LoadedCheckpoint, action: str) -> None:

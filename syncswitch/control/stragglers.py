@@ -77,7 +77,8 @@ class OnlinePolicy:
             reaction = self.monitor.observe(step, view, view.assume)
             for event in reaction.straggler_events:
                 self.record.straggler_events.append(event)
-                self.writer.event(event["event"], {k: v for k, v in event.items() if k != "event"})
+                payload = event.to_record()
+                self.writer.event(payload.pop("event"), payload)
             for decision in reaction.decisions:
                 self.log_decision(decision)
                 decisions.append(ApplyPolicyDecision(decision))

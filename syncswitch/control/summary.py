@@ -14,6 +14,7 @@ from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardState
 from syncswitch.core.records import Accounting, WorkerStats
+from syncswitch.core.stragglers import EventKind
 from syncswitch.core.switch_timing import TIMING_POLICY
 from syncswitch.rundir import GradientCounts, OnlineTimingSummary, Reliability, Summary, Switch
 
@@ -34,16 +35,16 @@ def build_summary(
 ) -> Summary:
     """What the run did so far (`status` says whether it is over); `state` is the first
     shard's latest."""
-    accuracies = [m["test_accuracy"] for m in record.metrics]
+    accuracies = [m.test_accuracy for m in record.metrics]
     final = record.final_metric()
-    wall_s = final["time_s"] if final else state.time_s
+    wall_s = final.time_s if final else state.time_s
     samples = state.samples
     policy = plan.policy_name
     return Summary(
         status=status,
-        final_accuracy=final["test_accuracy"] if final else None,
+        final_accuracy=final.test_accuracy if final else None,
         best_accuracy=max(accuracies) if accuracies else None,
-        final_test_loss=final["test_loss"] if final else None,
+        final_test_loss=final.test_loss if final else None,
         runtime=plan.runtime,
         wall_time_s=wall_s,
         host_time_s=round(host_s, 3),
@@ -70,7 +71,7 @@ def build_summary(
         online_timing=_timing_summary(plan, record),
         reliability=Reliability(
             checkpoints=record.checkpoints,
-            failures=record.failures,
+            failures=[failure.to_record() for failure in record.failures],
             rollbacks=record.rollbacks,
             pinned_protocol=state.pinned.name if state.pinned else None,
             lr_scale=state.lr_scale,
@@ -146,8 +147,8 @@ def _online_summary(plan: RunPlan, record: RunRecord, state: ShardState) -> dict
     if plan.online is None:
         return None
     events = record.straggler_events
-    detected = [e for e in events if e["event"] == "straggler_detected"]
-    delays = [e["delay_s"] for e in detected if "delay_s" in e]
+    detected = [e for e in events if e.kind is EventKind.DETECTED]
+    delays = [e.delay_s for e in detected if e.delay_s is not None]
     return {
         **plan.online.describe(),
         "planned_bsp_samples": round(plan.planned_bsp_fraction * plan.total_samples),
@@ -155,10 +156,10 @@ def _online_summary(plan: RunPlan, record: RunRecord, state: ShardState) -> dict
         "detections": len(detected),
         # Scored only against emulated stragglers (ground truth); unknown on real hardware.
         "false_detections": (
-            sum(1 for e in detected if e.get("false_detection")) if plan.emulation.enabled else None
+            sum(1 for e in detected if e.false_detection) if plan.emulation.enabled else None
         ),
         "detection_delay_s_median": float(np.median(delays)) if delays else None,
         "excluded_at_end": list(state.excluded),
         "decisions": [d.to_record() for d in record.decisions if d.policy == plan.policy_name],
-        "straggler_events": events,
+        "straggler_events": [e.to_record() for e in events],
     }

@@ -15,11 +15,18 @@ detection when no episode was on). Nothing here knows about Ray.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from syncswitch.core.policies import OnlinePolicy, OnlinePolicyKind, RunView
-from syncswitch.core.records import Action, Decision, Gradient, Outcome, StepObservation
+from syncswitch.core.records import (
+    Action,
+    Decision,
+    Gradient,
+    Outcome,
+    StepObservation,
+    StragglerRecord,
+)
 from syncswitch.core.scenarios import StragglerEpisode, StragglerScenario
 from syncswitch.core.stragglers import DetectorConfig, EventKind, StragglerDetector, StragglerEvent
 from syncswitch.core.switch_timing import TIMING_POLICY
@@ -42,10 +49,10 @@ class OnlineConfig:
 
 @dataclass
 class OnlineReaction:
-    """What one observed step led to: detector events (dicts, for the results) and decisions;
-    `outcome` is what carrying them out did, where `after_gradient` carried them out."""
+    """What one observed step led to: detector events (as the results record them) and
+    decisions; `outcome` is what carrying them out did, where `after_gradient` carried them out."""
 
-    straggler_events: list[dict[str, Any]] = field(default_factory=list)
+    straggler_events: list[StragglerRecord] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
     outcome: Outcome = field(default_factory=Outcome)
 
@@ -69,8 +76,8 @@ class DetectionAudit:
             if index not in self._ended_s and end:
                 self._ended_s[index] = time_s
 
-    def score(self, event: StragglerEvent, progress: float, time_s: float) -> dict[str, Any]:
-        record = event_record(event)
+    def score(self, event: StragglerEvent, progress: float, time_s: float) -> StragglerRecord:
+        record = StragglerRecord.of(event)
         episodes = [
             (index, episode)
             for index, episode in enumerate(self._scenario.episodes)
@@ -80,16 +87,20 @@ class DetectionAudit:
             on = [(i, e) for i, e in episodes if e.active(progress, time_s)]
             if not on:
                 self.false_detections += 1
-                record["false_detection"] = True
-                return record
+                return replace(record, false_detection=True)
             index, episode = on[0]
-            record.update(episode=index, false_detection=False)
-            record.update(_delay(episode, self._began_s.get(index), progress, time_s))
-            return record
+            delay_s, delay_fraction = _delay(episode, self._began_s.get(index), progress, time_s)
+            return replace(
+                record,
+                episode=index,
+                false_detection=False,
+                delay_s=delay_s,
+                delay_fraction=delay_fraction,
+            )
         ended = [i for i, _ in episodes if i in self._ended_s]
         if ended:
             index = max(ended, key=lambda i: self._ended_s[i])
-            record.update(episode=index, delay_s=round(time_s - self._ended_s[index], 6))
+            return replace(record, episode=index, delay_s=round(time_s - self._ended_s[index], 6))
         return record
 
 
@@ -103,15 +114,16 @@ def _window(episode: StragglerEpisode, progress: float, time_s: float) -> tuple[
 
 def _delay(
     episode: StragglerEpisode, began_s: float | None, progress: float, time_s: float
-) -> dict[str, Any]:
-    delay: dict[str, Any] = {}
+) -> tuple[float | None, float | None]:
+    """A detection's (delay_s, delay_fraction), each None where it cannot be known."""
+    delay_s = delay_fraction = None
     if episode.start_s is not None:
-        delay["delay_s"] = round(time_s - episode.start_s, 6)
+        delay_s = round(time_s - episode.start_s, 6)
     elif began_s is not None:
-        delay["delay_s"] = round(time_s - began_s, 6)
+        delay_s = round(time_s - began_s, 6)
     if episode.start is not None:
-        delay["delay_fraction"] = round(progress - episode.start, 6)
-    return delay
+        delay_fraction = round(progress - episode.start, 6)
+    return delay_s, delay_fraction
 
 
 class OnlineMonitor:
@@ -145,7 +157,7 @@ class OnlineMonitor:
             reaction.straggler_events.append(
                 self.audit.score(event, step.progress, step.time_s)
                 if self.audit
-                else event_record(event)
+                else StragglerRecord.of(event)
             )
             for decision in self.policy.decide(event, run, self.detector.stragglers):
                 reaction.decisions.append(decision)
@@ -166,17 +178,6 @@ class OnlineMonitor:
             "flagged": sorted(self.detector.stragglers),
             "false_detections": self.audit.false_detections if self.audit else None,
         }
-
-
-def event_record(event: StragglerEvent) -> dict[str, Any]:
-    return {
-        "event": f"straggler_{event.kind}",
-        "worker": event.worker,
-        "ratio": round(event.ratio, 3),
-        "time_s": round(event.time_s, 6),
-        "progress": round(event.progress, 6),
-        "reason": event.reason,
-    }
 
 
 def carry_out(sync: Synchronizer, decision: Decision) -> Outcome:

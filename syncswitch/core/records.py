@@ -11,6 +11,7 @@ import torch
 
 from syncswitch.core.gradient_stats import RoundPartials
 from syncswitch.core.protocol import ProtocolSpec
+from syncswitch.core.stragglers import EventKind, StragglerEvent
 
 if TYPE_CHECKING:
     from syncswitch.core.sync_state import SynchronizerState
@@ -173,6 +174,82 @@ class StepObservation:
     step_time_s: float
     time_s: float  # run seconds at arrival
     progress: float  # fraction of the training samples applied at arrival
+
+
+@dataclass(frozen=True)
+class StragglerRecord:
+    """A straggler detection or recovery as the run records it (events.jsonl, summary.json's
+    online.straggler_events, a checkpointed run record). Where the stragglers are emulated it
+    is scored against them (core/online.py DetectionAudit); the scores are None otherwise."""
+
+    kind: EventKind
+    worker: int
+    ratio: float  # the score that triggered it
+    time_s: float
+    progress: float
+    reason: str
+    episode: int | None = None  # the emulated episode it belongs to
+    false_detection: bool | None = None  # a detection: whether no episode of its worker was on
+    delay_s: float | None = None  # seconds after its episode began (detected) or ended
+    delay_fraction: float | None = None  # a detection: fractions of the run after it began
+
+    @classmethod
+    def of(cls, event: StragglerEvent) -> StragglerRecord:
+        """The detector's event, not yet scored (rounded as the records show it)."""
+        return cls(
+            kind=EventKind(event.kind),
+            worker=event.worker,
+            ratio=round(event.ratio, 3),
+            time_s=round(event.time_s, 6),
+            progress=round(event.progress, 6),
+            reason=event.reason,
+        )
+
+    @property
+    def name(self) -> str:
+        """The event's name in events.jsonl: straggler_detected or straggler_recovered."""
+        return f"straggler_{self.kind.value}"
+
+    def to_record(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "event": self.name,
+            "worker": self.worker,
+            "ratio": self.ratio,
+            "time_s": self.time_s,
+            "progress": self.progress,
+            "reason": self.reason,
+        }
+        scores = (
+            ("episode", self.episode),
+            ("false_detection", self.false_detection),
+            ("delay_s", self.delay_s),
+            ("delay_fraction", self.delay_fraction),
+        )
+        record.update((key, value) for key, value in scores if value is not None)
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> StragglerRecord:
+        """Back from `to_record()` (a checkpointed run record); raises on a malformed one."""
+        name = record["event"]
+        if not isinstance(name, str) or not name.startswith("straggler_"):
+            raise ValueError(f"a straggler event is named {name!r}")
+        episode, false_detection = record.get("episode"), record.get("false_detection")
+        delay_s, delay_fraction = record.get("delay_s"), record.get("delay_fraction")
+        if false_detection is not None and type(false_detection) is not bool:
+            raise ValueError(f"a straggler event has false_detection = {false_detection!r}")
+        return cls(
+            kind=EventKind(name.removeprefix("straggler_")),
+            worker=int(record["worker"]),
+            ratio=float(record["ratio"]),
+            time_s=float(record["time_s"]),
+            progress=float(record["progress"]),
+            reason=str(record["reason"]),
+            episode=None if episode is None else int(episode),
+            false_detection=false_detection,
+            delay_s=None if delay_s is None else float(delay_s),
+            delay_fraction=None if delay_fraction is None else float(delay_fraction),
+        )
 
 
 class Action(StrEnum):

@@ -23,6 +23,7 @@ from rich.progress import (
 )
 from rich.status import Status
 
+from syncswitch.control.evaluations import MetricsRow
 from syncswitch.control.shard import ShardState
 from syncswitch.terminal import project_console
 
@@ -102,12 +103,12 @@ class ProgressDisplay:
             )
         return self
 
-    def update(self, state: ShardState, last_metric: dict[str, Any] | None) -> None:
+    def update(self, state: ShardState, last_metric: MetricsRow | None) -> None:
         if self._progress is None:
             return
         time_s = state.time_s or 0.0
         rate = f"{state.samples / time_s:,.0f}" if time_s > 0 else "-"
-        accuracy = f"{100 * last_metric['test_accuracy']:5.1f}%" if last_metric else "  -  "
+        accuracy = f"{100 * last_metric.test_accuracy:5.1f}%" if last_metric else "  -  "
         excluded = state.excluded
         self._progress.update(
             self._task,
@@ -120,14 +121,14 @@ class ProgressDisplay:
             run_time=f"{time_s:,.1f} s",
         )
 
-    def finish(self, state: ShardState, final_metric: dict[str, Any] | None) -> None:
+    def finish(self, state: ShardState, final_metric: MetricsRow | None) -> None:
         """The last frame: the whole workload and the final evaluation, as the summary
         reports them (the loop's last frame was drawn before the final evaluation)."""
         if self._progress is None:
             return
         self.update(state, final_metric)
         if final_metric is not None:  # summary.json's time and rate are the final point's
-            time_s = float(final_metric["time_s"])
+            time_s = float(final_metric.time_s)
             self._progress.update(
                 self._task,
                 rate=f"{state.samples / time_s:,.0f}" if time_s > 0 else "-",

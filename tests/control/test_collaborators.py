@@ -47,7 +47,7 @@ def test_results_are_released_in_training_order_with_their_train_loss():
         (half, 0.8, 0.25),
         (whole, 0.9, 0.125),
     ]
-    assert released[0].metric_row()["samples_per_s"] == 100.0 and assembly.outstanding == 0
+    assert released[0].metric_row().samples_per_s == 100.0 and assembly.outstanding == 0
 
 
 def test_a_timed_checkpoint_is_due_by_the_injected_clock_once(tmp_path):

@@ -48,7 +48,7 @@ def test_a_run_with_several_switches_follows_its_schedule_to_the_end(tmp_path):
         ("asp", "ssp-2"),
         ("ssp-2", "bsp"),
     ]
-    assert [m["fraction"] for m in run.controller.record.metrics] == [0.25, 0.5, 0.75, 1.0]
+    assert [m.fraction for m in run.controller.record.metrics] == [0.25, 0.5, 0.75, 1.0]
     assert summary["final_accuracy"] > 0.5  # the quadratic's target is approached
     accounted(summary)
     # The first step starts every worker; the phases go STARTING -> TRAINING -> FINISHING.
@@ -199,7 +199,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     assert 0.5 <= resume["checkpoint"]["meta"]["progress"] <= 0.65
     # The switch at 0.5 happened before the checkpoint and is carried over, not repeated.
     assert [s["to"] for s in summary["switches"]] == ["asp"]
-    assert [m["fraction"] for m in resumed.controller.record.metrics] == [0.25, 0.5, 0.75, 1.0]
+    assert [m.fraction for m in resumed.controller.record.metrics] == [0.25, 0.5, 0.75, 1.0]
     accounted(summary)
 
 
@@ -240,7 +240,7 @@ def test_one_shard_done_ends_the_workload_on_every_shard(tmp_path):
     finish = [s for s in run.steps if any(isinstance(d, FinishShards) for d in s.decisions)]
     assert len(finish) == 1
     assert all(shard.sync.done for shard in run.shards)
-    assert [m["fraction"] for m in run.controller.record.metrics] == [0.25, 0.5, 0.75, 1.0]
+    assert [m.fraction for m in run.controller.record.metrics] == [0.25, 0.5, 0.75, 1.0]
     assert run.summary["status"] == "complete"
     accounted(run.summary)
 

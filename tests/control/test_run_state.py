@@ -4,15 +4,21 @@ anything newer refused in one line with the previous checkpoint used instead."""
 import io
 import shutil
 
+import pytest
 import torch
 
 from syncswitch.control.controller import CHECKPOINT_DIR
+from syncswitch.control.evaluations import MetricsRow
+from syncswitch.control.failures import RunResumed, ServerFailure, WorkerFailure
 from syncswitch.control.record import RunRecord
 from syncswitch.control.run_state import STATE_VERSION, RunCheckpoint, run_checkpoint
 from syncswitch.core.checkpoint import CheckpointStore, RefusalKind
 from syncswitch.core.protocol import BSP
-from syncswitch.core.records import Action, Decision, SwitchEvent
+from syncswitch.core.records import Action, Decision, StragglerRecord, SwitchEvent
+from syncswitch.core.stragglers import EventKind
+from syncswitch.core.sync_state import StateFormatError
 from tests.control.scripted import ScriptedRun
+from tests.security.helpers import valid_state
 
 
 def _rewrite_latest(run_dir, change) -> None:
@@ -103,3 +109,165 @@ def test_a_validated_load_parses_the_state_once_and_keeps_it(tmp_path):
     unvalidated = CheckpointStore(tmp_path / CHECKPOINT_DIR).load_latest()
     assert unvalidated.contents is None
     assert run_checkpoint(unvalidated).samples == loaded.contents.samples
+
+
+def _typed_record() -> RunRecord:
+    """A record holding one of each kind of row, event and failure entry."""
+    return RunRecord(
+        metrics=[
+            MetricsRow(0.0, 0, 0.0, 0, "bsp", 0.1, 2.3, 2.4, None),
+            MetricsRow(1.5, 320, 1.0, 40, "asp", 0.9, 0.2, 0.25, 213.33),
+        ],
+        straggler_events=[
+            StragglerRecord(EventKind.DETECTED, 3, 5.1, 0.5, 0.26, "slow", 0, False, 0.12, 0.06),
+            StragglerRecord(EventKind.RECOVERED, 3, 1.02, 1.26, 0.545, "back", 0, delay_s=0.12),
+            StragglerRecord(EventKind.DETECTED, 2, 5.05, 1.5, 0.655, "slow", false_detection=True),
+            StragglerRecord(EventKind.RECOVERED, 2, 1.01, 1.98, 0.8375, "back"),
+        ],
+        failures=[
+            WorkerFailure(2, "died (killed)", 1, 0.2, 0.18, "restarted"),
+            ServerFailure("servers died", 0.6375, "restored from c-6.pt", 768, 48, ("c-7.pt: x",)),
+            RunResumed({"file": "c-6.pt", "samples": 768, "meta": {"progress": 0.6}}, ()),
+        ],
+    )
+
+
+# The plain layout these entries have always had in checkpoints, events.jsonl, metrics.csv
+# and summary.json, key order included.
+_PLAIN = {
+    "metrics": [
+        {
+            "time_s": 0.0,
+            "samples": 0,
+            "fraction": 0.0,
+            "version": 0,
+            "protocol": "bsp",
+            "test_accuracy": 0.1,
+            "test_loss": 2.3,
+            "train_loss": 2.4,
+            "samples_per_s": "",
+        },
+        {
+            "time_s": 1.5,
+            "samples": 320,
+            "fraction": 1.0,
+            "version": 40,
+            "protocol": "asp",
+            "test_accuracy": 0.9,
+            "test_loss": 0.2,
+            "train_loss": 0.25,
+            "samples_per_s": 213.33,
+        },
+    ],
+    "straggler_events": [
+        {
+            "event": "straggler_detected",
+            "worker": 3,
+            "ratio": 5.1,
+            "time_s": 0.5,
+            "progress": 0.26,
+            "reason": "slow",
+            "episode": 0,
+            "false_detection": False,
+            "delay_s": 0.12,
+            "delay_fraction": 0.06,
+        },
+        {
+            "event": "straggler_recovered",
+            "worker": 3,
+            "ratio": 1.02,
+            "time_s": 1.26,
+            "progress": 0.545,
+            "reason": "back",
+            "episode": 0,
+            "delay_s": 0.12,
+        },
+        {
+            "event": "straggler_detected",
+            "worker": 2,
+            "ratio": 5.05,
+            "time_s": 1.5,
+            "progress": 0.655,
+            "reason": "slow",
+            "false_detection": True,
+        },
+        {
+            "event": "straggler_recovered",
+            "worker": 2,
+            "ratio": 1.01,
+            "time_s": 1.98,
+            "progress": 0.8375,
+            "reason": "back",
+        },
+    ],
+    "failures": [
+        {
+            "kind": "worker",
+            "worker": 2,
+            "reason": "died (killed)",
+            "restart": 1,
+            "at_fraction": 0.2,
+            "time_s": 0.18,
+            "recovery": "restarted",
+        },
+        {
+            "kind": "server",
+            "reason": "servers died",
+            "at_fraction": 0.6375,
+            "recovery": "restored from c-6.pt",
+            "checkpoint_samples": 768,
+            "samples_lost": 48,
+            "refused_checkpoints": ["c-7.pt: x"],
+        },
+        {
+            "kind": "resumed",
+            "checkpoint": {"file": "c-6.pt", "samples": 768, "meta": {"progress": 0.6}},
+            "refused_checkpoints": [],
+        },
+    ],
+}
+
+
+def test_rows_events_and_failures_keep_their_plain_layout_across_a_checkpoint():
+    record = _typed_record()
+    state = record.to_state()
+    for name, plain in _PLAIN.items():
+        assert state[name] == plain, name
+        assert [list(entry) for entry in state[name]] == [list(entry) for entry in plain], name
+    back = RunRecord.from_state(torch.load(_saved(state), weights_only=True))
+    assert back.metrics == record.metrics
+    assert back.straggler_events == record.straggler_events
+    assert back.failures == record.failures
+    assert back.final_metric() == record.metrics[-1]
+    assert repr(back.to_state()) == repr(state)  # values and their types, as saved
+
+
+@pytest.mark.parametrize(
+    ("name", "damage", "message"),
+    [
+        # The messages ResumeCheck gave before the entries were typed.
+        ("metrics", lambda rows: [*rows, "row"], "a metrics row is not a mapping"),
+        ("metrics", lambda rows: [{**rows[0], "samples": "many"}], "samples = 'many'"),
+        ("metrics", lambda rows: [{**rows[0], "fraction": True}], "fraction = True"),
+        (
+            "metrics",
+            lambda rows: [{k: v for k, v in rows[0].items() if k != "test_accuracy"}],
+            "test_accuracy = None",
+        ),
+        ("straggler_events", lambda events: [*events, 3], "must be a list of mappings"),
+        ("failures", lambda entries: [*entries, None], "failures must be a list of mappings"),
+        # What got through before and tripped a later reader.
+        ("metrics", lambda rows: [{**rows[0], "protocol": None}], "protocol = None"),
+        ("straggler_events", lambda events: [{**events[0], "event": "slow"}], "named 'slow'"),
+        ("straggler_events", lambda events: [{"event": "straggler_detected"}], "missing 'worker'"),
+        ("failures", lambda entries: [{**entries[0], "kind": "meteor"}], "kind = 'meteor'"),
+        ("failures", lambda entries: [{**entries[1], "refused_checkpoints": "x"}], "strings"),
+    ],
+)
+def test_a_malformed_record_entry_is_refused_in_one_line(name, damage, message):
+    controller = _typed_record().to_state()
+    controller[name] = damage(controller[name])
+    with pytest.raises(StateFormatError) as raised:
+        RunCheckpoint.from_plain({**valid_state(), "controller": controller})
+    text = str(raised.value)
+    assert text.startswith("controller record: ") and message in text and "\n" not in text

@@ -19,8 +19,9 @@ from syncswitch.core.online import OnlineConfig, OnlineMonitor
 from syncswitch.core.optimizer import FlatSGD
 from syncswitch.core.policies import OnlinePolicyKind
 from syncswitch.core.protocol import ASP, BSP, Schedule
-from syncswitch.core.records import Gradient, Outcome
+from syncswitch.core.records import Gradient, Outcome, StragglerRecord
 from syncswitch.core.scenarios import StragglerEpisode, StragglerScenario
+from syncswitch.core.stragglers import EventKind
 from syncswitch.core.sync_state import roll_back, take_snapshot
 from syncswitch.core.synchronizer import SyncConfig, Synchronizer
 
@@ -52,7 +53,7 @@ class VirtualRun:
         self.monitor = OnlineMonitor(workers, OnlineConfig(policy, greedy_return), scenario)
         self.step_s = step_s
         self.outcome = Outcome()
-        self.straggler_events: list[dict] = []
+        self.straggler_events: list[StragglerRecord] = []
         self.policy_decisions: list = []
         self.steps = [0] * workers
         self._queue: list[tuple[float, int, int, int]] = []  # (arrival, tie, worker, version)
@@ -156,7 +157,7 @@ def test_greedy_with_return_resumes_bsp_until_the_planned_bsp_work_is_done():
 
 def test_none_logs_detections_but_decides_nothing():
     run = VirtualRun("bsp:0.5,asp", OnlinePolicyKind.NONE, slowed(3, 0.1, 0.2)).run()
-    kinds = [e["event"] for e in run.straggler_events]
+    kinds = [e.name for e in run.straggler_events]
     assert kinds[:2] == ["straggler_detected", "straggler_recovered"]
     assert run.policy_decisions == [] and run.sync.switches[0].reason == "schedule"
 
@@ -165,9 +166,19 @@ def test_detections_are_scored_against_the_emulated_scenario():
     scenario = StragglerScenario((StragglerEpisode((3,), start=0.1, duration=0.1, factor=5.0),))
     run = VirtualRun("bsp", OnlinePolicyKind.ELASTIC, slowed(3, 0.1, 0.2), scenario=scenario).run()
     detected, recovered = run.straggler_events[:2]
-    assert detected["episode"] == 0 and detected["false_detection"] is False
-    assert 0 < detected["delay_fraction"] < 0.03 and detected["delay_s"] > 0
-    assert recovered["event"] == "straggler_recovered" and recovered["delay_s"] > 0
+    assert detected.episode == 0 and detected.false_detection is False
+    assert detected.delay_fraction is not None and 0 < detected.delay_fraction < 0.03
+    assert detected.delay_s is not None and detected.delay_s > 0
+    assert recovered.kind is EventKind.RECOVERED
+    assert recovered.delay_s is not None and recovered.delay_s > 0
+    # The results' layout: the detector's facts, then the scores it has, in this order.
+    facts = ["event", "worker", "ratio", "time_s", "progress", "reason"]
+    assert list(detected.to_record()) == [
+        *facts,
+        *["episode", "false_detection", "delay_s", "delay_fraction"],
+    ]
+    assert list(recovered.to_record()) == [*facts, "episode", "delay_s"]
+    assert recovered.to_record()["event"] == "straggler_recovered"
     assert run.monitor.audit is not None and run.monitor.audit.false_detections == 0
 
 
@@ -175,7 +186,7 @@ def test_a_detection_outside_every_episode_counts_as_false():
     # The scenario says worker 3 is slowed late in training, but it is slow early instead.
     scenario = StragglerScenario((StragglerEpisode((3,), start=0.8, duration=0.1, factor=5.0),))
     run = VirtualRun("bsp", OnlinePolicyKind.NONE, slowed(3, 0.1, 0.2), scenario=scenario).run()
-    assert run.straggler_events[0]["false_detection"] is True
+    assert run.straggler_events[0].false_detection is True
     assert run.monitor.audit is not None and run.monitor.audit.false_detections == 1
 
 
