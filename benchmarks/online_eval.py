@@ -207,6 +207,18 @@ class Runner:
         for record in RunLog(path).read():
             self.scale[(record["schedule"], record["workers"], record["seed"])] = record
 
+    def use_search_decisions(self, path: Path) -> None:
+        """Take the searches' decisions from another results folder's runs.jsonl (a search
+        does not depend on the evaluation's seeds), so the search case runs only its share;
+        each reused decision is logged here, marked with where it came from."""
+        for record in RunLog(path).read():
+            if record.get("case") != "search-decision":
+                continue
+            row = row_from(EvalRow, record)
+            if self.find(row.case, row.workers, row.seed) is None:
+                row.extra["reused_from"] = str(path)
+                self.add(row)
+
     def find(self, case: str, workers: int, seed: int) -> EvalRow | None:
         return next(
             (r for r in self.rows if (r.case, r.workers, r.seed) == (case, workers, seed)), None
@@ -752,6 +764,14 @@ def main() -> None:
     add_keep(cli)
     cli.add_argument("--show", action="store_true", help="run nothing: print the table")
     cli.add_argument(
+        "--reuse-search",
+        type=Path,
+        default=None,
+        metavar="RUNS_JSONL",
+        help="sim: take the searches' decisions from another evaluation's runs.jsonl instead "
+        "of searching again (e.g. to run the search's share on more seeds); marked in the rows",
+    )
+    cli.add_argument(
         "--reuse-scale",
         type=Path,
         default=None,
@@ -816,6 +836,8 @@ def sim(args: argparse.Namespace, out: Path, log: RunLog) -> None:
     runner = Runner("sim", log, scratch, dataset)
     if args.reuse_scale is not None:
         runner.use_scale_study(args.reuse_scale)
+    if args.reuse_search is not None:
+        runner.use_search_decisions(args.reuse_search)
     try:
         for case in cases:
             for w in workers:

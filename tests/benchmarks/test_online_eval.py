@@ -91,3 +91,22 @@ def test_without_the_runs_the_goals_are_not_checked() -> None:
     text = online_eval.goals_text(rows, [16])
     assert "16 workers: not enough runs to check" in text
     assert text.endswith("Overall: not checked (no worker count has the runs)")
+
+
+def test_a_search_decision_is_reused_from_another_folder_and_marked(tmp_path) -> None:
+    source = online_eval.RunLog(tmp_path / "eval" / "runs.jsonl")
+    decision = online_eval.EvalRow(
+        table="sim", case="search-decision", workers=16, seed=0, schedule="bsp:0.375,asp",
+        timing="SIMULATED", bsp_share=0.375, extra={"trials": 10},
+    )  # fmt: skip
+    source.append(decision)
+    source.append(row("online", 0, 0.969, 30.0, 0.45))  # not a decision: not taken
+    log = online_eval.RunLog(tmp_path / "paired" / "runs.jsonl")
+    runner = online_eval.Runner("sim", log, tmp_path, dataset=None)
+    runner.use_search_decisions(source.path)
+    runner.use_search_decisions(source.path)  # once only
+    [taken] = [online_eval.row_from(online_eval.EvalRow, r) for r in log.read()]
+    assert taken.schedule == "bsp:0.375,asp" and taken.extra["trials"] == 10
+    assert taken.extra["reused_from"] == str(source.path)
+    found = online_eval.run_search_at(runner, 16, repeats=2, resolution=1 / 64)
+    assert found.schedule == "bsp:0.375,asp"  # no search is run
