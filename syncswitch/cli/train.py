@@ -278,8 +278,9 @@ def _check_switch_options(
             file=sys.stderr,
         )
         return
+    verb = "apply" if len(given) > 1 else "applies"
     raise ConfigError(
-        f"{flags} apply to a schedule with an online END (--schedule online, or e.g. "
+        f"{flags} {verb} to a schedule with an online END (--schedule online, or e.g. "
         f"bsp:online,asp); schedule {config.schedule!r} has none: drop them or make it online"
     )
 
