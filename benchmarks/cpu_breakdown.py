@@ -57,8 +57,8 @@ from harness import (
 )
 
 from syncswitch.config import TrainConfig
-from syncswitch.core.optimizer import FlatParameters
-from syncswitch.core.sharding import BatchStream
+from syncswitch.core.sync.optimizer import FlatParameters
+from syncswitch.core.sync.sharding import BatchStream
 from syncswitch.rundir import names
 from syncswitch.runtime.ray.connect import start_local
 from syncswitch.runtime.train import train

@@ -30,11 +30,11 @@ import harness
 import torch
 
 from syncswitch.control.plan import STATS_COORDINATES
-from syncswitch.core.gradient_stats import RoundStatsAccumulator
-from syncswitch.core.optimizer import FlatSGD
-from syncswitch.core.protocol import Schedule
-from syncswitch.core.records import Gradient
-from syncswitch.core.synchronizer import SyncConfig, Synchronizer
+from syncswitch.core.sync.optimizer import FlatSGD
+from syncswitch.core.sync.protocol import Schedule
+from syncswitch.core.sync.records import Gradient
+from syncswitch.core.sync.synchronizer import SyncConfig, Synchronizer
+from syncswitch.core.timing.gradient_stats import RoundStatsAccumulator
 
 SIZES = {"cnn1d": 5_210, "resnet20": 269_722}
 # The server's CPU to read one gradient off its socket (docs/performance.md, capacity run).
@@ -94,7 +94,7 @@ def _measurement(numel: int, workers: int, every: int, admission: bool):
     coordinates = STATS_COORDINATES if numel > 2 * STATS_COORDINATES else 0
     accumulator = RoundStatsAccumulator(numel, every=every, coordinates=coordinates)
     # What the admission check hands over (its dot replaces its sum, so costs it nothing more
-    # at cnn1d's size: core/gradients.py check_gradient).
+    # at cnn1d's size: core/sync/admission.py check_gradient).
     squares = [float(torch.dot(g, g)) for g in grads] if admission else None
     version = [0]
 

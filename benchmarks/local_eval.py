@@ -9,7 +9,7 @@ are not run again), `--show` prints the tables without running.
 
 sim: MNIST-1D (20,000 samples), batch 32, lr 0.2 (cosine), momentum 0.9, 20 ms steps with
 jitter 0.2, divergence guard off, on the default cluster (10 GbE, 50 us) and on the
-bandwidth-poor preset wan-1g (1 Gbps per worker, 25 ms one way; core/cluster.py says where
+bandwidth-poor preset wan-1g (1 Gbps per worker, 25 ms one way; core/cluster/model.py says where
 the numbers come from). Cases: BSP, ASP, bsp:0.25,asp, local-4, local-16, post-local
 (bsp:0.25,local-16), adaptive H (bsp:0.25,local-4 with --local-steps-rule qsr) and DiLoCo
 (bsp:0.25,local-16 with --outer-optimizer nesterov --outer-lr 0.7). Columns: final accuracy,

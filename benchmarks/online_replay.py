@@ -29,8 +29,8 @@ import statistics
 from pathlib import Path
 
 from syncswitch.control.plan import stats_every
-from syncswitch.core.gradient_stats import ExponentialAverage
-from syncswitch.core.switch_timing import (
+from syncswitch.core.timing.gradient_stats import ExponentialAverage
+from syncswitch.core.timing.rules import (
     GradientPoint,
     LossPlateauRule,
     LossPoint,

@@ -35,8 +35,8 @@ from harness import (
 )
 
 from syncswitch.config import TrainConfig
-from syncswitch.core.optimizer import FlatParameters
-from syncswitch.core.sharding import BatchStream, worker_shard
+from syncswitch.core.sync.optimizer import FlatParameters
+from syncswitch.core.sync.sharding import BatchStream, worker_shard
 from syncswitch.runtime.train import train
 from syncswitch.workloads import build_model, load_dataset, prepare_batch
 

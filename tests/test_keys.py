@@ -3,8 +3,8 @@
 import pytest
 
 from syncswitch.config import make_config
-from syncswitch.core.cluster import ClusterError, parse_cluster
-from syncswitch.core.faults import FaultError, parse_faults
+from syncswitch.core.cluster.model import ClusterError, parse_cluster
+from syncswitch.core.reliability.faults import FaultError, parse_faults
 from syncswitch.errors import ConfigError
 from syncswitch.keys import did_you_mean, unknown_key_problem
 

@@ -40,7 +40,7 @@ import numpy as np
 from syncswitch.calibration.host import recorded_compute_ms, timed_costs
 from syncswitch.config import TrainConfig, make_config
 from syncswitch.config.limits import MAX_WORKERS
-from syncswitch.core.cluster import (
+from syncswitch.core.cluster.model import (
     ClusterModel,
     ComputeModel,
     HostCpuModel,

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from syncswitch.config import TrainConfig
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.shard import ServerShard
-from syncswitch.core.optimizer import flatten_parameters
-from syncswitch.core.records import Gradient
+from syncswitch.core.sync.optimizer import flatten_parameters
+from syncswitch.core.sync.records import Gradient
 from syncswitch.rundir import RunData
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.workloads import ArrayDataset, build_model

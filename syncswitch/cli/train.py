@@ -245,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
     values = config_values(args)
     schedule_source = None
     if _is_auto(values.get("schedule")):
-        from syncswitch.timing.auto import auto_schedule, describe_source
+        from syncswitch.recurring.auto import auto_schedule, describe_source
 
         values["schedule"], schedule_source = auto_schedule(make_config(values), args.registry)
         print(f"syncswitch: {describe_source(schedule_source)}", file=sys.stderr)
@@ -328,8 +328,8 @@ def _store_online_share(args: argparse.Namespace, config: TrainConfig, summary: 
     """An online run's chosen share goes to the registry for `--schedule auto` next time."""
     if summary.online_timing is None:
         return
+    from syncswitch.recurring.online import record_online_decision
     from syncswitch.registry import RegistryError
-    from syncswitch.timing.online import record_online_decision
 
     try:
         stored = record_online_decision(config, summary, args.registry)

@@ -45,7 +45,8 @@ from syncswitch.config.limits import (
     PLACEMENTS,
     RUNTIMES,
 )
-from syncswitch.core.cluster import (
+from syncswitch.core.cluster.emulation import EmulationConfig
+from syncswitch.core.cluster.model import (
     DEFAULT_STEP_TIME_MS,
     ClusterError,
     ClusterModel,
@@ -53,16 +54,15 @@ from syncswitch.core.cluster import (
     parse_cluster,
     preset,
 )
-from syncswitch.core.emulation import EmulationConfig
-from syncswitch.core.faults import FaultPlan, parse_faults
-from syncswitch.core.hyperparams import LrSchedule, LrScheduleKind, MomentumPolicy
-from syncswitch.core.local import LocalConfig, LocalStepsRule, OuterOptimizerKind, StatePolicy
-from syncswitch.core.online import OnlineConfig
-from syncswitch.core.policies import OnlinePolicyKind
-from syncswitch.core.protocol import Protocol, Schedule, ScheduleError
-from syncswitch.core.scenarios import StragglerScenario, build_scenario
-from syncswitch.core.stragglers import DetectorConfig
-from syncswitch.core.switch_timing import RULE_NAMES
+from syncswitch.core.reliability.faults import FaultPlan, parse_faults
+from syncswitch.core.stragglers.detector import DetectorConfig
+from syncswitch.core.stragglers.monitor import OnlineConfig
+from syncswitch.core.stragglers.policies import OnlinePolicyKind
+from syncswitch.core.stragglers.scenarios import StragglerScenario, build_scenario
+from syncswitch.core.sync.hyperparams import LrSchedule, LrScheduleKind, MomentumPolicy
+from syncswitch.core.sync.local import LocalConfig, LocalStepsRule, OuterOptimizerKind, StatePolicy
+from syncswitch.core.sync.protocol import Protocol, Schedule, ScheduleError
+from syncswitch.core.timing.rules import RULE_NAMES
 from syncswitch.errors import ConfigError
 from syncswitch.loggers import LOGGERS
 from syncswitch.loggers import missing_packages as missing_logger_packages
@@ -130,7 +130,7 @@ class TrainConfig:
         "an online phase ends by this fraction of training at the latest, whatever the signal",
         range=Range(0, 1, low_open=True, high_open=True),
     )
-    # Local-H phases (core/local.py, docs/local-updates.md).
+    # Local-H phases (core/sync/local.py, docs/local-updates.md).
     outer_optimizer: str = _opt(
         "average",
         "local-H phases: how a round of workers' model deltas is applied: average (local "
@@ -510,7 +510,7 @@ class TrainConfig:
         if self._parsed.schedule is None:
             raise ConfigError(
                 "schedule 'auto' must be resolved before training: use `syncswitch train` or "
-                "syncswitch.timing.resolve_auto_schedule(config)"
+                "syncswitch.recurring.resolve_auto_schedule(config)"
             )
         return self._parsed.schedule
 
@@ -532,7 +532,7 @@ class TrainConfig:
         return self._parsed.cluster or self._build_cluster()
 
     def local_config(self) -> LocalConfig:
-        """How local-H phases run (core/local.py)."""
+        """How local-H phases run (core/sync/local.py)."""
         return LocalConfig(
             outer=OuterOptimizerKind(self.outer_optimizer),
             outer_lr=self.outer_lr,

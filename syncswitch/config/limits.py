@@ -14,7 +14,7 @@ DEFAULT_MODEL = {"mnist1d": "cnn1d", "cifar10": "resnet20", "cifar100": "resnet3
 DEVICES = ("auto", "cpu", "cuda")
 PLACEMENTS = ("pack", "spread", "strict-spread")
 # `schedule: auto` names the job's stored timing decision; it is resolved from the registry
-# (syncswitch.timing.auto) before training, so a run never sees it.
+# (syncswitch.recurring.auto) before training, so a run never sees it.
 AUTO_SCHEDULE = "auto"
 
 MAX_WORKERS = 1024

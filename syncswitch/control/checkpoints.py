@@ -10,8 +10,8 @@ from dataclasses import replace
 from syncswitch.control.record import RunRecord
 from syncswitch.control.run_state import RunCheckpoint
 from syncswitch.control.shard import ShardReport
-from syncswitch.core.checkpoint import CheckpointStore, LoadedCheckpoint
-from syncswitch.core.records import Snapshot
+from syncswitch.core.reliability.checkpoints import CheckpointStore, LoadedCheckpoint
+from syncswitch.core.sync.records import Snapshot
 from syncswitch.rundir import RunWriter, names
 
 CHECKPOINT_DIR = names.CHECKPOINTS

@@ -61,8 +61,8 @@ from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.control.stragglers import OnlinePolicy
 from syncswitch.control.summary import build_summary, traffic_of
 from syncswitch.control.timing import OnlineTiming
-from syncswitch.core.checkpoint import CheckpointError, LoadedCheckpoint
-from syncswitch.core.records import Decision, EvalPoint, Snapshot, WorkerStats
+from syncswitch.core.reliability.checkpoints import CheckpointError, LoadedCheckpoint
+from syncswitch.core.sync.records import Decision, EvalPoint, Snapshot, WorkerStats
 from syncswitch.files import write_atomic
 from syncswitch.rundir import RunWriter, Summary, names
 

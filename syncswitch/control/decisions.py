@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from syncswitch.core.hyperparams import MomentumPolicy
-from syncswitch.core.protocol import ProtocolSpec
-from syncswitch.core.records import Decision, EvalPoint
-from syncswitch.core.sync_state import SynchronizerState
+from syncswitch.core.sync.hyperparams import MomentumPolicy
+from syncswitch.core.sync.protocol import ProtocolSpec
+from syncswitch.core.sync.records import Decision, EvalPoint
+from syncswitch.core.sync.state import SynchronizerState
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""The divergence guard's glue: losses from the first shard go to the guard (core.divergence);
-a verdict becomes a rollback to the last healthy checkpoint, or a logged give-up."""
+"""The divergence guard's glue: losses from the first shard go to the guard
+(core.reliability.divergence); a verdict becomes a rollback to the last healthy checkpoint, or a
+logged give-up."""
 
 from __future__ import annotations
 
@@ -12,15 +13,15 @@ from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ShardReport, ShardState
-from syncswitch.core.checkpoint import CheckpointError
-from syncswitch.core.divergence import (
+from syncswitch.core.reliability.checkpoints import CheckpointError
+from syncswitch.core.reliability.divergence import (
     Divergence,
     DivergenceGuard,
     GiveUp,
     GuardConfig,
     rollback_decision,
 )
-from syncswitch.core.records import Action, Decision
+from syncswitch.core.sync.records import Action, Decision
 
 
 class DivergenceWatch:

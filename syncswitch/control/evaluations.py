@@ -13,7 +13,7 @@ import numpy as np
 
 from syncswitch.control.decisions import Evaluate
 from syncswitch.control.shard import ShardReport
-from syncswitch.core.records import EvalPoint
+from syncswitch.core.sync.records import EvalPoint
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from syncswitch.control.failures import WorkerFailure
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardState
-from syncswitch.core.records import Action, WorkerStats
+from syncswitch.core.sync.records import Action, WorkerStats
 from syncswitch.rundir import RunWriter
 
 

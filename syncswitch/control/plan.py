@@ -12,15 +12,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from syncswitch.config import ConfigError, TrainConfig
-from syncswitch.core.cluster import ClusterModel
-from syncswitch.core.divergence import RollbackConfig
-from syncswitch.core.emulation import EmulationConfig
-from syncswitch.core.faults import FaultPlan
-from syncswitch.core.hyperparams import MomentumPolicy
-from syncswitch.core.online import OnlineConfig
-from syncswitch.core.protocol import Protocol, Schedule
-from syncswitch.core.switch_timing import Rule, ShareBounds, make_rule, rule_threshold, uses_losses
-from syncswitch.core.synchronizer import SyncConfig
+from syncswitch.core.cluster.emulation import EmulationConfig
+from syncswitch.core.cluster.model import ClusterModel
+from syncswitch.core.reliability.divergence import RollbackConfig
+from syncswitch.core.reliability.faults import FaultPlan
+from syncswitch.core.stragglers.monitor import OnlineConfig
+from syncswitch.core.sync.hyperparams import MomentumPolicy
+from syncswitch.core.sync.protocol import Protocol, Schedule
+from syncswitch.core.sync.synchronizer import SyncConfig
+from syncswitch.core.timing.rules import Rule, ShareBounds, make_rule, rule_threshold, uses_losses
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ import numpy as np
 from syncswitch.control.evaluations import MetricsRow
 from syncswitch.control.failures import FailureEntry, failure_from_record
 from syncswitch.control.timing import TimingHistory
-from syncswitch.core.records import Decision, StragglerRecord, SwitchEvent
+from syncswitch.core.stragglers.detector import StragglerRecord
+from syncswitch.core.sync.records import Decision, SwitchEvent
 
 
 @dataclass

@@ -18,11 +18,11 @@ import torch
 
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.run_state import RunCheckpoint
-from syncswitch.core.checkpoint import LoadedCheckpoint
-from syncswitch.core.optimizer import FlatSGD
-from syncswitch.core.sharding import parameter_shards
-from syncswitch.core.sync_state import SynchronizerState, restore
-from syncswitch.core.synchronizer import Synchronizer
+from syncswitch.core.reliability.checkpoints import LoadedCheckpoint
+from syncswitch.core.sync.optimizer import FlatSGD
+from syncswitch.core.sync.sharding import parameter_shards
+from syncswitch.core.sync.state import SynchronizerState, restore
+from syncswitch.core.sync.synchronizer import Synchronizer
 
 # Beyond the tensors (weights and momentum, 4 bytes per parameter each), a state holds the
 # run's record: metrics, decisions and failures, a few MB even for a long run.

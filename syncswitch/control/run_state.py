@@ -2,7 +2,7 @@
 
 A checkpoint is every server shard's `SynchronizerState` and the controller's `RunRecord`. Its
 plain form (a dict of tensors and plain data, written with torch.save and read with
-weights_only=True by core/checkpoint.py) carries a format version:
+weights_only=True by core/reliability/checkpoints.py) carries a format version:
 
 - version 2 (this code writes it): {"format_version": 2, "servers": [...], "controller": {...},
   "total_samples": N} (the workload it was taken in, so a resume under a changed workload is
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from syncswitch.control.record import RunRecord
-from syncswitch.core.checkpoint import LoadedCheckpoint
-from syncswitch.core.sync_state import StateFormatError, SynchronizerState
+from syncswitch.core.reliability.checkpoints import LoadedCheckpoint
+from syncswitch.core.sync.state import StateFormatError, SynchronizerState
 
 STATE_VERSION = 2
 _READABLE = (1, 2)

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from syncswitch.core.hyperparams import MomentumPolicy
-from syncswitch.core.local import LocalRound
-from syncswitch.core.online import carry_out
-from syncswitch.core.optimizer import FlatSGD
-from syncswitch.core.protocol import ProtocolSpec
-from syncswitch.core.records import (
+from syncswitch.core.stragglers.monitor import carry_out
+from syncswitch.core.sync.hyperparams import MomentumPolicy
+from syncswitch.core.sync.local import LocalRound
+from syncswitch.core.sync.optimizer import FlatSGD
+from syncswitch.core.sync.protocol import ProtocolSpec
+from syncswitch.core.sync.records import (
     Accounting,
     Decision,
     Gradient,
@@ -30,9 +30,9 @@ from syncswitch.core.records import (
     Snapshot,
     StepObservation,
 )
-from syncswitch.core.sync_state import SynchronizerState, roll_back, take_snapshot
-from syncswitch.core.sync_state import restore as restore_state
-from syncswitch.core.synchronizer import SyncConfig, Synchronizer
+from syncswitch.core.sync.state import SynchronizerState, roll_back, take_snapshot
+from syncswitch.core.sync.state import restore as restore_state
+from syncswitch.core.sync.synchronizer import SyncConfig, Synchronizer
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,16 @@ from syncswitch.control.decisions import ApplyPolicyDecision
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardReport, ShardState
-from syncswitch.core.online import OnlineMonitor
-from syncswitch.core.protocol import ASP, ProtocolSpec
-from syncswitch.core.records import Action, Decision
+from syncswitch.core.stragglers.monitor import OnlineMonitor
+from syncswitch.core.sync.protocol import ASP, ProtocolSpec
+from syncswitch.core.sync.records import Action, Decision
 from syncswitch.rundir import RunWriter
 
 
 @dataclass
 class PolicyView:
-    """The run as an online policy may read it (core.policies.RunView), as last seen here."""
+    """The run as an online policy may read it (core.stragglers.policies.RunView), as last seen
+    here."""
 
     spec: ProtocolSpec = ASP
     scheduled_spec: ProtocolSpec = ASP

@@ -13,9 +13,9 @@ import numpy as np
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardState
-from syncswitch.core.records import Accounting, WorkerStats
-from syncswitch.core.stragglers import EventKind
-from syncswitch.core.switch_timing import TIMING_POLICY
+from syncswitch.core.stragglers.detector import EventKind
+from syncswitch.core.sync.records import Accounting, WorkerStats
+from syncswitch.core.timing.rules import TIMING_POLICY
 from syncswitch.rundir import GradientCounts, OnlineTimingSummary, Reliability, Summary, Switch
 
 

@@ -1,9 +1,9 @@
 """Online timing's glue: when the schedule's online phase ends, decided from measured signals.
 
 Every shard measures its slice's gradient statistics in each BSP round of the online phase
-(core/gradient_stats.py) and sends the partial sums in its report. Here the partials of one
+(core/timing/gradient_stats.py) and sends the partial sums in its report. Here the partials of one
 round are added over the shards (so `--servers N` sees the whole gradient), fed to one
-estimator, and every `check_every` of progress the rule (core/switch_timing.py) is asked
+estimator, and every `check_every` of progress the rule (core/timing/rules.py) is asked
 whether to leave BSP, within the share's floor and ceiling. A pure loss-plateau rule reads the
 evaluator's test losses instead. A switch goes to every shard as a typed decision with its
 reason, like an online straggler policy's; shards end the phase in place at a version
@@ -24,10 +24,14 @@ from typing import Any
 from syncswitch.control.decisions import ApplyPolicyDecision
 from syncswitch.control.plan import TimingPlan
 from syncswitch.control.shard import ShardReport, ShardState
-from syncswitch.core.gradient_stats import GradientStatsEstimator, RoundPartials, add_partials
-from syncswitch.core.protocol import ProtocolSpec
-from syncswitch.core.records import Action, Decision
-from syncswitch.core.switch_timing import (
+from syncswitch.core.sync.protocol import ProtocolSpec
+from syncswitch.core.sync.records import Action, Decision
+from syncswitch.core.timing.gradient_stats import (
+    GradientStatsEstimator,
+    RoundPartials,
+    add_partials,
+)
+from syncswitch.core.timing.rules import (
     SIGNAL_KEYS,
     TIMING_POLICY,
     GradientPoint,

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from syncswitch.core.protocol import Schedule, ScheduleError
-from syncswitch.core.records import DropRecord, UpdateRecord
+from syncswitch.core.sync.protocol import Schedule, ScheduleError
+from syncswitch.core.sync.records import DropRecord, UpdateRecord
 from syncswitch.errors import ConfigError
 from syncswitch.loggers.base import Point, RunLogger
 from syncswitch.rundir.summary import RUNNING, Summary

@@ -114,7 +114,7 @@ class MlflowLogger(RunLogger):
             _RESUME_TAG: key,
             "syncswitch.run_dir": str(self.run_dir),
             "syncswitch.schedule": str(config.get("schedule")),
-            "syncswitch.timing": timing_kind(config),
+            "syncswitch.recurring": timing_kind(config),
         }
         run = client.create_run(experiment_id, run_name=self.run_dir.name, tags=tags)
         self.run_id = run.info.run_id

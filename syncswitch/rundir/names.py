@@ -15,7 +15,7 @@ EVENTS = "events.jsonl"  # switches, decisions, failures, checkpoints: one JSON 
 WORKER_STEPS = "worker_steps.csv"  # per-worker step-time statistics, written at the end
 # The trained model's state_dict (runs before 0.2: {"flat_weights": tensor}).
 FINAL_WEIGHTS = "final_weights.pt"
-CHECKPOINTS = "checkpoints"  # the checkpoint directory (syncswitch.core.checkpoint)
+CHECKPOINTS = "checkpoints"  # the checkpoint directory (syncswitch.core.reliability.checkpoints)
 ACTORS = "actors.json"  # which process is which and where it runs (Ray runtime)
 LIBRARY_LOG = "ray.log"  # Ray's and PyTorch's own output, unless --verbose
 TENSORBOARD = "tensorboard"  # --logger tensorboard's event files

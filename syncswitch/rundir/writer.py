@@ -35,7 +35,7 @@ from syncswitch.rundir import names
 from syncswitch.rundir.summary import Summary
 
 if TYPE_CHECKING:  # the loggers import torch; a writer without loggers never needs them
-    from syncswitch.core.records import DropRecord, UpdateRecord
+    from syncswitch.core.sync.records import DropRecord, UpdateRecord
     from syncswitch.loggers import RunLogger
 
 _TIMED_METRICS = names.METRIC_COLUMNS[: -len(names.TIMING_COLUMNS)]

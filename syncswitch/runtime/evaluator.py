@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from syncswitch.core.optimizer import load_flat_parameters
+from syncswitch.core.sync.optimizer import load_flat_parameters
 from syncswitch.workloads import ArrayDataset, prepare_batch
 
 if TYPE_CHECKING:  # Ray is imported only when a Ray actor asks where it runs

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from syncswitch.core.optimizer import FlatParameters
+from syncswitch.core.sync.optimizer import FlatParameters
 from syncswitch.workloads import ArrayDataset, prepare_batch
 
 

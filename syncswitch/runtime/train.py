@@ -25,7 +25,11 @@ from syncswitch.control.controller import (
 )
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.resume_check import ResumeCheck, say_refused
-from syncswitch.core.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
+from syncswitch.core.reliability.checkpoints import (
+    CheckpointError,
+    CheckpointStore,
+    LoadedCheckpoint,
+)
 from syncswitch.errors import ConfigError, RunDirError
 from syncswitch.loggers import make_loggers
 from syncswitch.rundir import RunWriter, Summary, default_run_dir, names, read_summary_if_any

@@ -18,16 +18,35 @@ PACKAGE = Path(__file__).resolve().parents[2] / "syncswitch"
 RAY = "ray"
 RUNTIMES = "syncswitch.runtime"  # any runtime: its Ray internals and its drivers
 RAY_RUNTIME = "syncswitch.runtime.ray"
+# core/ imports nothing of the package above it but the leaf modules.
+LAYERS_ABOVE_CORE = tuple(
+    f"syncswitch.{name}"
+    for name in (
+        "calibration",
+        "cli",
+        "config",
+        "control",
+        "loggers",
+        "recurring",
+        "registry",
+        "reports",
+        "rundir",
+        "workloads",
+    )
+)
+# core/'s subpackages, lowest first: each imports only those before it, so the imports between
+# them run one way (docs/architecture.md draws it).
+CORE_LAYERS = ("timing", "sync", "stragglers", "reliability", "cluster")
 # Package (a folder under syncswitch/) -> what it may not import, even lazily. Every one of
 # them works with Ray absent. calibration replays a job through `runtime.train` (on the
 # simulator), and the simulator and the data plane are runtimes themselves: those three may
 # import the runtime package, never its Ray part.
 RULES: dict[str, tuple[str, ...]] = {
-    "core": (RAY, RUNTIMES),
+    "core": (RAY, RUNTIMES, *LAYERS_ABOVE_CORE),
     "control": (RAY, RUNTIMES),
     "rundir": (RAY, RUNTIMES),
     "config": (RAY, RUNTIMES),
-    "timing": (RAY, RUNTIMES),
+    "recurring": (RAY, RUNTIMES),
     "registry": (RAY, RUNTIMES),
     "reports": (RAY, RUNTIMES),
     "loggers": (RAY, RUNTIMES),
@@ -91,3 +110,34 @@ def test_every_ray_free_package_imports_with_ray_absent() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def _core_layer_rules() -> dict[str, tuple[str, ...]]:
+    """core/NAME -> the core subpackages it may not import: itself and every one above it may
+    import it, not the other way round."""
+    rules = {}
+    for i, name in enumerate(CORE_LAYERS):
+        above = CORE_LAYERS[i + 1 :]
+        # reliability and stragglers sit side by side: neither imports the other
+        beside = {"stragglers": ("reliability",), "reliability": ("stragglers",)}.get(name, ())
+        rules[name] = tuple(f"syncswitch.core.{other}" for other in (*above, *beside))
+    return rules
+
+
+def test_core_is_only_subpackages() -> None:
+    # A module straight under core/ would belong to no layer: every concept has its folder.
+    loose = sorted(p.name for p in (PACKAGE / "core").glob("*.py") if p.name != "__init__.py")
+    assert loose == []
+    folders = sorted(p.name for p in (PACKAGE / "core").iterdir() if (p / "__init__.py").exists())
+    assert folders == sorted(CORE_LAYERS)
+
+
+@pytest.mark.parametrize(("layer", "forbidden"), sorted(_core_layer_rules().items()))
+def test_core_subpackages_import_one_way(layer: str, forbidden: tuple[str, ...]) -> None:
+    offending = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: import {module}"
+        for path in sorted((PACKAGE / "core" / layer).rglob("*.py"))
+        for line, module in _imports(path)
+        if _forbidden(module, forbidden)
+    ]
+    assert offending == [], "\n".join(offending)

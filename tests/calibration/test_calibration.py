@@ -9,7 +9,7 @@ import yaml
 from syncswitch.calibration import calibrate, cluster_yaml
 from syncswitch.cli.main import main
 from syncswitch.config import TrainConfig
-from syncswitch.core.cluster import parse_cluster
+from syncswitch.core.cluster.model import parse_cluster
 from syncswitch.errors import ConfigError
 from syncswitch.runtime.train import train
 

@@ -9,7 +9,7 @@ import pytest
 import syncswitch.config.job as job_module
 from syncswitch.cli.main import main
 from syncswitch.config import TrainConfig
-from syncswitch.core.protocol import Schedule
+from syncswitch.core.sync.protocol import Schedule
 
 JOB = [
     "train", "--runtime", "sim", "--workers", "2", "--epochs", "1", "--mnist1d-samples", "200",

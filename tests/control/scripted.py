@@ -41,10 +41,10 @@ from syncswitch.control.dispatch import DecisionDispatch, Handler
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ServerShard
-from syncswitch.core.checkpoint import CheckpointStore, LoadedCheckpoint
-from syncswitch.core.records import Gradient, WorkerStats
-from syncswitch.core.sharding import parameter_shards
-from syncswitch.core.sync_state import SynchronizerState
+from syncswitch.core.reliability.checkpoints import CheckpointStore, LoadedCheckpoint
+from syncswitch.core.sync.records import Gradient, WorkerStats
+from syncswitch.core.sync.sharding import parameter_shards
+from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.rundir import RunWriter
 
 STEP_S = 0.02

@@ -10,7 +10,7 @@ import numpy as np
 from syncswitch.control.checkpoints import CheckpointKeeper
 from syncswitch.control.evaluations import EvaluationAssembly
 from syncswitch.control.record import RunRecord
-from syncswitch.core.records import EvalPoint
+from syncswitch.core.sync.records import EvalPoint
 from syncswitch.rundir import RunWriter
 
 

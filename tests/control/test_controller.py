@@ -20,7 +20,7 @@ from syncswitch.control.decisions import (
     RollBack,
     StartWorker,
 )
-from syncswitch.core.protocol import BSP
+from syncswitch.core.sync.protocol import BSP
 from tests.control.scripted import ScriptedRun, Stopped
 
 

@@ -14,8 +14,12 @@ from pathlib import Path
 import pytest
 
 from syncswitch.control.decisions import ApplyPolicyDecision
-from syncswitch.core.gradient_stats import GradientSignals, GradientStatsEstimator, RoundPartials
-from syncswitch.core.switch_timing import TIMING_POLICY, StalenessNoiseRule
+from syncswitch.core.timing.gradient_stats import (
+    GradientSignals,
+    GradientStatsEstimator,
+    RoundPartials,
+)
+from syncswitch.core.timing.rules import TIMING_POLICY, StalenessNoiseRule
 from syncswitch.rundir import names, read_summary
 from tests.control.scripted import ScriptedRun
 

@@ -12,11 +12,11 @@ from syncswitch.control.evaluations import MetricsRow
 from syncswitch.control.failures import RunResumed, ServerFailure, WorkerFailure
 from syncswitch.control.record import RunRecord
 from syncswitch.control.run_state import STATE_VERSION, RunCheckpoint, run_checkpoint
-from syncswitch.core.checkpoint import CheckpointStore, RefusalKind
-from syncswitch.core.protocol import BSP
-from syncswitch.core.records import Action, Decision, StragglerRecord, SwitchEvent
-from syncswitch.core.stragglers import EventKind
-from syncswitch.core.sync_state import StateFormatError
+from syncswitch.core.reliability.checkpoints import CheckpointStore, RefusalKind
+from syncswitch.core.stragglers.detector import EventKind, StragglerRecord
+from syncswitch.core.sync.protocol import BSP
+from syncswitch.core.sync.records import Action, Decision, SwitchEvent
+from syncswitch.core.sync.state import StateFormatError
 from tests.control.scripted import ScriptedRun
 from tests.security.helpers import valid_state
 

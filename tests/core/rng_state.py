@@ -1,7 +1,7 @@
 """Random number generator state as plain data, for checkpoint tests.
 
 The states of `random.Random`, a numpy Generator and a torch generator, in the form
-`syncswitch.core.checkpoint.check_plain` accepts, and back. Only the tests use them.
+`syncswitch.core.reliability.checkpoints.check_plain` accepts, and back. Only the tests use them.
 """
 
 from __future__ import annotations

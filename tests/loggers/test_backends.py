@@ -98,7 +98,7 @@ def test_mlflow_store_in_the_run_directory_holds_the_metrics(logged_run):
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED" and run.info.run_name == logged_run.name
     assert run.data.params["workers"] == "2" and run.data.params["schedule"] == "bsp:0.25,asp"
-    assert run.data.tags["syncswitch.timing"] == "real"
+    assert run.data.tags["syncswitch.recurring"] == "real"
     assert "bsp -> asp" in run.data.tags["syncswitch.last_switches"]
     metrics = read_csv(logged_run / "metrics.csv")
     history = client.get_metric_history(run.info.run_id, "test/accuracy")

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from syncswitch.core.records import DropRecord, UpdateRecord
+from syncswitch.core.sync.records import DropRecord, UpdateRecord
 from syncswitch.loggers.base import Point, RunLogger
 from syncswitch.loggers.feed import LoggerFeed
 from tests.rundir.samples import sample_summary

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from syncswitch.cli.main import main
 from syncswitch.config import TrainConfig
+from syncswitch.recurring.auto import auto_schedule, describe_source
+from syncswitch.recurring.online import online_share, record_online_decision
 from syncswitch.registry import ONLINE, SEARCH, Registry, describe_job, fingerprint
 from syncswitch.rundir import OnlineTimingSummary, Summary
-from syncswitch.timing.auto import auto_schedule, describe_source
-from syncswitch.timing.online import online_share, record_online_decision
 from tests.rundir.samples import sample_summary
 
 

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from syncswitch.cli.run_summary import summary_json, summary_table
-from syncswitch.core.records import DropRecord, UpdateRecord
+from syncswitch.core.sync.records import DropRecord, UpdateRecord
 from syncswitch.errors import RunDirError
 from syncswitch.rundir import (
     DROP_COLUMNS,

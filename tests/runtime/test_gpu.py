@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from syncswitch.core.optimizer import FlatParameters
+from syncswitch.core.sync.optimizer import FlatParameters
 from tests.runtime.jobs import run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,7 +69,7 @@ def test_two_workers_train_on_cuda_and_every_gradient_is_accounted(
     assert actors["evaluator"]["device"] == "cuda"
     assert actors["server 0"]["device"] == server_device
     # Checkpoints hold CPU tensors whatever the server's device (they load without a GPU).
-    from syncswitch.core.checkpoint import CheckpointStore
+    from syncswitch.core.reliability.checkpoints import CheckpointStore
 
     state = CheckpointStore(result.run_dir / "checkpoints").load_latest().state
     optimizer = state["servers"][0]["optimizer"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from syncswitch.core.local import LocalRound
+from syncswitch.core.sync.local import LocalRound
 from syncswitch.rundir import names, read_summary
 from syncswitch.runtime.dataplane.wire import (
     REPLY,

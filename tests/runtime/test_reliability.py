@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from syncswitch.core.checkpoint import CheckpointStore
+from syncswitch.core.reliability.checkpoints import CheckpointStore
 from syncswitch.errors import TrainingStalled
 from tests.runtime.jobs import read_csv, run
 

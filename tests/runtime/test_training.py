@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from syncswitch.config import TrainConfig
-from syncswitch.core.sharding import BatchStream, worker_shard
+from syncswitch.core.sync.sharding import BatchStream, worker_shard
 from syncswitch.runtime.train import train
 from syncswitch.workloads import build_model, prepare_batch
 from tests.runtime.jobs import LR, read_updates, run

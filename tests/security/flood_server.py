@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
-from syncswitch.core.protocol import ASP, Schedule
-from syncswitch.core.synchronizer import SyncConfig
+from syncswitch.core.sync.protocol import ASP, Schedule
+from syncswitch.core.sync.synchronizer import SyncConfig
 from syncswitch.runtime.ray.server import ParameterServer
 
 VALUES = 64

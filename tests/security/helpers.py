@@ -20,10 +20,10 @@ from syncswitch.cli.main import main
 from syncswitch.config import make_config
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
-from syncswitch.core.checkpoint import CheckpointStore
-from syncswitch.core.optimizer import FlatSGD, flatten_parameters
-from syncswitch.core.sync_state import take_snapshot
-from syncswitch.core.synchronizer import Synchronizer
+from syncswitch.core.reliability.checkpoints import CheckpointStore
+from syncswitch.core.sync.optimizer import FlatSGD, flatten_parameters
+from syncswitch.core.sync.state import take_snapshot
+from syncswitch.core.sync.synchronizer import Synchronizer
 from syncswitch.workloads import build_model, load_dataset
 
 # A small job that resumes in seconds: what config.json holds for the run directories below.

@@ -616,7 +616,7 @@ def test_hostile_decisions_for_schedule_auto_end_in_one_line(registry_template, 
     """`--schedule auto` takes the stored decision: it must be refused as it is read, or be a
     schedule the config accepts (or refuses in one line)."""
     from syncswitch.config import TrainConfig, make_config
-    from syncswitch.timing.auto import auto_schedule
+    from syncswitch.recurring.auto import auto_schedule
 
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "registry.db"

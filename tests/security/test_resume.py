@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from syncswitch.cli.train import add_parser, config_for_resume
-from syncswitch.core.checkpoint import CheckpointStore
+from syncswitch.core.reliability.checkpoints import CheckpointStore
 from syncswitch.runtime.train import load_resume_checkpoint
 from tests.security.helpers import (
     SMALL_JOB,

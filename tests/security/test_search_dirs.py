@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from syncswitch.core.switch_search import TrialKey
+from syncswitch.core.timing.search import TrialKey
 from syncswitch.errors import UserError
+from syncswitch.recurring.search import SearchOptions, run_search, trial_dir
 from syncswitch.registry import Registry, fingerprint
-from syncswitch.timing.search import SearchOptions, run_search, trial_dir
 from tests.timing.test_search import JOB, ScriptedTrainer
 
 

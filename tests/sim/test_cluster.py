@@ -4,7 +4,7 @@ import pytest
 
 from syncswitch.cli.main import main
 from syncswitch.config import TrainConfig
-from syncswitch.core.cluster import (
+from syncswitch.core.cluster.model import (
     DEFAULT_STEP_TIME_MS,
     ClusterError,
     NetworkModel,

@@ -5,8 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from syncswitch.core.emulation import EmulationConfig
-from syncswitch.core.optimizer import flatten_parameters
+from syncswitch.core.cluster.emulation import EmulationConfig
+from syncswitch.core.sync.optimizer import flatten_parameters
 from syncswitch.runtime.ray.worker import Worker, WorkerSpec
 from syncswitch.runtime.sim.gradients import GradientComputer
 
@@ -29,7 +29,7 @@ def ray_twin(mnist, worker: int, sequence: int, batches: int | None = None) -> W
     )
     twin = Worker(spec)
     twin.dataset = mnist
-    from syncswitch.core.sharding import worker_shard
+    from syncswitch.core.sync.sharding import worker_shard
 
     twin._shard = worker_shard(len(mnist.y_train), worker, WORKERS, SEED)
     twin._position(sequence, batches)

@@ -5,7 +5,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from syncswitch.core.cluster import ClusterModel, HostCpuModel, NodeModel, parse_cluster, preset
+from syncswitch.core.cluster.model import (
+    ClusterModel,
+    HostCpuModel,
+    NodeModel,
+    parse_cluster,
+    preset,
+)
 from tests.sim.test_sim_runtime import simulate
 
 # 4 workers, 20 ms steps, nothing else costing time unless a test says so.

@@ -2,8 +2,8 @@
 
 from syncswitch.cli.main import main
 from syncswitch.config import TrainConfig
+from syncswitch.recurring.auto import describe_source, resolve_auto_schedule
 from syncswitch.registry import fingerprint
-from syncswitch.timing.auto import describe_source, resolve_auto_schedule
 
 JOB = ["--workers", "4", "--mnist1d-samples", "1000", "--epochs", "2", "--batch-size", "16"]
 

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from syncswitch.config import TrainConfig
-from syncswitch.core.optimizer import flatten_parameters
-from syncswitch.core.sharding import BatchStream, worker_shard
+from syncswitch.core.sync.optimizer import flatten_parameters
+from syncswitch.core.sync.sharding import BatchStream, worker_shard
 from syncswitch.runtime.train import train
 from syncswitch.workloads import build_model, prepare_batch
 from tests.sim.interrupt import InterruptAfter

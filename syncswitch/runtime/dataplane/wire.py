@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from syncswitch.core.local import LocalRound
+from syncswitch.core.sync.local import LocalRound
 
 TOKEN_BYTES = 16
 PROBE_S = 1.0  # a worker waiting longer than this asks whether its servers are alive

@@ -20,12 +20,12 @@ import ray
 import torch
 
 from syncswitch.control.shard import ServerShard, ShardReport
-from syncswitch.core.hyperparams import MomentumPolicy
-from syncswitch.core.local import LocalRound
-from syncswitch.core.protocol import ProtocolSpec
-from syncswitch.core.records import Decision, Gradient, Outcome, Snapshot
-from syncswitch.core.sync_state import SynchronizerState
-from syncswitch.core.synchronizer import SyncConfig
+from syncswitch.core.sync.hyperparams import MomentumPolicy
+from syncswitch.core.sync.local import LocalRound
+from syncswitch.core.sync.protocol import ProtocolSpec
+from syncswitch.core.sync.records import Decision, Gradient, Outcome, Snapshot
+from syncswitch.core.sync.state import SynchronizerState
+from syncswitch.core.sync.synchronizer import SyncConfig
 from syncswitch.runtime.dataplane import Request, ServerEndpoint, encode_reply
 from syncswitch.runtime.ray.placement import ActorPlace, here
 

@@ -49,11 +49,11 @@ from syncswitch.control.decisions import (
 from syncswitch.control.dispatch import DecisionDispatch, Handler, raise_stop
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.run_state import run_checkpoint
-from syncswitch.core.checkpoint import LoadedCheckpoint
-from syncswitch.core.optimizer import flatten_parameters
-from syncswitch.core.records import EvalPoint
-from syncswitch.core.sharding import parameter_shards
-from syncswitch.core.sync_state import SynchronizerState
+from syncswitch.core.reliability.checkpoints import LoadedCheckpoint
+from syncswitch.core.sync.optimizer import flatten_parameters
+from syncswitch.core.sync.records import EvalPoint
+from syncswitch.core.sync.sharding import parameter_shards
+from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.rundir import Summary, names
 from syncswitch.runtime.progress import ProgressDisplay, starting
 from syncswitch.runtime.ray import placement

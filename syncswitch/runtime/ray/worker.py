@@ -1,6 +1,6 @@
 """The worker actor: computes real PyTorch gradients on its own shard; each step is one
 data-plane message to every server shard (runtime/dataplane.py) and their replies. In a
-local-H phase (core/local.py) the reply names the worker's round: it takes H steps of its own
+local-H phase (core/sync/local.py) the reply names the worker's round: it takes H steps of its own
 SGD and sends one delta, one message per H steps."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import ray
 import torch
 from ray.exceptions import GetTimeoutError
 
-from syncswitch.core.emulation import EmulationConfig, StepTimeModel
-from syncswitch.core.faults import Fault, FaultKind, inject
-from syncswitch.core.local import InnerLoop, LocalRound
-from syncswitch.core.optimizer import FlatParameters
-from syncswitch.core.records import WorkerStats
-from syncswitch.core.sharding import BatchStream, worker_shard
+from syncswitch.core.cluster.emulation import EmulationConfig, StepTimeModel
+from syncswitch.core.reliability.faults import Fault, FaultKind, inject
+from syncswitch.core.sync.local import InnerLoop, LocalRound
+from syncswitch.core.sync.optimizer import FlatParameters
+from syncswitch.core.sync.records import WorkerStats
+from syncswitch.core.sync.sharding import BatchStream, worker_shard
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.gradient import backward_on_batch
 from syncswitch.runtime.ray.placement import ActorPlace, here
@@ -121,7 +121,7 @@ class Worker:
             if local is None:
                 gradient, loss = self._gradient(weights)
             else:
-                # A local round: H steps of its own SGD, then one delta (core/local.py).
+                # A local round: H steps of its own SGD, then one delta (core/sync/local.py).
                 gradient, loss = self.inner.run(weights, local, self._gradient)
             gradient = self._inject_faults(gradient, progress)
             compute_s = time.perf_counter() - started

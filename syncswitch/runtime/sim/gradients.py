@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from syncswitch.core.emulation import EmulationConfig, StepTimeModel
-from syncswitch.core.optimizer import FlatParameters
-from syncswitch.core.sharding import BatchStream, worker_shard
+from syncswitch.core.cluster.emulation import EmulationConfig, StepTimeModel
+from syncswitch.core.sync.optimizer import FlatParameters
+from syncswitch.core.sync.sharding import BatchStream, worker_shard
 from syncswitch.runtime.gradient import backward_on_batch
 from syncswitch.workloads import ArrayDataset
 

@@ -1,12 +1,12 @@
 """The cluster's nodes in the simulator: where each process runs, the cores its host CPU
-queues for and the NIC its transfers between nodes queue for (core/cluster.py's `nodes`)."""
+queues for and the NIC its transfers between nodes queue for (core/cluster/model.py's `nodes`)."""
 
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
 
-from syncswitch.core.cluster import ClusterModel
+from syncswitch.core.cluster.model import ClusterModel
 from syncswitch.runtime.sim.engine import FifoQueue
 
 

@@ -3,7 +3,7 @@
 It does what the Ray supervisor does (runtime/ray/supervisor.py) with the same core objects,
 in one process: `ServerShard`s hold the parameters, every `POLL_S` of simulated time they are
 drained into the controller, and the controller's decisions are carried out at once. What a
-Ray run spends in real processes and sleeps, the cluster model (core/cluster.py) says here.
+Ray run spends in real processes and sleeps, the cluster model (core/cluster/model.py) says here.
 
 One worker step, as events:
 
@@ -16,7 +16,7 @@ One worker step, as events:
     receive     each released worker's weights slice comes back the same way; with all of
                 them in, its next step starts
 
-In a local-H phase (core/local.py) a reply carries the worker's round: start_step then runs H
+In a local-H phase (core/sync/local.py) a reply carries the worker's round: start_step then runs H
 real steps of the worker's own SGD and push sends one delta, after H step times, over the
 same links (a delta is the size of a gradient), so the network's cost falls with H.
 
@@ -49,13 +49,13 @@ from syncswitch.control.decisions import (
 from syncswitch.control.dispatch import DecisionDispatch, Handler, raise_stop
 from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ServerShard
-from syncswitch.core.cluster import BYTES_PER_PARAMETER, ClusterModel
-from syncswitch.core.faults import FaultKind, inject
-from syncswitch.core.local import InnerLoop, LocalRound
-from syncswitch.core.optimizer import flatten_parameters
-from syncswitch.core.records import Gradient, Outcome, WorkerStats
-from syncswitch.core.sharding import parameter_shards
-from syncswitch.core.sync_state import SynchronizerState
+from syncswitch.core.cluster.model import BYTES_PER_PARAMETER, ClusterModel
+from syncswitch.core.reliability.faults import FaultKind, inject
+from syncswitch.core.sync.local import InnerLoop, LocalRound
+from syncswitch.core.sync.optimizer import flatten_parameters
+from syncswitch.core.sync.records import Gradient, Outcome, WorkerStats
+from syncswitch.core.sync.sharding import parameter_shards
+from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.rundir import Summary
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
@@ -388,7 +388,7 @@ class SimRuntime:
         if local is None:
             gradient, loss = self.computer.gradient(worker.index, weights)
         else:
-            # A local round: H real steps of its own SGD, then one delta (core/local.py).
+            # A local round: H real steps of its own SGD, then one delta (core/sync/local.py).
             gradient, loss = worker.inner.run(
                 weights, local, lambda w: self.computer.gradient(worker.index, w)
             )

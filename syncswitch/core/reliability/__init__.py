@@ -1,0 +1,1 @@
+"""Faults and recovery: injected faults, checkpoints, the divergence guard."""

@@ -1,0 +1,1 @@
+"""Stragglers: emulated scenarios, the detector, the policies and the monitor that runs them."""

@@ -1,0 +1,146 @@
+"""Online policies: how a run reacts, while it runs, to stragglers the detector reports.
+
+They compose with the offline schedule (the BSP prefix, then ASP) and only ever act on the
+BSP part of it, where one slow worker stalls everyone:
+
+- none: the baseline; detections are still logged.
+- greedy: a detection during BSP switches to ASP at once. With `greedy_return`, the run goes
+  back to BSP once every straggler has recovered and stays there until the planned amount of
+  BSP work (samples) is done; the synchronizer then counts the BSP phase by work, not by
+  progress, so a detour through ASP postpones the planned switch instead of eating into it.
+- elastic: stay in BSP, but the barrier stops waiting for flagged workers (their late
+  gradients are dropped as `straggler_excluded`); a recovered worker is re-admitted.
+
+A policy only turns detector events into `Decision` values; the synchronizer carries them
+out. Both are pure, so a test or a simulator drives them without any runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from enum import StrEnum
+from typing import Protocol as TypingProtocol
+
+from syncswitch.core.stragglers.detector import EventKind, StragglerEvent
+from syncswitch.core.sync.protocol import ASP, Protocol, ProtocolSpec
+from syncswitch.core.sync.records import Action, Decision
+
+
+class OnlinePolicyKind(StrEnum):
+    NONE = "none"
+    GREEDY = "greedy"
+    ELASTIC = "elastic"
+
+
+class RunView(TypingProtocol):
+    """What a policy may read of the run (the Synchronizer provides it)."""
+
+    @property
+    def spec(self) -> ProtocolSpec: ...  # the protocol in force
+
+    @property
+    def scheduled_spec(self) -> ProtocolSpec: ...  # the protocol the schedule asks for now
+
+    @property
+    def excluded(self) -> Set[int]: ...  # a set or a frozenset: policies only read it
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def pinned(self) -> ProtocolSpec | None: ...  # set by a divergence rollback
+
+
+class OnlinePolicy:
+    def __init__(self, kind: OnlinePolicyKind = OnlinePolicyKind.NONE, greedy_return: bool = False):
+        if greedy_return and kind is not OnlinePolicyKind.GREEDY:
+            raise ValueError(f"greedy_return applies to the greedy policy only, not {kind.value}")
+        self.kind = kind
+        self.greedy_return = greedy_return
+
+    @property
+    def name(self) -> str:
+        return "greedy+return" if self.greedy_return else self.kind.value
+
+    @property
+    def counts_bsp_by_work(self) -> bool:
+        """Whether a BSP phase must end on planned BSP samples rather than on progress."""
+        return self.greedy_return
+
+    def decide(
+        self, event: StragglerEvent, run: RunView, flagged: frozenset[int]
+    ) -> list[Decision]:
+        """Decisions for one detector event; `flagged` is who the detector flags after it."""
+        if run.done:
+            return []
+        if self.kind is OnlinePolicyKind.GREEDY:
+            # After a divergence rollback the run stays in BSP: greedy may not leave it.
+            return [] if run.pinned is not None else self._greedy(event, run, flagged)
+        if self.kind is OnlinePolicyKind.ELASTIC:
+            return self._elastic(event, run)
+        return []
+
+    def _decision(
+        self,
+        action: Action,
+        event: StragglerEvent,
+        reason: str,
+        worker: int | None = None,
+        protocol: ProtocolSpec | None = None,
+    ) -> Decision:
+        return Decision(
+            action=action,
+            policy=self.name,
+            reason=reason,
+            time_s=event.time_s,
+            progress=event.progress,
+            worker=worker,
+            protocol=protocol,
+        )
+
+    def _greedy(
+        self, event: StragglerEvent, run: RunView, flagged: frozenset[int]
+    ) -> list[Decision]:
+        in_scheduled_bsp = run.scheduled_spec.protocol is Protocol.BSP
+        if event.kind == EventKind.DETECTED:
+            if run.spec.protocol is Protocol.BSP and in_scheduled_bsp:
+                return [
+                    self._decision(
+                        Action.SWITCH,
+                        event,
+                        f"straggler during BSP: {event.reason}",
+                        protocol=ASP,
+                    )
+                ]
+            return []
+        detoured = in_scheduled_bsp and run.spec.protocol is not Protocol.BSP
+        if self.greedy_return and detoured and not flagged:
+            return [
+                self._decision(
+                    Action.RETURN,
+                    event,
+                    f"all stragglers recovered ({event.reason}); resuming the planned BSP work",
+                    protocol=run.scheduled_spec,
+                )
+            ]
+        return []
+
+    def _elastic(self, event: StragglerEvent, run: RunView) -> list[Decision]:
+        # Exclusion is a property of the BSP barrier, so it is decided in any phase and takes
+        # effect wherever the schedule runs BSP.
+        if event.kind == EventKind.DETECTED and event.worker not in run.excluded:
+            return [
+                self._decision(
+                    Action.EXCLUDE,
+                    event,
+                    f"barrier stops waiting: {event.reason}",
+                    worker=event.worker,
+                )
+            ]
+        if event.kind == EventKind.RECOVERED and event.worker in run.excluded:
+            return [
+                self._decision(
+                    Action.READMIT, event, f"back at speed: {event.reason}", worker=event.worker
+                )
+            ]
+        return []

@@ -1,0 +1,2 @@
+"""The synchronizer: protocols, the barrier, admission, the optimizer and its rules, local
+phases."""

@@ -1,0 +1,344 @@
+"""When to leave BSP: decision rules over the signals a run measures (issue 21).
+
+Each rule reads a history of signals and answers with a `TimingDecision`: switch now or not
+yet, why, and the values that led to it. Rules never act; the run controller carries a
+switch out on every shard. `decide` adds the floor and the ceiling on the BSP share.
+
+The rules:
+
+- `LossPlateauRule` (the paper's online attempt, the baseline): switch when a loss (the
+  evaluator's test loss, or the workers' training loss) improved by less than
+  `min_improvement`, relative, over the last `window` of training progress.
+
+- `StalenessNoiseRule` (the proposed default): switch when the error that staleness would
+  add to an ASP gradient falls below a fraction of the sampling noise that gradient carries
+  anyway. Derivation. Under ASP with n workers a gradient is applied about n - 1 updates after
+  the weights it was computed on. Its error against the fresh gradient G(w_t) has two parts:
+  sampling noise, E|noise|^2 = tr(Sigma)/b for a worker batch b, and the staleness bias
+  |G(w_{t-tau}) - G(w_t)|^2. BSP measures the second per update: D = |G_t - G_{t-1}|^2
+  (gradient_stats.py). Over k updates the bias grows like k^2 D if consecutive changes of the
+  gradient point the same way (a steady rotation), like k D if they are uncorrelated (a random
+  walk). On the simulated scale study the drift over 2 BSP updates is about 2.2 D for most of
+  training (docs/online-timing.md): the random walk. So the staleness error is taken as
+  (n - 1) D, in units of one BSP update's movement: ASP's updates are n times smaller in lr,
+  but asynchrony adds an implicit momentum of about 1 - 1/n, so over n - 1 gradients its
+  weights move about as far as BSP's in one update; the constant is left to the threshold.
+  The ratio
+
+      r = (n - 1)^p * D / (tr(Sigma) / b),   p = `staleness_exponent` (default 1/2)
+
+  is large early (the gradient changes faster than the noise hides) and falls as training
+  settles. The rule switches once r has been above `threshold` and then stays below it for
+  `patience` consecutive checks; requiring it to have been above first keeps the first rounds
+  (a flat start: tiny gradients, tiny drift) from triggering a switch.
+  Why the default exponent is 1/2, not 1: the drift over k updates grows like k only for
+  the first few updates and saturates near 2|G|^2 after 4-8 (the gradient forgets its past),
+  so (n - 1) D overstates the error more the more workers there are; with p = 1 the rule
+  switched later than the smallest share that holds at 16 and 32 workers (1.08x and 1.07x
+  its time). A saturating form, min((n - 1) D, 2|G|^2), switched far too early at 32 and 64
+  workers: some growth with n is needed (ASP with more workers is also less stable). p = 1/2
+  lies between; it and the threshold were chosen by replay on recorded signals of one job
+  (docs/online-timing.md), which other jobs must confirm.
+
+- `NoiseScaleRule`: switch once the simple noise scale B_simple = tr(Sigma)/|G|^2 exceeds
+  `threshold` times BSP's global batch n b. Where consecutive gradients are uncorrelated
+  (D ~ 2|G|^2) this is the staleness rule with D replaced by its bound, so the two agree; it
+  needs no drift estimate, but ignores how fast the gradient actually moves.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+from typing import Protocol as TypingProtocol
+
+from syncswitch.core.timing.gradient_stats import GradientSignals
+
+# The policy name a timing decision carries (core.sync.records.Decision.policy).
+TIMING_POLICY = "online_timing"
+
+
+class TimingReason(StrEnum):
+    BEFORE_FLOOR = "before_floor"  # not yet: the BSP share's floor is not reached
+    NO_SIGNAL = "no_signal"  # not yet: too few measurements to judge
+    WAITING = "waiting"  # not yet: the signal says stay with BSP
+    SIGNAL = "signal"  # switch: the rule fired
+    CEILING = "ceiling"  # switch: the BSP share's ceiling is reached, whatever the signal
+
+
+@dataclass(frozen=True)
+class TimingDecision:
+    """Switch now or not yet, with the reason and the values that led to it."""
+
+    switch: bool
+    reason: TimingReason
+    rule: str
+    progress: float
+    values: Mapping[str, float] = field(default_factory=dict)
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "switch": self.switch,
+            "reason": self.reason.value,
+            "rule": self.rule,
+            "progress": self.progress,
+            "values": dict(self.values),
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> TimingDecision:
+        """Back from `to_record()` (a checkpointed run record); raises on a malformed one."""
+        return cls(
+            switch=bool(record["switch"]),
+            reason=TimingReason(record["reason"]),
+            rule=str(record["rule"]),
+            progress=float(record["progress"]),
+            values={str(k): float(v) for k, v in record["values"].items()},
+        )
+
+    def describe(self) -> str:
+        shown = ", ".join(f"{k} {_fmt(v)}" for k, v in self.values.items())
+        detail = f"; {shown}" if shown else ""
+        if self.reason is TimingReason.CEILING:
+            # The shards ended the phase at the ceiling on their own; this check came after.
+            return f"switch at the ceiling (seen at {self.progress:.3f}; {self.rule}{detail})"
+        verb = "switch" if self.switch else "stay"
+        return f"{verb} at {self.progress:.3f} ({self.rule}: {self.reason}{detail})"
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}"
+
+
+@dataclass(frozen=True)
+class GradientPoint:
+    """The smoothed gradient statistics at one BSP round (see gradient_stats.py)."""
+
+    progress: float
+    workers: int
+    worker_batch: float  # samples per worker gradient (B / n)
+    noise_trace: float  # tr(Sigma)
+    grad_sq: float  # |G|^2
+    drift_sq: float | None  # |G_t - G_{t-1}|^2 per BSP update
+
+    @classmethod
+    def from_signals(cls, progress: float, signals: GradientSignals) -> GradientPoint:
+        return cls(
+            progress=progress,
+            workers=signals.workers,
+            worker_batch=signals.samples / signals.workers,
+            noise_trace=signals.noise_trace,
+            grad_sq=signals.grad_sq,
+            drift_sq=signals.drift_sq,
+        )
+
+
+@dataclass(frozen=True)
+class LossPoint:
+    progress: float
+    loss: float
+
+
+@dataclass(frozen=True)
+class ShareBounds:
+    """The BSP share never below `floor` (the first updates are the ones ASP hurts most, and
+    the signals need rounds to settle) and never above `ceiling` (past it, BSP is kept
+    anyway and the run only pays its time)."""
+
+    floor: float = 1 / 16
+    ceiling: float = 7 / 8
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.floor <= self.ceiling <= 1.0:
+            raise ValueError(
+                f"share bounds need 0 <= floor <= ceiling <= 1, got {self.floor}, {self.ceiling}"
+            )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A rule's answer before the bounds: fired or not, and its values."""
+
+    fired: bool
+    values: Mapping[str, float]
+    enough: bool = True  # False: too little history to judge
+
+
+class Rule(TypingProtocol):
+    @property
+    def name(self) -> str: ...
+
+    # A rule reads GradientPoints or LossPoints (uses_losses says which), hence Any here.
+    def check(self, history: Sequence[Any]) -> Verdict: ...
+
+
+@dataclass(frozen=True)
+class LossPlateauRule:
+    window: float = 0.1  # progress over which the improvement is measured
+    min_improvement: float = 0.05  # relative: (loss then - loss now) / loss then
+    name: str = "loss_plateau"
+
+    def check(self, history: Sequence[LossPoint]) -> Verdict:
+        if not history:
+            return Verdict(False, {}, enough=False)
+        now = history[-1]
+        earlier = [p for p in history if p.progress <= now.progress - self.window + 1e-12]
+        if not earlier:
+            return Verdict(False, {"loss": now.loss}, enough=False)
+        then = earlier[-1]
+        improvement = (then.loss - now.loss) / abs(then.loss) if then.loss else 0.0
+        values = {
+            "loss": now.loss,
+            "loss_window_ago": then.loss,
+            "improvement": improvement,
+            "threshold": self.min_improvement,
+        }
+        return Verdict(improvement < self.min_improvement, values)
+
+
+def staleness_ratio(point: GradientPoint, exponent: float = 1.0) -> float | None:
+    """(n - 1)^p D / (tr(Sigma) / b): the staleness error an ASP gradient would carry, over
+    its sampling noise (see the module docstring). None without a drift or a noise."""
+    if point.drift_sq is None or point.noise_trace <= 0:
+        return None
+    stale = float((point.workers - 1) ** exponent) * max(point.drift_sq, 0.0)
+    return stale / (point.noise_trace / point.worker_batch)
+
+
+@dataclass(frozen=True)
+class _FallingBelow:
+    """Fires once a value has been at or above `threshold` and then stays below it for
+    `patience` consecutive points (a rising signal fires on the mirror image)."""
+
+    threshold: float
+    patience: int
+    falling: bool = True
+
+    def fired(self, values: Sequence[float]) -> bool:
+        armed, below = False, 0
+        for value in values:
+            on_bsp_side = value >= self.threshold if self.falling else value <= self.threshold
+            if on_bsp_side:
+                armed, below = True, 0
+            elif armed:
+                below += 1
+        return armed and below >= self.patience
+
+
+@dataclass(frozen=True)
+class StalenessNoiseRule:
+    # Chosen by replay on the simulated scale study's recorded signals, seeds 0 and 1, and
+    # checked on seed 2 (docs/online-timing.md, "Third round").
+    threshold: float = 0.15
+    staleness_exponent: float = 0.5
+    patience: int = 3  # consecutive points below the threshold
+    name: str = "staleness_noise"
+
+    def check(self, history: Sequence[GradientPoint]) -> Verdict:
+        exponent = self.staleness_exponent
+        ratios = [r for r in (staleness_ratio(p, exponent) for p in history) if r is not None]
+        if not ratios:
+            return Verdict(False, {}, enough=False)
+        last = history[-1]
+        values = {
+            "staleness_ratio": ratios[-1],
+            "threshold": self.threshold,
+            "drift_sq": last.drift_sq if last.drift_sq is not None else math.nan,
+            "noise_trace": last.noise_trace,
+            "noise_scale": _noise_scale(last),
+        }
+        fired = _FallingBelow(self.threshold, self.patience).fired(ratios)
+        return Verdict(fired, values)
+
+
+def _noise_scale(point: GradientPoint) -> float:
+    return point.noise_trace / point.grad_sq if point.grad_sq > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class NoiseScaleRule:
+    threshold: float = 2.0  # B_simple over BSP's global batch n b
+    patience: int = 3
+    name: str = "noise_scale"
+
+    def check(self, history: Sequence[GradientPoint]) -> Verdict:
+        if not history:
+            return Verdict(False, {}, enough=False)
+        relative = [_noise_scale(p) / (p.workers * p.worker_batch) for p in history]
+        last = history[-1]
+        values = {
+            "noise_scale_over_batch": relative[-1],
+            "threshold": self.threshold,
+            "noise_scale": _noise_scale(last),
+        }
+        fired = _FallingBelow(self.threshold, self.patience, falling=False).fired(relative)
+        return Verdict(fired, values)
+
+
+def decide(
+    rule: Rule, history: Sequence[Any], progress: float, bounds: ShareBounds
+) -> TimingDecision:
+    """Whether to leave BSP at `progress`, by `rule` over `history`, within `bounds`."""
+    verdict = rule.check(history)
+    if progress >= bounds.ceiling:
+        return TimingDecision(True, TimingReason.CEILING, rule.name, progress, verdict.values)
+    if progress < bounds.floor:
+        reason = TimingReason.BEFORE_FLOOR
+    elif not verdict.enough:
+        reason = TimingReason.NO_SIGNAL
+    elif verdict.fired:
+        return TimingDecision(True, TimingReason.SIGNAL, rule.name, progress, verdict.values)
+    else:
+        reason = TimingReason.WAITING
+    return TimingDecision(False, reason, rule.name, progress, verdict.values)
+
+
+def first_switch(rule: Rule, history: Sequence[Any], bounds: ShareBounds) -> TimingDecision | None:
+    """Replay a recorded history point by point: the first decision to switch (or None).
+
+    What a run would have decided, had it checked after every point (used offline to tune a
+    rule on recorded BSP signals)."""
+    for end in range(1, len(history) + 1):
+        decision = decide(rule, history[:end], history[end - 1].progress, bounds)
+        if decision.switch:
+            return decision
+    return None
+
+
+# The rules by the name `--switch-rule` gives them, and the value each compares with its
+# threshold (the signal a report plots against the threshold).
+RULE_NAMES = ("staleness", "noise-scale", "plateau")
+SIGNAL_KEYS = {
+    "staleness_noise": "staleness_ratio",
+    "noise_scale": "noise_scale_over_batch",
+    "loss_plateau": "improvement",
+}
+
+
+def make_rule(name: str, threshold: float | None = None) -> Rule:
+    """The rule `--switch-rule NAME` names, with its own threshold unless one is given."""
+    if name == "staleness":
+        return StalenessNoiseRule() if threshold is None else StalenessNoiseRule(threshold)
+    if name == "noise-scale":
+        return NoiseScaleRule() if threshold is None else NoiseScaleRule(threshold)
+    if name == "plateau":
+        if threshold is None:
+            return LossPlateauRule()
+        return LossPlateauRule(min_improvement=threshold)
+    raise ValueError(f"unknown switch rule {name!r}; choose one of {', '.join(RULE_NAMES)}")
+
+
+def rule_threshold(rule: Rule) -> float:
+    """The number a rule compares its signal with."""
+    if isinstance(rule, LossPlateauRule):
+        return rule.min_improvement
+    assert isinstance(rule, StalenessNoiseRule | NoiseScaleRule)
+    return rule.threshold
+
+
+def uses_losses(rule: Rule) -> bool:
+    """Whether a rule reads the evaluator's losses (else the shards' gradient statistics)."""
+    return isinstance(rule, LossPlateauRule)

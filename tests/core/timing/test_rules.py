@@ -1,0 +1,131 @@
+"""The switch-timing rules on scripted signals."""
+
+from __future__ import annotations
+
+import pytest
+
+from syncswitch.core.timing.gradient_stats import GradientSignals
+from syncswitch.core.timing.rules import (
+    GradientPoint,
+    LossPlateauRule,
+    LossPoint,
+    NoiseScaleRule,
+    ShareBounds,
+    StalenessNoiseRule,
+    TimingReason,
+    decide,
+    first_switch,
+    staleness_ratio,
+)
+
+NO_BOUNDS = ShareBounds(floor=0.0, ceiling=1.0)
+
+
+def point(progress: float, ratio: float, workers: int = 8, batch: int = 32) -> GradientPoint:
+    """A point whose staleness ratio (n - 1)^p D b / tr(Sigma) is `ratio` under the default
+    exponent p (tr(Sigma) = 64)."""
+    noise = 64.0
+    drift = ratio * (noise / batch) / (workers - 1) ** StalenessNoiseRule().staleness_exponent
+    return GradientPoint(progress, workers, batch, noise, grad_sq=1.0, drift_sq=drift)
+
+
+def test_staleness_ratio_is_the_staleness_error_over_the_asp_gradients_noise():
+    p = GradientPoint(0.3, workers=8, worker_batch=32, noise_trace=64.0, grad_sq=1.0, drift_sq=0.1)
+    # (8 - 1) * 0.1 / (64 / 32)
+    assert staleness_ratio(p) == pytest.approx(0.35)
+    assert staleness_ratio(p, exponent=2.0) == pytest.approx(49 * 0.1 / 2)
+    assert staleness_ratio(GradientPoint(0.3, 8, 32, 64.0, 1.0, None)) is None
+    # A drift estimated below zero (noise-corrected, near the end) counts as none.
+    assert staleness_ratio(GradientPoint(0.3, 8, 32, 64.0, 1.0, -0.5)) == 0.0
+
+
+def test_staleness_rule_switches_once_the_ratio_falls_and_stays_below_the_threshold():
+    rule = StalenessNoiseRule(threshold=0.5, patience=3)
+    ratios = [0.2, 0.1, 2.0, 3.0, 1.0, 0.4, 0.6, 0.4, 0.3, 0.2, 0.1]
+    history = [point(0.05 * (i + 1), r) for i, r in enumerate(ratios)]
+    decision = first_switch(rule, history, NO_BOUNDS)
+    assert decision is not None and decision.switch
+    assert decision.reason is TimingReason.SIGNAL
+    # Not at the first points (below the threshold, but never above it yet: the flat start),
+    # not at 0.30 (one point below, then above again), but after three in a row (0.40, 0.45,
+    # 0.50).
+    assert decision.progress == pytest.approx(0.5)
+    assert decision.values["staleness_ratio"] == pytest.approx(0.2)
+    assert decision.values["threshold"] == 0.5
+    assert "staleness_noise: signal" in decision.describe()
+
+
+def test_staleness_rule_waits_while_the_ratio_is_high():
+    rule = StalenessNoiseRule(threshold=0.5)
+    history = [point(0.1 * (i + 1), 2.0) for i in range(5)]
+    decision = decide(rule, history, 0.5, NO_BOUNDS)
+    assert not decision.switch and decision.reason is TimingReason.WAITING
+    assert decide(rule, [], 0.5, NO_BOUNDS).reason is TimingReason.NO_SIGNAL
+
+
+def test_floor_holds_a_fired_rule_back_and_the_ceiling_forces_a_switch():
+    rule = StalenessNoiseRule(threshold=0.5, patience=1)
+    fired = [point(0.01, 2.0), point(0.02, 0.1)]
+    bounds = ShareBounds(floor=1 / 16, ceiling=3 / 4)
+    early = decide(rule, fired, 0.02, bounds)
+    assert not early.switch and early.reason is TimingReason.BEFORE_FLOOR
+    assert decide(rule, fired, 0.07, bounds).reason is TimingReason.SIGNAL
+    high = [point(0.1 * (i + 1), 5.0) for i in range(8)]
+    late = decide(rule, high, 0.75, bounds)
+    assert late.switch and late.reason is TimingReason.CEILING
+    assert late.values["staleness_ratio"] == pytest.approx(5.0)  # the signal is still shown
+    assert late.describe().startswith("switch at the ceiling (seen at 0.750; staleness")
+    assert early.describe().startswith("stay at 0.020 (staleness")
+    with pytest.raises(ValueError, match="floor <= ceiling"):
+        ShareBounds(floor=0.8, ceiling=0.5)
+
+
+def test_more_workers_switch_later_for_the_same_drift_and_noise():
+    # Same drift, noise and progress curve; only n differs: (n - 1) D b / tr(Sigma).
+    rule = StalenessNoiseRule(threshold=0.5, patience=1)
+    drifts = [0.4 * 0.8**i for i in range(40)]
+
+    def share(workers: int) -> float:
+        history = [
+            GradientPoint(0.025 * (i + 1), workers, 32, 64.0, 1.0, d) for i, d in enumerate(drifts)
+        ]
+        decision = first_switch(rule, history, NO_BOUNDS)
+        assert decision is not None
+        return decision.progress
+
+    assert share(8) < share(16) < share(32)
+
+
+def test_noise_scale_rule_switches_when_the_noise_scale_passes_a_multiple_of_the_batch():
+    rule = NoiseScaleRule(threshold=2.0, patience=2)
+    # n b = 256; B_simple = noise_trace / grad_sq.
+    scales = [100, 300, 400, 520, 600, 700]
+    history = [
+        GradientPoint(0.1 * (i + 1), 8, 32, float(s), grad_sq=1.0, drift_sq=None)
+        for i, s in enumerate(scales)
+    ]
+    decision = first_switch(rule, history, NO_BOUNDS)
+    assert decision is not None and decision.progress == pytest.approx(0.5)
+    assert decision.values["noise_scale"] == 600
+
+
+def test_loss_plateau_switches_when_the_loss_stops_improving_over_the_window():
+    rule = LossPlateauRule(window=0.1, min_improvement=0.05)
+    losses = [2.0, 1.5, 1.0, 0.8, 0.7, 0.68, 0.67, 0.66]
+    history = [LossPoint(0.05 * (i + 1), loss) for i, loss in enumerate(losses)]
+    decision = first_switch(rule, history, NO_BOUNDS)
+    assert decision is not None and decision.reason is TimingReason.SIGNAL
+    # At 0.35: 0.67 against 0.70 at 0.25 is 4.3% better, under 5%.
+    assert decision.progress == pytest.approx(0.35)
+    assert decision.values["improvement"] == pytest.approx((0.7 - 0.67) / 0.7)
+    # The first window is not judged: there is no loss a window ago yet.
+    assert decide(rule, history[:1], 0.05, NO_BOUNDS).reason is TimingReason.NO_SIGNAL
+
+
+def test_points_come_from_the_estimators_signals():
+    signals = GradientSignals(
+        version=10, rounds=10, workers=8, samples=256, noise_trace=64.0, grad_sq=0.5, drift_sq=0.2
+    )
+    p = GradientPoint.from_signals(0.25, signals)
+    assert (p.workers, p.worker_batch, p.drift_sq) == (8, 32.0, 0.2)
+    assert staleness_ratio(p) == pytest.approx(7 * 0.2 / 2.0)
