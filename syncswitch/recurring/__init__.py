@@ -2,6 +2,7 @@
 
 - `syncswitch.core.timing.search`: the search itself, a pure function of trial results;
 - `search`: runs the trials (train() on Ray), stores them and the decision in the registry;
+- `search_dirs`: where the search keeps its trials, and the markers that say whose they are;
 - `results`: the trial runs, the time saved and the search result (plain data);
 - `report`: the trace as CSV/JSON/markdown and the accuracy-vs-fraction plot;
 - `auto`: `--schedule auto`, the stored decision for a job (or the default, with a hint);

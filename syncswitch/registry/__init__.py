@@ -8,19 +8,16 @@ from syncswitch.registry.fingerprint import (
     describe_job,
     fingerprint,
 )
-from syncswitch.registry.store import (
+from syncswitch.registry.location import ENV_VAR, RegistryLocation, default_path
+from syncswitch.registry.records import (
     DECISION_KINDS,
-    ENV_VAR,
     ONLINE,
     SEARCH,
     DecisionRecord,
     JobOverview,
     JobRecord,
-    Registry,
-    RegistryError,
-    RegistryLocation,
-    default_path,
 )
+from syncswitch.registry.store import Registry, RegistryError
 from syncswitch.registry.trial import TRACE_COLUMNS, TrialRecord, TrialSource, TrialStatus
 
 __all__ = [

@@ -16,195 +16,69 @@ one `BEGIN IMMEDIATE` transaction (a writer waits for the lock up front rather t
 half-way when it upgrades a read lock), and a busy timeout makes writers queue instead of
 erroring. A file that is not a SQLite database, or a database that is not a registry, is
 refused with one line and never written to.
+
+Modules: `location` (where it lives), `schema` (its tables), `records` (what it hands out,
+typed as read back), `sqlite` (SQLite's locking and file checks); this module is `Registry`,
+its operations. Their public names are importable from here too.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import sqlite3
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-import platformdirs
-from sqlalchemy import (
-    JSON,
-    Column,
-    DateTime,
-    Engine,
-    Float,
-    ForeignKey,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    UniqueConstraint,
-    create_engine,
-    event,
-    func,
-    inspect,
-    select,
-)
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy import Engine, create_engine, func, inspect, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 
 from syncswitch.errors import RegistryError
-from syncswitch.files import UnsafeFileError, open_regular
+from syncswitch.registry.location import ENV_VAR, RegistryLocation, default_path, redact_url
+from syncswitch.registry.records import (
+    DECISION_KINDS,
+    ONLINE,
+    SEARCH,
+    DecisionRecord,
+    JobOverview,
+    JobRecord,
+    decision_from_row,
+    trial_from_row,
+)
+from syncswitch.registry.schema import (
+    SCHEMA_VERSION,
+    decisions_table,
+    jobs_table,
+    metadata,
+    registry_meta,
+    trials_table,
+)
+from syncswitch.registry.sqlite import (
+    BUSY_TIMEOUT_S,
+    check_sqlite_file,
+    make_sqlite_transactions_explicit,
+    switch_to_wal,
+)
 from syncswitch.registry.trial import TrialRecord, TrialStatus
-from syncswitch.rundir.summary import FINAL_ACCURACY
 
-ENV_VAR = "SYNCSWITCH_REGISTRY"
-SCHEMA_VERSION = 1
-BUSY_TIMEOUT_S = 60.0
-_WAL_RETRY_S = 0.05
-_SQLITE_HEADER = b"SQLite format 3\x00"
-
-metadata = MetaData()
-registry_meta = Table(
-    "registry_meta",
-    metadata,
-    Column("key", String(64), primary_key=True),
-    Column("value", Text, nullable=False),
-)
-jobs_table = Table(
-    "jobs",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("fingerprint", String(64), nullable=False, unique=True),
-    Column("description", JSON, nullable=False),
-    Column("created", DateTime, nullable=False),
-)
-trials_table = Table(
-    "trials",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
-    Column("fraction", Float, nullable=False),
-    Column("seed", Integer, nullable=False),
-    Column("schedule", String(200), nullable=False),
-    Column("status", String(200), nullable=False),
-    Column(FINAL_ACCURACY, Float),
-    Column("wall_time_s", Float),
-    Column("run_dir", Text),
-    Column("concurrent", Integer),  # trials running at once: wall times are comparable at 1
-    Column("created", DateTime, nullable=False),
-    UniqueConstraint("job_id", "fraction", "seed", name="uq_trials_job_fraction_seed"),
-)
-decisions_table = Table(
-    "decisions",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
-    Column("fraction", Float, nullable=False),
-    Column("tolerance", Float, nullable=False),
-    Column("repeats", Integer, nullable=False),
-    Column("evidence", JSON, nullable=False),
-    Column("reason", Text, nullable=False),
-    Column("created", DateTime, nullable=False),
-)
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    id: int
-    fingerprint: str
-    description: dict[str, Any]
-    created: datetime
-
-
-# Where a stored decision came from: a switch-point search's trials, or one online run that
-# decided its own switch point (kept in the evidence, so the schema did not change).
-SEARCH = "search"
-ONLINE = "online"
-DECISION_KINDS = (SEARCH, ONLINE)
-
-
-@dataclass(frozen=True)
-class DecisionRecord:
-    id: int
-    fingerprint: str
-    fraction: float
-    tolerance: float
-    repeats: int
-    evidence: dict[str, Any]
-    reason: str
-    created: datetime
-
-    @property
-    def kind(self) -> str:
-        """ "search" or "online" (decisions stored before online runs are searches')."""
-        kind = self.evidence.get("kind", SEARCH)
-        return kind if kind in DECISION_KINDS else SEARCH
-
-
-@dataclass(frozen=True)
-class JobOverview:
-    job: JobRecord
-    trials: int
-    complete_trials: int
-    decisions: int
-    latest: DecisionRecord | None
-
-
-@dataclass(frozen=True)
-class RegistryLocation:
-    """Where the registry lives: a SQLAlchemy URL, and the file when it is SQLite."""
-
-    url: str
-    sqlite_path: Path | None
-
-    @classmethod
-    def resolve(cls, given: str | os.PathLike | None = None) -> RegistryLocation:
-        text = str(given or os.environ.get(ENV_VAR) or "").strip() or str(default_path())
-        if "://" not in text:
-            path = Path(text).expanduser().absolute()
-            return cls(f"sqlite:///{path}", path)
-        try:
-            url = make_url(text)
-        except (ArgumentError, ValueError):
-            raise RegistryError(
-                f"registry {redact_url(text)!r} is not a database URL or a file path; use e.g. "
-                "sqlite:////path/registry.db, postgresql+psycopg://user@host/db, or a file path"
-            ) from None
-        sqlite_path: Path | None = None
-        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-            sqlite_path = Path(url.database).expanduser().absolute()
-        return cls(text, sqlite_path)
-
-    @property
-    def display(self) -> str:
-        if self.sqlite_path is not None:
-            return str(self.sqlite_path)
-        return make_url(self.url).render_as_string(hide_password=True)
-
-    def exists(self) -> bool:
-        """False only for a SQLite file that is not there yet (other databases: assumed)."""
-        return self.sqlite_path is None or self.sqlite_path.exists()
-
-
-def redact_url(text: str) -> str:
-    """`text` with any password in its user-info part (scheme://user:PASSWORD@host) hidden.
-
-    For URLs SQLAlchemy cannot parse (whose own hiding needs a parsed URL): the text up to
-    the last '@' after the scheme is taken as user info.
-    """
-    scheme, sep, rest = text.partition("://")
-    if not sep or "@" not in rest:
-        return text
-    user_info, _, host = rest.rpartition("@")
-    user = user_info.split(":", 1)[0]
-    hidden = f"{user}:***" if ":" in user_info else user
-    return f"{scheme}://{hidden}@{host}"
-
-
-def default_path() -> Path:
-    return Path(platformdirs.user_data_dir("syncswitch")) / "registry.db"
+__all__ = [
+    "BUSY_TIMEOUT_S",
+    "DECISION_KINDS",
+    "ENV_VAR",
+    "ONLINE",
+    "SCHEMA_VERSION",
+    "SEARCH",
+    "DecisionRecord",
+    "JobOverview",
+    "JobRecord",
+    "Registry",
+    "RegistryError",
+    "RegistryLocation",
+    "default_path",
+    "redact_url",
+]
 
 
 class Registry:
@@ -225,7 +99,7 @@ class Registry:
         )
         self._create = create
         if self.location.sqlite_path is not None:
-            _check_sqlite_file(self.location.sqlite_path)
+            check_sqlite_file(self.location.sqlite_path)
         self._engine = self._create_engine()
         try:
             self._prepare()
@@ -249,7 +123,7 @@ class Registry:
                 f"registry {self.location.display}: cannot use this database URL "
                 f"({_one_line(error)}); is its driver installed?"
             ) from None
-        _make_sqlite_transactions_explicit(engine)
+        make_sqlite_transactions_explicit(engine)
         return engine
 
     def _prepare(self) -> None:
@@ -275,7 +149,7 @@ class Registry:
             # Outside any transaction (SQLite refuses to change the journal mode inside one);
             # the mode is stored in the file, so every later connection uses it.
             with self._errors("switch it to WAL mode"), self._engine.connect() as conn:
-                _switch_to_wal(conn.connection.dbapi_connection)
+                switch_to_wal(conn.connection.dbapi_connection)
         try:
             with self._write("create its tables") as conn:
                 metadata.create_all(conn)
@@ -402,7 +276,7 @@ class Registry:
                 .where(trials_table.c.job_id == job.id)
                 .order_by(trials_table.c.fraction.desc(), trials_table.c.seed)
             )
-            return [_trial(row) for row in rows]
+            return [trial_from_row(row) for row in rows]
 
     def record_trial(self, job: JobRecord, trial: TrialRecord) -> None:
         """Store a trial; a later record of the same (fraction, seed) replaces the earlier."""
@@ -473,7 +347,7 @@ class Registry:
                 .where(decisions_table.c.job_id == job.id)
                 .order_by(decisions_table.c.id)
             )
-            return [_decision(row, job.fingerprint) for row in rows]
+            return [decision_from_row(row, job.fingerprint) for row in rows]
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -495,7 +369,7 @@ class Registry:
             .order_by(decisions_table.c.id.desc())
             .limit(1)
         ).first()
-        return _decision(row, job.fingerprint) if row is not None else None
+        return decision_from_row(row, job.fingerprint) if row is not None else None
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -529,103 +403,6 @@ class Registry:
             ) from None
 
 
-def _make_sqlite_transactions_explicit(engine: Engine) -> None:
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Let SQLAlchemy's "begin" event (below) issue BEGIN, instead of the driver's implicit
-        # deferred BEGIN, so that writers can take the write lock up front.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        write = conn.get_execution_options().get("registry_write", False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
-
-
-def _check_sqlite_file(path: Path) -> None:
-    """Refuse, before SQLite opens it, a file that is not a SQLite database."""
-    if path.is_dir():
-        raise RegistryError(f"registry {path} is a directory; give a file path or a URL")
-    if not path.exists():
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise RegistryError(
-                f"registry {path}: cannot create its directory: {error.strerror}"
-            ) from None
-        return
-    try:
-        # A regular file only: SQLite opening a FIFO or a device would block or misbehave.
-        with os.fdopen(open_regular(path), "rb") as handle:
-            header = handle.read(len(_SQLITE_HEADER))
-    except UnsafeFileError as error:
-        raise RegistryError(f"registry: {error}") from None
-    except OSError as error:
-        raise RegistryError(f"registry {path} cannot be read: {error.strerror}") from None
-    if header and header != _SQLITE_HEADER:
-        raise RegistryError(
-            f"registry {path} is not a SQLite database (unknown file header); it was left "
-            f"untouched: move it away or point --registry / {ENV_VAR} at another file"
-        )
-
-
-def _trial(row: Any) -> TrialRecord:
-    # Typed and ranged on the way out: SQLite stores whatever a writer put in a column, and a
-    # registry may be shared, so a value of the wrong type or out of range fails here (one
-    # line, via _errors) rather than in whatever prints, averages or trains with it.
-    return TrialRecord(
-        fraction=_number(row.fraction, "fraction", 0.0, 1.0),
-        seed=_integer(row.seed, "seed", 0, 2**31 - 1),
-        schedule=str(row.schedule),
-        status=str(row.status),
-        final_accuracy=_optional(_number, row.final_accuracy, FINAL_ACCURACY, 0.0, 1.0),
-        wall_time_s=_optional(_number, row.wall_time_s, "wall_time_s", 0.0, 1e9),
-        run_dir=_optional(str, row.run_dir),
-        created=row.created,
-        concurrent=_optional(_integer, row.concurrent, "concurrent", 1, 10_000),
-    )
-
-
-def _decision(row: Any, fingerprint: str) -> DecisionRecord:
-    return DecisionRecord(
-        id=int(row.id),
-        fingerprint=fingerprint,
-        fraction=_number(row.fraction, "fraction", 0.0, 1.0),
-        tolerance=_number(row.tolerance, "tolerance", 0.0, 100.0),
-        repeats=_integer(row.repeats, "repeats", 1, 10_000),
-        evidence=dict(row.evidence),
-        reason=str(row.reason),
-        created=row.created,
-    )
-
-
-def _number(value: Any, name: str, low: float, high: float) -> float:
-    """A finite number in [low, high] (ValueError, one line, otherwise)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"{name} {str(value)[:40]!r} is not a number")
-    number = float(value)
-    if not (math.isfinite(number) and low <= number <= high):
-        raise ValueError(f"{name} = {number!r}; it must be a finite number in [{low:g}, {high:g}]")
-    return number
-
-
-def _integer(value: Any, name: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(f"{name} {str(value)[:40]!r} is not an integer")
-    number = int(str(value)[:40])
-    if not low <= number <= high:
-        raise ValueError(f"{name} = {number}; it must be an integer in {low}..{high}")
-    return number
-
-
-def _optional(kind: Any, value: Any, *checks: Any) -> Any:
-    return None if value is None else kind(value, *checks)
-
-
 def _now() -> datetime:
     # Naive UTC: the same on every backend (SQLite stores no time zone).
     return datetime.now(UTC).replace(tzinfo=None)
@@ -633,22 +410,3 @@ def _now() -> datetime:
 
 def _one_line(error: object) -> str:
     return " ".join(str(error).split())
-
-
-def _switch_to_wal(dbapi_connection: Any) -> None:
-    """Put a SQLite file in WAL mode, waiting while another process holds it.
-
-    SQLite answers "database is locked" to a journal-mode change at once, without its busy
-    handler, when another connection is reading or creating the file at that moment (two
-    registries opened together on a new file); so wait here, as long as a write would.
-    """
-    deadline = time.monotonic() + BUSY_TIMEOUT_S
-    while True:
-        try:
-            cursor = dbapi_connection.execute("PRAGMA journal_mode=WAL")
-            cursor.close()
-            return
-        except sqlite3.OperationalError as error:
-            if "locked" not in str(error) or time.monotonic() > deadline:
-                raise
-            time.sleep(_WAL_RETRY_S)

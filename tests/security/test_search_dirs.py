@@ -18,7 +18,7 @@ from syncswitch.core.timing.search import TrialKey
 from syncswitch.errors import UserError
 from syncswitch.recurring.search import SearchOptions, run_search, trial_dir
 from syncswitch.registry import Registry, fingerprint
-from tests.timing.test_search import JOB, ScriptedTrainer
+from tests.recurring.test_search import JOB, ScriptedTrainer
 
 
 def search(tmp_path: Path, job=JOB, **options):
