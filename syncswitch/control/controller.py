@@ -10,8 +10,9 @@
 
 The phases and every allowed move between them are a table (control/phases.py); a move not in
 it raises. Protocol switches are not phases: the synchronizer in every server shard puts a
-scheduled switch in force in place, at a version boundary, and reports it; an online policy's
-switch is decided here and carried out the same way. Nothing stops for either.
+scheduled switch in force in place, at a version boundary, and reports it; a straggler
+policy's switch, or online timing's, is decided here and carried out the same way. Nothing
+stops for either.
 
 A runtime (Ray actors, or a simulator) drives it. It starts the actors, then calls the `on_*`
 method for everything that happens: shards drained (`on_drained`), an evaluation back, a
@@ -24,8 +25,9 @@ touches a process. Time comes from the injected clock.
 Beside it, each in its own module: `EvaluationAssembly` (weight slices -> evaluations ->
 metrics in training order), `CheckpointKeeper` (snapshots -> checkpoints, timed ones),
 `HealthChecks` (dead, hung and quarantined workers), `DivergenceWatch` (losses -> rollback),
-`OnlinePolicy` (step times -> exclude, readmit, switch) and `OnlineTiming` (the shards'
-gradient statistics or the test losses -> when an online phase ends).
+`StragglerResponse` (step times -> the straggler monitor -> exclude, readmit, switch) and
+`OnlineTiming` (the shards' gradient statistics or the test losses -> when an online phase
+ends).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from syncswitch.control.record import RunRecord
 from syncswitch.control.resume_check import say_refused
 from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ShardReport, ShardState
-from syncswitch.control.stragglers import OnlinePolicy
+from syncswitch.control.stragglers import StragglerResponse
 from syncswitch.control.summary import build_summary, traffic_of
 from syncswitch.control.timing import OnlineTiming
 from syncswitch.core.reliability.checkpoints import CheckpointError, LoadedCheckpoint
@@ -111,7 +113,7 @@ class RunController:
         )
         self.health = HealthChecks(plan, writer, self.record)
         self.divergence = DivergenceWatch(plan, self.record, self.checkpoints, self._log_decision)
-        self.online = OnlinePolicy(plan, self.record, writer, self._log_decision)
+        self.stragglers = StragglerResponse(plan, self.record, writer, self._log_decision)
         self.timing = (
             OnlineTiming(
                 plan.timing,
@@ -158,7 +160,7 @@ class RunController:
         decisions += self._end_workload_everywhere(reports)
         self._record(first)
         decisions += self.evaluations.add(reports, self.record.take_train_loss)
-        decisions += self.online.react(first)
+        decisions += self.stragglers.react(first)
         if self.timing is not None and self.phase is RunPhase.TRAINING:
             decisions += self.timing.react(reports, self.state)
         # The guard reads the losses before this drain's snapshots are written: a snapshot
