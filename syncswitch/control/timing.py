@@ -36,7 +36,7 @@ from syncswitch.core.timing.rules import (
     TIMING_POLICY,
     GradientPoint,
     LossPoint,
-    TimingDecision,
+    OnlineSwitchDecision,
     decide,
     rule_threshold,
     uses_losses,
@@ -52,7 +52,7 @@ class TimingHistory:
     points: list[GradientPoint] = field(default_factory=list)
     losses: list[LossPoint] = field(default_factory=list)
     next_check: float = 0.0  # progress of the next check
-    decision: TimingDecision | None = None  # the switch, once decided
+    decision: OnlineSwitchDecision | None = None  # the switch, once decided
     at: dict[str, Any] = field(default_factory=dict)  # samples, time_s of the decision
     checks: int = 0  # times the rule was asked
 
@@ -75,7 +75,7 @@ class TimingHistory:
             points=[GradientPoint(**p) for p in state["points"]],
             losses=[LossPoint(**p) for p in state["losses"]],
             next_check=float(state["next_check"]),
-            decision=None if decision is None else TimingDecision.from_record(decision),
+            decision=None if decision is None else OnlineSwitchDecision.from_record(decision),
             at=dict(state["at"]),
             checks=int(state.get("checks", 0)),
         )
@@ -141,7 +141,7 @@ class OnlineTiming:
             return []
         return [self._switch(decision, state)]
 
-    def _switch(self, decision: TimingDecision, state: ShardState) -> ApplyPolicyDecision:
+    def _switch(self, decision: OnlineSwitchDecision, state: ShardState) -> ApplyPolicyDecision:
         self.history.decision = decision
         self.history.at = {"samples": state.samples, "time_s": state.time_s}
         self.writer.event(
@@ -186,7 +186,7 @@ class OnlineTiming:
             for version in [v for v in pending if v < complete[-1]]:
                 del pending[version]
 
-    def _row(self, state: ShardState, decision: TimingDecision) -> dict[str, Any]:
+    def _row(self, state: ShardState, decision: OnlineSwitchDecision) -> dict[str, Any]:
         values = decision.values
         point = self.history.points[-1] if self.history.points else None
         signal_key = SIGNAL_KEYS.get(self.plan.rule.name, "")
