@@ -84,7 +84,7 @@ class RollBack:
 @dataclass(frozen=True)
 class ApplyPolicyDecision:
     """A straggler policy's decision (exclude, readmit, switch, return), or online timing's
-    switch, for every shard."""
+    `EndOnlinePhase`, for every shard."""
 
     decision: Decision
 

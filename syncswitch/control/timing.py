@@ -6,9 +6,10 @@ round are added over the shards (so `--servers N` sees the whole gradient), fed 
 estimator, and every `check_every` of progress the rule (core/timing/rules.py) is asked
 whether to leave BSP, within the share's floor and ceiling. A pure loss-plateau rule reads the
 evaluator's test losses instead. A switch goes to every shard as a typed decision with its
-reason, like an online straggler policy's; shards end the phase in place at a version
-boundary (a protocol a divergence rollback pinned stays in force). Shards end the phase at
-its ceiling on their own too, so the ceiling holds even between two checks.
+reason (an `EndOnlinePhase`, which the shards tell from a straggler policy's switch by its
+type); shards end the phase in place at a version boundary (a protocol a divergence rollback
+pinned stays in force). Shards end the phase at its ceiling on their own too, so the ceiling
+holds even between two checks.
 
 What it has learnt (`TimingHistory`: the estimator's state, the points, the decision) is kept
 in the run record and checkpointed with it, so a resumed run continues with its history.
@@ -25,7 +26,7 @@ from syncswitch.control.decisions import ApplyPolicyDecision
 from syncswitch.control.plan import TimingPlan
 from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.core.sync.protocol import ProtocolSpec
-from syncswitch.core.sync.records import Action, Decision
+from syncswitch.core.sync.records import Decision, EndOnlinePhase
 from syncswitch.core.timing.gradient_stats import (
     GradientStatsEstimator,
     RoundPartials,
@@ -33,7 +34,6 @@ from syncswitch.core.timing.gradient_stats import (
 )
 from syncswitch.core.timing.rules import (
     SIGNAL_KEYS,
-    TIMING_POLICY,
     GradientPoint,
     LossPoint,
     OnlineSwitchDecision,
@@ -154,9 +154,7 @@ class OnlineTiming:
                 "describe": decision.describe(),
             },
         )
-        switch = Decision(
-            action=Action.SWITCH,
-            policy=TIMING_POLICY,
+        switch = EndOnlinePhase.at(
             reason=decision.describe(),
             time_s=state.time_s,
             progress=state.progress,

@@ -30,12 +30,12 @@ from syncswitch.core.stragglers.scenarios import StragglerEpisode, StragglerScen
 from syncswitch.core.sync.records import (
     Action,
     Decision,
+    EndOnlinePhase,
     Gradient,
     Outcome,
     StepObservation,
 )
 from syncswitch.core.sync.synchronizer import Synchronizer
-from syncswitch.core.timing.rules import TIMING_POLICY
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,8 @@ class StragglerMonitor:
 
 
 def carry_out(sync: Synchronizer, decision: Decision) -> Outcome:
-    """Put one policy decision in force on the synchronizer, if it still applies.
+    """Put one decision (a straggler policy's, or online timing's `EndOnlinePhase`) in force on
+    the synchronizer, if it still applies.
 
     A decision made elsewhere (the run controller) arrives a little later than it was made: a
     switch whose protocol is already in force, or one that a divergence rollback has since
@@ -198,9 +199,9 @@ def carry_out(sync: Synchronizer, decision: Decision) -> Outcome:
     action = decision.action
     if sync.done:
         return Outcome()
-    if action is Action.SWITCH and decision.policy == TIMING_POLICY:
+    if isinstance(decision, EndOnlinePhase):
         # The online phase ends (its next phase's protocol, unless a rollback pinned one).
-        return sync.end_online_phase(reason=f"{TIMING_POLICY}: {decision.reason}")
+        return sync.end_online_phase(reason=f"{decision.policy}: {decision.reason}")
     if action in (Action.SWITCH, Action.RETURN):
         assert decision.protocol is not None
         target = decision.protocol
