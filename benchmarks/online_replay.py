@@ -35,9 +35,9 @@ from syncswitch.core.timing.rules import (
     LossPlateauRule,
     LossPoint,
     NoiseScaleRule,
+    OnlineSwitchDecision,
     ShareBounds,
     StalenessNoiseRule,
-    TimingDecision,
     decide,
     staleness_ratio,
 )
@@ -78,7 +78,7 @@ def loss_points(path: Path, column: str) -> list[LossPoint]:
     return [LossPoint(float(r["fraction"]), float(r[column])) for r in rows]
 
 
-def replay(rule, history, bounds: ShareBounds, check_every: float) -> TimingDecision:
+def replay(rule, history, bounds: ShareBounds, check_every: float) -> OnlineSwitchDecision:
     """The first decision to switch, checking every `check_every` of progress."""
     next_check = 0.0
     for end, point in enumerate(history, start=1):
@@ -388,7 +388,7 @@ def _label(rule) -> str:
     return f"loss plateau < {rule.min_improvement:g} per {rule.window:g}"
 
 
-def _cell(decision: TimingDecision) -> str:
+def _cell(decision: OnlineSwitchDecision) -> str:
     mark = "" if decision.reason == "signal" else f" ({decision.reason})"
     return f"{decision.progress:.3f}{mark}"
 

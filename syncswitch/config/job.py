@@ -56,8 +56,8 @@ from syncswitch.core.cluster.model import (
 )
 from syncswitch.core.reliability.faults import FaultPlan, parse_faults
 from syncswitch.core.stragglers.detector import DetectorConfig
-from syncswitch.core.stragglers.monitor import OnlineConfig
-from syncswitch.core.stragglers.policies import OnlinePolicyKind
+from syncswitch.core.stragglers.monitor import StragglerMonitorConfig
+from syncswitch.core.stragglers.policies import StragglerPolicyKind
 from syncswitch.core.stragglers.scenarios import StragglerScenario, build_scenario
 from syncswitch.core.sync.hyperparams import LrSchedule, LrScheduleKind, MomentumPolicy
 from syncswitch.core.sync.local import LocalConfig, LocalStepsRule, OuterOptimizerKind, StatePolicy
@@ -319,7 +319,7 @@ class TrainConfig:
         "none",
         "reaction to detected stragglers: none (log only), greedy (switch to ASP at once) or "
         "elastic (the BSP barrier stops waiting for them until they recover)",
-        choices=[k.value for k in OnlinePolicyKind],
+        choices=[k.value for k in StragglerPolicyKind],
     )
     greedy_return: bool = _opt(
         False, "greedy only: back to BSP after recovery until the planned BSP samples are done"
@@ -463,7 +463,7 @@ class TrainConfig:
         return None
 
     def _validate_online(self) -> None:
-        if self.greedy_return and self.online_policy != OnlinePolicyKind.GREEDY:
+        if self.greedy_return and self.online_policy != StragglerPolicyKind.GREEDY:
             raise ConfigError(
                 f"greedy_return applies to online_policy greedy, not {self.online_policy!r}"
             )
@@ -552,9 +552,9 @@ class TrainConfig:
             min_steps=min(DetectorConfig.min_steps, self.straggler_window),
         )
 
-    def online(self) -> OnlineConfig:
-        return OnlineConfig(
-            policy=OnlinePolicyKind(self.online_policy),
+    def online(self) -> StragglerMonitorConfig:
+        return StragglerMonitorConfig(
+            policy=StragglerPolicyKind(self.online_policy),
             greedy_return=self.greedy_return,
             detector=self.detector_config(),
         )
@@ -562,7 +562,7 @@ class TrainConfig:
     @property
     def watches_stragglers(self) -> bool:
         """Whether the run detects stragglers: a policy acts on them or they are emulated."""
-        return self.online_policy != OnlinePolicyKind.NONE or bool(self.stragglers)
+        return self.online_policy != StragglerPolicyKind.NONE or bool(self.stragglers)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

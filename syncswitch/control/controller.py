@@ -10,8 +10,9 @@
 
 The phases and every allowed move between them are a table (control/phases.py); a move not in
 it raises. Protocol switches are not phases: the synchronizer in every server shard puts a
-scheduled switch in force in place, at a version boundary, and reports it; an online policy's
-switch is decided here and carried out the same way. Nothing stops for either.
+scheduled switch in force in place, at a version boundary, and reports it; a straggler
+policy's switch, or online timing's, is decided here and carried out the same way. Nothing
+stops for either.
 
 A runtime (Ray actors, or a simulator) drives it. It starts the actors, then calls the `on_*`
 method for everything that happens: shards drained (`on_drained`), an evaluation back, a
@@ -24,8 +25,10 @@ touches a process. Time comes from the injected clock.
 Beside it, each in its own module: `EvaluationAssembly` (weight slices -> evaluations ->
 metrics in training order), `CheckpointKeeper` (snapshots -> checkpoints, timed ones),
 `HealthChecks` (dead, hung and quarantined workers), `DivergenceWatch` (losses -> rollback),
-`OnlinePolicy` (step times -> exclude, readmit, switch) and `OnlineTiming` (the shards'
-gradient statistics or the test losses -> when an online phase ends).
+`RunJournal` (the first shard's updates, drops and switches, and every decision -> the run
+record and the run directory), `StragglerResponse` (step times -> the straggler monitor ->
+exclude, readmit, switch) and `OnlineTiming` (the shards' gradient statistics or the test
+losses -> when an online phase ends).
 """
 
 from __future__ import annotations
@@ -52,17 +55,18 @@ from syncswitch.control.divergence import DivergenceWatch
 from syncswitch.control.evaluations import EvaluationAssembly
 from syncswitch.control.failures import RunResumed, ServerFailure
 from syncswitch.control.health import HealthChecks, WorkerBook
+from syncswitch.control.journal import RunJournal
 from syncswitch.control.phases import PhaseEvent, PhaseMachine, RunPhase, Step
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.resume_check import say_refused
 from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ShardReport, ShardState
-from syncswitch.control.stragglers import OnlinePolicy
+from syncswitch.control.stragglers import StragglerResponse
 from syncswitch.control.summary import build_summary, traffic_of
 from syncswitch.control.timing import OnlineTiming
 from syncswitch.core.reliability.checkpoints import CheckpointError, LoadedCheckpoint
-from syncswitch.core.sync.records import Decision, EvalPoint, Snapshot, WorkerStats
+from syncswitch.core.sync.records import EvalPoint, Snapshot, WorkerStats
 from syncswitch.files import write_atomic
 from syncswitch.rundir import RunWriter, Summary, names
 
@@ -101,6 +105,8 @@ class RunController:
             self.record.metrics = [
                 m for m in self.record.metrics if m.samples <= resumed_from.info.samples
             ]
+        self.journal = RunJournal(self.record, writer)
+        log_decision = self.journal.log_decision
         self.evaluations = EvaluationAssembly()
         self.checkpoints = CheckpointKeeper(
             writer,
@@ -110,15 +116,15 @@ class RunController:
             total_samples=plan.total_samples,
         )
         self.health = HealthChecks(plan, writer, self.record)
-        self.divergence = DivergenceWatch(plan, self.record, self.checkpoints, self._log_decision)
-        self.online = OnlinePolicy(plan, self.record, writer, self._log_decision)
+        self.divergence = DivergenceWatch(plan, self.record, self.checkpoints, log_decision)
+        self.stragglers = StragglerResponse(plan, self.record, writer, log_decision)
         self.timing = (
             OnlineTiming(
                 plan.timing,
                 self.record.timing,
                 writer,
                 plan.schedule.phases[plan.schedule.online_index + 1].spec,
-                self._log_decision,
+                log_decision,
             )
             if plan.timing is not None and plan.schedule.online_index is not None
             else None
@@ -155,10 +161,12 @@ class RunController:
         first = reports[0]
         self.state = first.state
         self.traffic = traffic_of([r.state for r in reports])
-        decisions += self._end_workload_everywhere(reports)
-        self._record(first)
+        if not self._workload_done and any(report.state.done for report in reports):
+            self._workload_done = True
+            decisions += finish_the_other_shards(reports)
+        self.journal.shard_outcome(first)
         decisions += self.evaluations.add(reports, self.record.take_train_loss)
-        decisions += self.online.react(first)
+        decisions += self.stragglers.react(first)
         if self.timing is not None and self.phase is RunPhase.TRAINING:
             decisions += self.timing.react(reports, self.state)
         # The guard reads the losses before this drain's snapshots are written: a snapshot
@@ -325,30 +333,6 @@ class RunController:
 
     # -- bookkeeping ----------------------------------------------------------------------------
 
-    def _record(self, report: ShardReport) -> None:
-        """Write what the first shard applied, dropped, switched and quarantined."""
-        outcome = report.outcome
-        self.writer.updates(outcome.applied)
-        self.writer.drops(outcome.dropped)
-        for update in outcome.applied:
-            self.record.add_update(update.protocol, update.staleness, update.loss)
-        for switch in outcome.switches:
-            self.record.switches.append(switch)
-            self.writer.event("switch", switch.to_summary())
-        for decision in outcome.decisions:  # the shard's own: quarantines
-            self._log_decision(decision)
-
-    def _end_workload_everywhere(self, reports: list[ShardReport]) -> list[RunDecision]:
-        """The workload is done once any shard has applied it: workers stop on the first
-        shard that says so, and the others must not hold them at a barrier."""
-        done = [report.state.done for report in reports]
-        if self._workload_done or not any(done):
-            return []
-        self._workload_done = True
-        if all(done):
-            return []
-        return [FinishShards(f"shard {done.index(True)} has applied the whole workload")]
-
     def _maybe_finishing(self) -> None:
         book = self.workers
         if (
@@ -366,9 +350,15 @@ class RunController:
         self._phases.fire(PhaseEvent.STOP)
         return Step(before, self.phase, [stop])
 
-    def _log_decision(self, decision: Decision) -> None:
-        self.record.decisions.append(decision)
-        self.writer.event("decision", decision.to_record())
+
+def finish_the_other_shards(reports: list[ShardReport]) -> list[RunDecision]:
+    """The workload is done once any shard has applied it (`reports` has at least one that
+    says so): workers stop on the first shard that does, and the others must not hold them at
+    a barrier."""
+    done = [report.state.done for report in reports]
+    if all(done):
+        return []
+    return [FinishShards(f"shard {done.index(True)} has applied the whole workload")]
 
 
 def resume_point(checkpoint: LoadedCheckpoint | None) -> tuple[int, float] | None:

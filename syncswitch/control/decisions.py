@@ -83,7 +83,8 @@ class RollBack:
 
 @dataclass(frozen=True)
 class ApplyPolicyDecision:
-    """An online policy's decision (exclude, readmit, switch, return) for every shard."""
+    """A straggler policy's decision (exclude, readmit, switch, return), or online timing's
+    `EndOnlinePhase`, for every shard."""
 
     decision: Decision
 

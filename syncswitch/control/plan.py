@@ -16,7 +16,7 @@ from syncswitch.core.cluster.emulation import EmulationConfig
 from syncswitch.core.cluster.model import ClusterModel
 from syncswitch.core.reliability.divergence import RollbackConfig
 from syncswitch.core.reliability.faults import FaultPlan
-from syncswitch.core.stragglers.monitor import OnlineConfig
+from syncswitch.core.stragglers.monitor import StragglerMonitorConfig
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.protocol import Protocol, Schedule
 from syncswitch.core.sync.synchronizer import SyncConfig
@@ -106,7 +106,7 @@ class RunPlan:
     sync: SyncConfig
     emulation: EmulationConfig
     faults: FaultPlan
-    online: OnlineConfig | None  # None: stragglers are neither emulated nor acted on
+    online: StragglerMonitorConfig | None  # None: stragglers are neither emulated nor acted on
     reliability: ReliabilityConfig
     runtime: str = "ray"  # "ray": measured (or emulated) wall time; "sim": a simulated clock
     cluster: ClusterModel | None = None  # the simulator's cluster model (None on Ray)

@@ -118,7 +118,8 @@ class ServerShard:
         return outcome
 
     def carry_out(self, decision: Decision) -> Outcome:
-        """An online policy's decision, made by the controller for every shard alike."""
+        """A straggler policy's (or online timing's) decision, made by the controller for every
+        shard alike."""
         return self._record(carry_out(self.sync, decision))
 
     def finish(self) -> Outcome:

@@ -1,5 +1,5 @@
-"""The online policy's glue: it decides once, on the step times the first shard saw arrive,
-and the same decisions go to every shard."""
+"""The straggler monitor's glue (`StragglerResponse`): it decides once, on the step times the
+first shard saw arrive, and the same decisions go to every shard."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from syncswitch.control.decisions import ApplyPolicyDecision
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardReport, ShardState
-from syncswitch.core.stragglers.monitor import OnlineMonitor
+from syncswitch.core.stragglers.monitor import StragglerMonitor
 from syncswitch.core.sync.protocol import ASP, ProtocolSpec
 from syncswitch.core.sync.records import Action, Decision
 from syncswitch.rundir import RunWriter
 
 
 @dataclass
-class PolicyView:
-    """The run as an online policy may read it (core.stragglers.policies.RunView), as last seen
+class StragglerPolicyView:
+    """The run as a straggler policy may read it (core.stragglers.policies.RunView), as last seen
     here."""
 
     spec: ProtocolSpec = ASP
@@ -45,7 +45,7 @@ class PolicyView:
             self.spec = decision.protocol
 
 
-class OnlinePolicy:
+class StragglerResponse:
     def __init__(
         self,
         plan: RunPlan,
@@ -56,9 +56,9 @@ class OnlinePolicy:
         self.record = record
         self.writer = writer
         self.log_decision = log_decision
-        self.view = PolicyView()
+        self.view = StragglerPolicyView()
         self.monitor = (
-            OnlineMonitor(
+            StragglerMonitor(
                 plan.workers,
                 plan.online,
                 plan.emulation.stragglers if plan.emulation.enabled else None,

@@ -6,9 +6,10 @@ round are added over the shards (so `--servers N` sees the whole gradient), fed 
 estimator, and every `check_every` of progress the rule (core/timing/rules.py) is asked
 whether to leave BSP, within the share's floor and ceiling. A pure loss-plateau rule reads the
 evaluator's test losses instead. A switch goes to every shard as a typed decision with its
-reason, like an online straggler policy's; shards end the phase in place at a version
-boundary (a protocol a divergence rollback pinned stays in force). Shards end the phase at
-its ceiling on their own too, so the ceiling holds even between two checks.
+reason (an `EndOnlinePhase`, which the shards tell from a straggler policy's switch by its
+type); shards end the phase in place at a version boundary (a protocol a divergence rollback
+pinned stays in force). Shards end the phase at its ceiling on their own too, so the ceiling
+holds even between two checks.
 
 What it has learnt (`TimingHistory`: the estimator's state, the points, the decision) is kept
 in the run record and checkpointed with it, so a resumed run continues with its history.
@@ -25,7 +26,7 @@ from syncswitch.control.decisions import ApplyPolicyDecision
 from syncswitch.control.plan import TimingPlan
 from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.core.sync.protocol import ProtocolSpec
-from syncswitch.core.sync.records import Action, Decision
+from syncswitch.core.sync.records import Decision, EndOnlinePhase
 from syncswitch.core.timing.gradient_stats import (
     GradientStatsEstimator,
     RoundPartials,
@@ -33,10 +34,9 @@ from syncswitch.core.timing.gradient_stats import (
 )
 from syncswitch.core.timing.rules import (
     SIGNAL_KEYS,
-    TIMING_POLICY,
     GradientPoint,
     LossPoint,
-    TimingDecision,
+    OnlineSwitchDecision,
     decide,
     rule_threshold,
     uses_losses,
@@ -52,7 +52,7 @@ class TimingHistory:
     points: list[GradientPoint] = field(default_factory=list)
     losses: list[LossPoint] = field(default_factory=list)
     next_check: float = 0.0  # progress of the next check
-    decision: TimingDecision | None = None  # the switch, once decided
+    decision: OnlineSwitchDecision | None = None  # the switch, once decided
     at: dict[str, Any] = field(default_factory=dict)  # samples, time_s of the decision
     checks: int = 0  # times the rule was asked
 
@@ -75,7 +75,7 @@ class TimingHistory:
             points=[GradientPoint(**p) for p in state["points"]],
             losses=[LossPoint(**p) for p in state["losses"]],
             next_check=float(state["next_check"]),
-            decision=None if decision is None else TimingDecision.from_record(decision),
+            decision=None if decision is None else OnlineSwitchDecision.from_record(decision),
             at=dict(state["at"]),
             checks=int(state.get("checks", 0)),
         )
@@ -141,7 +141,7 @@ class OnlineTiming:
             return []
         return [self._switch(decision, state)]
 
-    def _switch(self, decision: TimingDecision, state: ShardState) -> ApplyPolicyDecision:
+    def _switch(self, decision: OnlineSwitchDecision, state: ShardState) -> ApplyPolicyDecision:
         self.history.decision = decision
         self.history.at = {"samples": state.samples, "time_s": state.time_s}
         self.writer.event(
@@ -154,9 +154,7 @@ class OnlineTiming:
                 "describe": decision.describe(),
             },
         )
-        switch = Decision(
-            action=Action.SWITCH,
-            policy=TIMING_POLICY,
+        switch = EndOnlinePhase.at(
             reason=decision.describe(),
             time_s=state.time_s,
             progress=state.progress,
@@ -186,7 +184,7 @@ class OnlineTiming:
             for version in [v for v in pending if v < complete[-1]]:
                 del pending[version]
 
-    def _row(self, state: ShardState, decision: TimingDecision) -> dict[str, Any]:
+    def _row(self, state: ShardState, decision: OnlineSwitchDecision) -> dict[str, Any]:
         values = decision.values
         point = self.history.points[-1] if self.history.points else None
         signal_key = SIGNAL_KEYS.get(self.plan.rule.name, "")

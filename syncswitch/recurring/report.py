@@ -19,8 +19,8 @@ from typing import Any
 
 from syncswitch.core.timing.search import (
     BASELINE,
+    SearchDecision,
     SearchSpec,
-    TimingDecision,
     TrialKey,
     format_fraction,
 )
@@ -167,7 +167,7 @@ def plot_search(result: SearchResult, path: Path) -> None:
     from matplotlib.figure import Figure
     from matplotlib.ticker import FixedLocator, NullLocator
 
-    decision: TimingDecision = result.decision
+    decision: SearchDecision = result.decision
     spec = result.spec
     figure = Figure(figsize=(7.5, 4.8), layout="constrained")
     FigureCanvasAgg(figure)

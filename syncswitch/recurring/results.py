@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from syncswitch.core.timing.search import BASELINE, SearchSpec, TimingDecision, TrialKey
+from syncswitch.core.timing.search import BASELINE, SearchDecision, SearchSpec, TrialKey
 from syncswitch.registry import DecisionRecord, TrialRecord, TrialStatus
 from syncswitch.rundir import Summary
 
@@ -50,7 +50,7 @@ class SearchResult:
     fingerprint: str
     job: dict[str, Any]
     spec: SearchSpec
-    decision: TimingDecision
+    decision: SearchDecision
     stored: DecisionRecord
     search_dir: Path
     trace: list[TrialRecord]
@@ -61,7 +61,7 @@ class SearchResult:
 
 
 def time_saved(
-    decision: TimingDecision, trials: dict[TrialKey, TrialRecord], spec: SearchSpec
+    decision: SearchDecision, trials: dict[TrialKey, TrialRecord], spec: SearchSpec
 ) -> TimeSaved | None:
     def walls(fraction: float) -> list[TrialRecord]:
         keys = (TrialKey(fraction, seed) for seed in spec.seeds)

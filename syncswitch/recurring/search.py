@@ -22,10 +22,10 @@ from typing import Any, Protocol
 
 from syncswitch.config import ConfigError, TrainConfig
 from syncswitch.core.timing.search import (
+    SearchDecision,
     SearchSpec,
     SearchSpecError,
     StepKind,
-    TimingDecision,
     TrialKey,
     format_fraction,
     next_step,
@@ -243,7 +243,7 @@ class _Search:
         self.running: dict[Future, TrialKey] = {}
         self.concurrent: dict[TrialKey, int] = {}
 
-    def run(self, slots: int, listener: SearchListener) -> TimingDecision:
+    def run(self, slots: int, listener: SearchListener) -> SearchDecision:
         pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="trial")
         finished = False
         try:
@@ -257,7 +257,7 @@ class _Search:
 
     def _loop(
         self, pool: ThreadPoolExecutor, slots: int, listener: SearchListener
-    ) -> TimingDecision:
+    ) -> SearchDecision:
         failures: list[str] = []
         while True:
             step = next_step(self.spec, self._accuracies())

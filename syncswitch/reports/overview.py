@@ -18,7 +18,7 @@ MAX_LISTED_WORKERS = 4096
 
 
 @dataclass(frozen=True)
-class Phase:
+class ProtocolSpan:
     """A stretch of the run under one protocol."""
 
     protocol: str
@@ -149,7 +149,7 @@ def run_end(run: RunData) -> tuple[float, int]:
     return float(metrics.time_s[-1]), int(metrics.samples[-1])
 
 
-def phases(run: RunData) -> list[Phase]:
+def phases(run: RunData) -> list[ProtocolSpan]:
     """The run's protocol phases, from its switches (or, without any, metrics.csv)."""
     end_s, end_samples = run_end(run)
     first = _first_protocol(run)
@@ -158,17 +158,19 @@ def phases(run: RunData) -> list[Phase]:
     result = []
     start_s, start_samples, protocol = 0.0, 0, first
     for switch in sorted(run.switches, key=lambda s: s.time_s):
-        result.append(Phase(protocol, start_s, switch.time_s, start_samples, switch.at_samples))
+        result.append(
+            ProtocolSpan(protocol, start_s, switch.time_s, start_samples, switch.at_samples)
+        )
         start_s, start_samples, protocol = switch.time_s, switch.at_samples, switch.to_protocol
     result.append(
-        Phase(
+        ProtocolSpan(
             protocol, start_s, max(end_s, start_s), start_samples, max(end_samples, start_samples)
         )
     )
     return [p for p in result if p.end_s > p.start_s or p.end_samples > p.start_samples]
 
 
-def time_by_protocol(run_phases: list[Phase]) -> dict[str, float]:
+def time_by_protocol(run_phases: list[ProtocolSpan]) -> dict[str, float]:
     totals: dict[str, float] = {}
     for phase in run_phases:
         totals[phase.protocol] = totals.get(phase.protocol, 0.0) + phase.end_s - phase.start_s

@@ -1,6 +1,6 @@
-"""Online reaction to stragglers: detector -> policy -> decisions, one observed step at a time.
+"""The straggler monitor: detector -> straggler policy -> decisions, one observed step at a time.
 
-`OnlineMonitor.observe(step, run)` reads one worker step as a server saw it arrive (a
+`StragglerMonitor.observe(step, run)` reads one worker step as a server saw it arrive (a
 `StepObservation`), feeds its time to the detector, and lets the policy turn any detection into
 `Decision` values with reasons. It decides; it does not act. The run controller observes the
 steps that the first server shard reports and sends each decision to every shard, where
@@ -25,22 +25,22 @@ from syncswitch.core.stragglers.detector import (
     StragglerEvent,
     StragglerRecord,
 )
-from syncswitch.core.stragglers.policies import OnlinePolicy, OnlinePolicyKind, RunView
+from syncswitch.core.stragglers.policies import RunView, StragglerPolicy, StragglerPolicyKind
 from syncswitch.core.stragglers.scenarios import StragglerEpisode, StragglerScenario
 from syncswitch.core.sync.records import (
     Action,
     Decision,
+    EndOnlinePhase,
     Gradient,
     Outcome,
     StepObservation,
 )
 from syncswitch.core.sync.synchronizer import Synchronizer
-from syncswitch.core.timing.rules import TIMING_POLICY
 
 
 @dataclass(frozen=True)
-class OnlineConfig:
-    policy: OnlinePolicyKind = OnlinePolicyKind.NONE
+class StragglerMonitorConfig:
+    policy: StragglerPolicyKind = StragglerPolicyKind.NONE
     greedy_return: bool = False
     detector: DetectorConfig = field(default_factory=DetectorConfig)
 
@@ -53,7 +53,7 @@ class OnlineConfig:
 
 
 @dataclass
-class OnlineReaction:
+class StragglerReaction:
     """What one observed step led to: detector events (as the results record them) and
     decisions; `outcome` is what carrying them out did, where `after_gradient` carried them out."""
 
@@ -131,14 +131,17 @@ def _delay(
     return delay_s, delay_fraction
 
 
-class OnlineMonitor:
+class StragglerMonitor:
     def __init__(
-        self, workers: int, config: OnlineConfig, scenario: StragglerScenario | None = None
+        self,
+        workers: int,
+        config: StragglerMonitorConfig,
+        scenario: StragglerScenario | None = None,
     ) -> None:
         """`scenario`: the emulated stragglers, or None when step times are real."""
         self.config = config
         self.detector = StragglerDetector(workers, config.detector)
-        self.policy = OnlinePolicy(config.policy, config.greedy_return)
+        self.policy = StragglerPolicy(config.policy, config.greedy_return)
         # With a scenario (emulated run) there is ground truth: even an empty one makes every
         # detection a false one. On real hardware (None) detections cannot be scored.
         self.audit = DetectionAudit(scenario) if scenario is not None else None
@@ -148,13 +151,13 @@ class OnlineMonitor:
         step: StepObservation,
         run: RunView,
         act: Callable[[Decision], object] = lambda decision: None,
-    ) -> OnlineReaction:
+    ) -> StragglerReaction:
         """Detector events for one step (scored if emulated) and what the policy decides.
 
         `act` is called with each decision as it is made, so that the next one is decided on
         the run as the last one left it (the caller puts it in force, or updates its view).
         """
-        reaction = OnlineReaction()
+        reaction = StragglerReaction()
         if self.audit:
             self.audit.note_progress(step.progress, step.time_s)
         events = self.detector.observe(step.worker, step.step_time_s, step.time_s, step.progress)
@@ -169,7 +172,7 @@ class OnlineMonitor:
                 act(decision)
         return reaction
 
-    def after_gradient(self, sync: Synchronizer, gradient: Gradient) -> OnlineReaction:
+    def after_gradient(self, sync: Synchronizer, gradient: Gradient) -> StragglerReaction:
         """Observe a gradient just submitted to `sync` and carry out the decisions on it."""
         step = StepObservation(gradient.worker, gradient.step_time_s, sync.now_s(), sync.progress)
         outcome = Outcome()
@@ -186,7 +189,8 @@ class OnlineMonitor:
 
 
 def carry_out(sync: Synchronizer, decision: Decision) -> Outcome:
-    """Put one policy decision in force on the synchronizer, if it still applies.
+    """Put one decision (a straggler policy's, or online timing's `EndOnlinePhase`) in force on
+    the synchronizer, if it still applies.
 
     A decision made elsewhere (the run controller) arrives a little later than it was made: a
     switch whose protocol is already in force, or one that a divergence rollback has since
@@ -195,9 +199,9 @@ def carry_out(sync: Synchronizer, decision: Decision) -> Outcome:
     action = decision.action
     if sync.done:
         return Outcome()
-    if action is Action.SWITCH and decision.policy == TIMING_POLICY:
+    if isinstance(decision, EndOnlinePhase):
         # The online phase ends (its next phase's protocol, unless a rollback pinned one).
-        return sync.end_online_phase(reason=f"{TIMING_POLICY}: {decision.reason}")
+        return sync.end_online_phase(reason=f"{decision.policy}: {decision.reason}")
     if action in (Action.SWITCH, Action.RETURN):
         assert decision.protocol is not None
         target = decision.protocol

@@ -1,4 +1,6 @@
-"""Online policies: how a run reacts, while it runs, to stragglers the detector reports.
+"""Straggler policies: how a run reacts, while it runs, to stragglers the detector reports.
+
+(`--online-policy` picks one; the flag, the config field and the recorded names keep the word.)
 
 They compose with the offline schedule (the BSP prefix, then ASP) and only ever act on the
 BSP part of it, where one slow worker stalls everyone:
@@ -26,7 +28,7 @@ from syncswitch.core.sync.protocol import ASP, Protocol, ProtocolSpec
 from syncswitch.core.sync.records import Action, Decision
 
 
-class OnlinePolicyKind(StrEnum):
+class StragglerPolicyKind(StrEnum):
     NONE = "none"
     GREEDY = "greedy"
     ELASTIC = "elastic"
@@ -51,9 +53,11 @@ class RunView(TypingProtocol):
     def pinned(self) -> ProtocolSpec | None: ...  # set by a divergence rollback
 
 
-class OnlinePolicy:
-    def __init__(self, kind: OnlinePolicyKind = OnlinePolicyKind.NONE, greedy_return: bool = False):
-        if greedy_return and kind is not OnlinePolicyKind.GREEDY:
+class StragglerPolicy:
+    def __init__(
+        self, kind: StragglerPolicyKind = StragglerPolicyKind.NONE, greedy_return: bool = False
+    ):
+        if greedy_return and kind is not StragglerPolicyKind.GREEDY:
             raise ValueError(f"greedy_return applies to the greedy policy only, not {kind.value}")
         self.kind = kind
         self.greedy_return = greedy_return
@@ -73,10 +77,10 @@ class OnlinePolicy:
         """Decisions for one detector event; `flagged` is who the detector flags after it."""
         if run.done:
             return []
-        if self.kind is OnlinePolicyKind.GREEDY:
+        if self.kind is StragglerPolicyKind.GREEDY:
             # After a divergence rollback the run stays in BSP: greedy may not leave it.
             return [] if run.pinned is not None else self._greedy(event, run, flagged)
-        if self.kind is OnlinePolicyKind.ELASTIC:
+        if self.kind is StragglerPolicyKind.ELASTIC:
             return self._elastic(event, run)
         return []
 

@@ -11,6 +11,7 @@ import torch
 
 from syncswitch.core.sync.protocol import ProtocolSpec
 from syncswitch.core.timing.gradient_stats import RoundPartials
+from syncswitch.core.timing.rules import TIMING_POLICY
 
 if TYPE_CHECKING:
     from syncswitch.core.sync.state import SynchronizerState
@@ -176,10 +177,11 @@ class StepObservation:
 
 
 class Action(StrEnum):
-    """What a `Decision` does. The online policies' four are carried out by the synchronizer
-    (core/stragglers/monitor.py carry_out); the others are logged by whoever made them."""
+    """What a `Decision` does. The straggler policies' four are carried out by the synchronizer
+    (core/stragglers/monitor.py carry_out), and so is online timing's switch (an
+    `EndOnlinePhase`); the others are logged by whoever made them."""
 
-    SWITCH = "switch"  # greedy: leave BSP for ASP now
+    SWITCH = "switch"  # greedy: leave BSP for ASP now (online timing: end the online phase)
     RETURN = "return"  # greedy with return: back to the scheduled protocol
     EXCLUDE = "exclude"  # elastic: the barrier stops waiting for a worker
     READMIT = "readmit"  # elastic: the barrier waits for it again
@@ -223,6 +225,33 @@ class Decision:
             progress=float(record["progress"]),
             worker=None if worker is None else int(worker),
             protocol=None if protocol is None else ProtocolSpec.parse(protocol),
+        )
+
+
+@dataclass(frozen=True)
+class EndOnlinePhase(Decision):
+    """Online timing's switch: the schedule's online phase ends now, in `protocol` (the next
+    phase's). `carry_out` (core/stragglers/monitor.py) tells it from a straggler policy's switch
+    by its type; it is recorded like any decision (action "switch", policy "online_timing")."""
+
+    def __post_init__(self) -> None:
+        if self.action is not Action.SWITCH or self.policy != TIMING_POLICY:
+            raise ValueError(
+                f"online timing only switches, as {TIMING_POLICY!r}: not {self.action.value} "
+                f"by {self.policy!r}"
+            )
+
+    @classmethod
+    def at(
+        cls, reason: str, time_s: float, progress: float, protocol: ProtocolSpec
+    ) -> EndOnlinePhase:
+        return cls(
+            action=Action.SWITCH,
+            policy=TIMING_POLICY,
+            reason=reason,
+            time_s=time_s,
+            progress=progress,
+            protocol=protocol,
         )
 
 

@@ -1,7 +1,7 @@
 """When to leave BSP: decision rules over the signals a run measures (issue 21).
 
-Each rule reads a history of signals and answers with a `TimingDecision`: switch now or not
-yet, why, and the values that led to it. Rules never act; the run controller carries a
+Each rule reads a history of signals and answers with an `OnlineSwitchDecision`: switch now or
+not yet, why, and the values that led to it. Rules never act; the run controller carries a
 switch out on every shard. `decide` adds the floor and the ceiling on the BSP share.
 
 The rules:
@@ -70,7 +70,7 @@ class TimingReason(StrEnum):
 
 
 @dataclass(frozen=True)
-class TimingDecision:
+class OnlineSwitchDecision:
     """Switch now or not yet, with the reason and the values that led to it."""
 
     switch: bool
@@ -89,7 +89,7 @@ class TimingDecision:
         }
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> TimingDecision:
+    def from_record(cls, record: dict[str, Any]) -> OnlineSwitchDecision:
         """Back from `to_record()` (a checkpointed run record); raises on a malformed one."""
         return cls(
             switch=bool(record["switch"]),
@@ -280,23 +280,25 @@ class NoiseScaleRule:
 
 def decide(
     rule: Rule, history: Sequence[Any], progress: float, bounds: ShareBounds
-) -> TimingDecision:
+) -> OnlineSwitchDecision:
     """Whether to leave BSP at `progress`, by `rule` over `history`, within `bounds`."""
     verdict = rule.check(history)
     if progress >= bounds.ceiling:
-        return TimingDecision(True, TimingReason.CEILING, rule.name, progress, verdict.values)
+        return OnlineSwitchDecision(True, TimingReason.CEILING, rule.name, progress, verdict.values)
     if progress < bounds.floor:
         reason = TimingReason.BEFORE_FLOOR
     elif not verdict.enough:
         reason = TimingReason.NO_SIGNAL
     elif verdict.fired:
-        return TimingDecision(True, TimingReason.SIGNAL, rule.name, progress, verdict.values)
+        return OnlineSwitchDecision(True, TimingReason.SIGNAL, rule.name, progress, verdict.values)
     else:
         reason = TimingReason.WAITING
-    return TimingDecision(False, reason, rule.name, progress, verdict.values)
+    return OnlineSwitchDecision(False, reason, rule.name, progress, verdict.values)
 
 
-def first_switch(rule: Rule, history: Sequence[Any], bounds: ShareBounds) -> TimingDecision | None:
+def first_switch(
+    rule: Rule, history: Sequence[Any], bounds: ShareBounds
+) -> OnlineSwitchDecision | None:
     """Replay a recorded history point by point: the first decision to switch (or None).
 
     What a run would have decided, had it checked after every point (used offline to tune a

@@ -128,7 +128,7 @@ class FractionEvidence:
 
 
 @dataclass(frozen=True)
-class TimingDecision:
+class SearchDecision:
     """The chosen BSP fraction, with everything it was decided on."""
 
     fraction: float
@@ -170,7 +170,7 @@ class SearchStep:
     kind: StepKind
     reason: str
     trials: tuple[TrialKey, ...] = ()
-    decision: TimingDecision | None = None
+    decision: SearchDecision | None = None
     evidence: tuple[FractionEvidence, ...] = ()
 
 
@@ -207,7 +207,7 @@ def next_step(spec: SearchSpec, results: Mapping[TrialKey, float]) -> SearchStep
 
     def decide(stop: StopReason, reason: str) -> SearchStep:
         mean = bsp_mean if holding == BASELINE else _evidence_of(evidence, holding).mean
-        decision = TimingDecision(
+        decision = SearchDecision(
             fraction=holding,
             stop=stop,
             reason=reason,

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from syncswitch.core.stragglers.detector import EventKind, StragglerRecord
-from syncswitch.core.stragglers.monitor import OnlineConfig, OnlineMonitor
-from syncswitch.core.stragglers.policies import OnlinePolicyKind
+from syncswitch.core.stragglers.monitor import StragglerMonitor, StragglerMonitorConfig
+from syncswitch.core.stragglers.policies import StragglerPolicyKind
 from syncswitch.core.stragglers.scenarios import StragglerEpisode, StragglerScenario
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.optimizer import FlatSGD
@@ -33,7 +33,7 @@ class VirtualRun:
     def __init__(
         self,
         schedule: str,
-        policy: OnlinePolicyKind,
+        policy: StragglerPolicyKind,
         step_s: Callable[[int, float, float], float],
         *,
         workers: int = 8,
@@ -50,7 +50,9 @@ class VirtualRun:
             count_bsp_by_work=greedy_return,
         )
         self.sync = Synchronizer(config, FlatSGD(torch.zeros(3)), clock=lambda: self.now)
-        self.monitor = OnlineMonitor(workers, OnlineConfig(policy, greedy_return), scenario)
+        self.monitor = StragglerMonitor(
+            workers, StragglerMonitorConfig(policy, greedy_return), scenario
+        )
         self.step_s = step_s
         self.outcome = Outcome()
         self.straggler_events: list[StragglerRecord] = []
@@ -106,7 +108,7 @@ def slowed(worker: int, start: float, end: float, factor: float = 5.0):
 
 
 def test_elastic_excludes_a_5x_straggler_within_a_few_of_its_steps_and_readmits_it():
-    run = VirtualRun("bsp:0.5,asp", OnlinePolicyKind.ELASTIC, slowed(3, 0.1, 0.3)).run()
+    run = VirtualRun("bsp:0.5,asp", StragglerPolicyKind.ELASTIC, slowed(3, 0.1, 0.3)).run()
     [exclude] = run.decisions("exclude")
     [readmit] = run.decisions("readmit")
     assert exclude.worker == readmit.worker == 3
@@ -126,14 +128,14 @@ def test_elastic_excludes_a_5x_straggler_within_a_few_of_its_steps_and_readmits_
 
 def test_elastic_bsp_phase_is_faster_than_waiting_for_the_straggler():
     times = {}
-    for policy in (OnlinePolicyKind.NONE, OnlinePolicyKind.ELASTIC):
+    for policy in (StragglerPolicyKind.NONE, StragglerPolicyKind.ELASTIC):
         run = VirtualRun("bsp:0.5,asp", policy, slowed(3, 0.1, 0.4)).run()
         times[policy] = run.sync.time_by_protocol["bsp"]
-    assert times[OnlinePolicyKind.ELASTIC] < times[OnlinePolicyKind.NONE] / 1.5
+    assert times[StragglerPolicyKind.ELASTIC] < times[StragglerPolicyKind.NONE] / 1.5
 
 
 def test_greedy_switches_to_asp_and_never_returns_without_return():
-    run = VirtualRun("bsp:0.5,asp", OnlinePolicyKind.GREEDY, slowed(3, 0.1, 0.2)).run()
+    run = VirtualRun("bsp:0.5,asp", StragglerPolicyKind.GREEDY, slowed(3, 0.1, 0.2)).run()
     [switch] = run.decisions("switch")
     assert switch.protocol == ASP and 0.1 < switch.progress < 0.15
     assert run.decisions("return") == []
@@ -144,7 +146,7 @@ def test_greedy_switches_to_asp_and_never_returns_without_return():
 def test_greedy_with_return_resumes_bsp_until_the_planned_bsp_work_is_done():
     total = 8 * BATCH * 400
     run = VirtualRun(
-        "bsp:0.5,asp", OnlinePolicyKind.GREEDY, slowed(3, 0.1, 0.2), greedy_return=True
+        "bsp:0.5,asp", StragglerPolicyKind.GREEDY, slowed(3, 0.1, 0.2), greedy_return=True
     ).run()
     assert len(run.decisions("switch")) == 1 and len(run.decisions("return")) == 1
     assert [s.to_protocol for s in run.sync.switches] == ["asp", "bsp", "asp"]
@@ -156,7 +158,7 @@ def test_greedy_with_return_resumes_bsp_until_the_planned_bsp_work_is_done():
 
 
 def test_none_logs_detections_but_decides_nothing():
-    run = VirtualRun("bsp:0.5,asp", OnlinePolicyKind.NONE, slowed(3, 0.1, 0.2)).run()
+    run = VirtualRun("bsp:0.5,asp", StragglerPolicyKind.NONE, slowed(3, 0.1, 0.2)).run()
     kinds = [e.name for e in run.straggler_events]
     assert kinds[:2] == ["straggler_detected", "straggler_recovered"]
     assert run.policy_decisions == [] and run.sync.switches[0].reason == "schedule"
@@ -164,7 +166,9 @@ def test_none_logs_detections_but_decides_nothing():
 
 def test_detections_are_scored_against_the_emulated_scenario():
     scenario = StragglerScenario((StragglerEpisode((3,), start=0.1, duration=0.1, factor=5.0),))
-    run = VirtualRun("bsp", OnlinePolicyKind.ELASTIC, slowed(3, 0.1, 0.2), scenario=scenario).run()
+    run = VirtualRun(
+        "bsp", StragglerPolicyKind.ELASTIC, slowed(3, 0.1, 0.2), scenario=scenario
+    ).run()
     detected, recovered = run.straggler_events[:2]
     assert detected.episode == 0 and detected.false_detection is False
     assert detected.delay_fraction is not None and 0 < detected.delay_fraction < 0.03
@@ -185,13 +189,13 @@ def test_detections_are_scored_against_the_emulated_scenario():
 def test_a_detection_outside_every_episode_counts_as_false():
     # The scenario says worker 3 is slowed late in training, but it is slow early instead.
     scenario = StragglerScenario((StragglerEpisode((3,), start=0.8, duration=0.1, factor=5.0),))
-    run = VirtualRun("bsp", OnlinePolicyKind.NONE, slowed(3, 0.1, 0.2), scenario=scenario).run()
+    run = VirtualRun("bsp", StragglerPolicyKind.NONE, slowed(3, 0.1, 0.2), scenario=scenario).run()
     assert run.straggler_events[0].false_detection is True
     assert run.monitor.audit is not None and run.monitor.audit.false_detections == 1
 
 
 def test_greedy_does_not_leave_bsp_pinned_by_a_divergence_rollback():
-    run = VirtualRun("bsp:0.5,asp", OnlinePolicyKind.GREEDY, slowed(3, 0.1, 0.2))
+    run = VirtualRun("bsp:0.5,asp", StragglerPolicyKind.GREEDY, slowed(3, 0.1, 0.2))
     snapshot = take_snapshot(run.sync, "test")
     roll_back(
         run.sync,
