@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass, field
 
 from syncswitch.core.sync.hyperparams import LrSchedule, MomentumPolicy
@@ -39,6 +40,10 @@ class SyncConfig:
     def progress(self, samples: int) -> float:
         """The fraction of the workload `samples` applied samples stand for (at most 1)."""
         return min(samples / self.total_samples, 1.0)
+
+    def active(self, excluded: Set[int]) -> frozenset[int]:
+        """The workers the BSP barrier and the SSP bound wait for: all but `excluded`."""
+        return frozenset(range(self.workers)) - excluded
 
 
 def scheduled_phase(config: SyncConfig, index: int, progress: float, phase_bsp_samples: int) -> int:

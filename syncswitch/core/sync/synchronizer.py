@@ -32,10 +32,12 @@ phase, or a delta outside one (sent across a switch), is applied at once on its 
 The synchronizer's own mutable fields are one value, `LiveState` (core/sync/live.py): a
 snapshot copies it into a frozen `SynchronizerState` (core/sync/state.py), restoring and rolling
 back assign a new one built from such a state. Its collaborators: `Gate` (gate.py) admits each
-arrival, `Updater` (update.py) makes one update and its records, `LocalPhase` (local_phase.py)
-is local phases' policy and outer step, `WaitRoom` (waitroom.py) holds who is held back (the
-barrier, the SSP clocks), and milestones.py says which evaluation points and checkpoints are
-due.
+arrival, `Rounds` (rounds.py) completes the barrier's rounds and moves the run through its
+schedule and switches, `Updater` (update.py) makes one update and its records, `LocalPhase`
+(local_phase.py) is local phases' policy and outer step, `WaitRoom` (waitroom.py) holds who is
+held back (the barrier, the SSP clocks), `Milestones` (milestones.py) says which evaluation
+points and checkpoints are due, and `Snapshots` (snapshots.py) takes a snapshot and loads one's
+parts back into the collaborators.
 """
 
 from __future__ import annotations
@@ -47,24 +49,20 @@ import torch
 
 from syncswitch.core.sync.admission import DropReason, GradientLedger
 from syncswitch.core.sync.config import SyncConfig as SyncConfig
-from syncswitch.core.sync.config import check_worker, scheduled_phase
+from syncswitch.core.sync.config import check_worker
 from syncswitch.core.sync.gate import Gate
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.live import LiveState
 from syncswitch.core.sync.local import LocalRound
 from syncswitch.core.sync.local_phase import LocalPhase
-from syncswitch.core.sync.milestones import Milestones
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import Protocol, ProtocolSpec
-from syncswitch.core.sync.quarantine import QuarantinePolicy
-from syncswitch.core.sync.records import Accounting, Gradient, Outcome, Snapshot, SwitchEvent
-from syncswitch.core.sync.state import OptimizerState, SynchronizerState
+from syncswitch.core.sync.records import Accounting, Gradient, Outcome, Snapshot
+from syncswitch.core.sync.rounds import Rounds
+from syncswitch.core.sync.snapshots import Snapshots
+from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.core.sync.update import Updater
 from syncswitch.core.sync.waitroom import WaitRoom
-from syncswitch.core.timing.rules import TIMING_POLICY
-
-# The reason a switch carries when an online phase reached its ceiling undecided.
-ONLINE_CEILING = f"{TIMING_POLICY}: the BSP share's ceiling reached"
 
 
 class Synchronizer:
@@ -77,6 +75,7 @@ class Synchronizer:
         self.config = config
         self.optimizer = optimizer
         self._clock = clock
+        # Every field the synchronizer changes as it runs, as one value (core/sync/live.py).
         self.live = LiveState(
             spec=config.schedule.phases[0].spec,
             momentum_policy=config.momentum_policy,
@@ -84,9 +83,15 @@ class Synchronizer:
         )
         self.room = WaitRoom(config.workers)  # the barrier, who waits, the SSP clocks
         self.gate = Gate(optimizer.weights.numel(), config.quarantine_after, self.now_s)
+        self.quarantine = self.gate.quarantine
         self.local = LocalPhase(config, optimizer)
         self.updater = Updater(config, optimizer, self.local, self.now_s)
-        self.milestones = Milestones(config, self.now_s)
+        self.snapshots = Snapshots(
+            config, optimizer, self.room, self.gate, self.local, self.updater
+        )
+        self.rounds = Rounds(
+            config, self.room, self.gate, self.updater, self.local, self.snapshots, clock
+        )
 
     # -- reading state ----------------------------------------------------------------------
 
@@ -120,7 +125,7 @@ class Synchronizer:
     @property
     def active(self) -> frozenset[int]:
         """Workers the BSP barrier and the SSP bound wait for."""
-        return frozenset(range(self.config.workers)) - self.live.excluded
+        return self.config.active(self.live.excluded)
 
     @property
     def scheduled_spec(self) -> ProtocolSpec:
@@ -137,11 +142,8 @@ class Synchronizer:
 
     @property
     def ledger(self) -> GradientLedger:
+        """Exactly-once accounting (the gate's; a restore replaces it)."""
         return self.gate.ledger
-
-    @property
-    def quarantine(self) -> QuarantinePolicy:
-        return self.gate.quarantine
 
     def now_s(self) -> float:
         return self._clock() - self.live.started_at
@@ -187,28 +189,29 @@ class Synchronizer:
             # on its own, and its worker goes on at once (core/sync/local.py).
             outcome.applied.extend(self.updater.apply(live, self.gate.ledger, [gradient]))
             outcome.released.append(gradient.worker)
-            outcome.merge(self._after_update())
+            outcome.merge(self.rounds.after_update(live))
         elif barrier:
             room.pending.append(gradient)
             room.waiting.add(gradient.worker)
-            outcome.merge(self._complete_barrier())
+            outcome.merge(self.rounds.complete_barrier(live))
         else:
             outcome.applied.extend(self.updater.apply(live, self.gate.ledger, [gradient]))
             room.waiting.add(gradient.worker)
             outcome.released.extend(room.release_within_bound(live.spec, self.active))
-            outcome.merge(self._after_update())
+            outcome.merge(self.rounds.after_update(live))
         return outcome
 
     def exclude(self, worker: int) -> Outcome:
         """Stop waiting for `worker` at the barrier (elastic BSP); it may complete a barrier."""
         check_worker(worker, self.config.workers)
-        self.live.excluded.add(worker)
+        live = self.live
+        live.excluded.add(worker)
         outcome = Outcome()
-        if self.live.spec.protocol.has_barrier:
+        if live.spec.protocol.has_barrier:
             # Its gradient may already sit at the barrier: it stays, computed on this version.
-            outcome.merge(self._complete_barrier())
-        elif self.live.spec.protocol is Protocol.SSP:
-            outcome.released.extend(self.room.release_within_bound(self.live.spec, self.active))
+            outcome.merge(self.rounds.complete_barrier(live))
+        elif live.spec.protocol is Protocol.SSP:
+            outcome.released.extend(self.room.release_within_bound(live.spec, self.active))
         return outcome
 
     def readmit(self, worker: int) -> Outcome:
@@ -230,53 +233,11 @@ class Synchronizer:
         index = self.config.schedule.online_index
         if index is None or self.live.phase_index != index or self.live.done:
             return Outcome()  # ended already (its ceiling), or no such phase
-        return self._enter_phase(index + 1, reason)
-
-    def _enter_phase(self, index: int, reason: str) -> Outcome:
-        live = self.live
-        live.phase_index = index
-        live.phase_bsp_samples = 0
-        new_spec = live.pinned or self.config.schedule.phases[index].spec
-        if new_spec != live.spec:
-            return self.switch_to(new_spec, reason=reason)
-        return Outcome()
+        return self.rounds.enter_phase(self.live, index + 1, reason)
 
     def switch_to(self, spec: ProtocolSpec, reason: str) -> Outcome:
         """Put a new protocol in force now, in place, at the current version."""
-        started = self._clock()
-        outcome, live, room = Outcome(), self.live, self.room
-        old = live.spec
-        live.spec = spec
-        if spec.protocol.is_async and not old.protocol.is_async:
-            live.async_start = self.progress
-        self.local.switch(live, old, spec)
-        if spec.protocol is Protocol.SSP:
-            room.reset_clocks()
-        caught = [g for g in room.pending if not LocalPhase.gathers(spec, g)]
-        if caught:
-            # A barrier cut short by the switch: each caught gradient (or delta) the new rule
-            # cannot gather is applied on its own (under ASP/SSP, as its worker's share).
-            room.pending = [g for g in room.pending if LocalPhase.gathers(spec, g)]
-            for gradient in caught:
-                outcome.applied.extend(self.updater.apply(live, self.gate.ledger, [gradient]))
-        if spec.protocol.is_async:
-            outcome.released.extend(room.release_within_bound(spec, self.active))
-        else:
-            outcome.released.extend(room.release_not_at_barrier())
-        now_s = self.milestones.close_phase_time(live, old.name)
-        event = SwitchEvent(
-            at_fraction=self.progress,
-            at_samples=live.samples,
-            version=live.version,
-            from_protocol=old.name,
-            to_protocol=spec.name,
-            time_s=now_s,
-            overhead_s=self._clock() - started,
-            reason=reason,
-        )
-        live.switches.append(event)
-        outcome.switches.append(event)
-        return outcome
+        return self.rounds.switch_to(self.live, spec, reason)
 
     # -- failures, local rounds, the end ------------------------------------------------------
 
@@ -324,55 +285,7 @@ class Synchronizer:
         gradient differently can differ by a few samples). Gradients at the barrier are dropped
         as training_complete, every waiting worker is released, and the evaluation points not
         reached yet are taken now, so every shard reports the same points."""
-        outcome = Outcome()
-        if self.live.done:
-            return outcome
-        for gradient in self.room.pending:
-            outcome.dropped.append(self.gate.drop(gradient, DropReason.TRAINING_COMPLETE))
-        self.room.pending = []
-        outcome.evaluations.extend(self.milestones.evaluations(self.live, all_left=True))
-        self._finish(outcome)
-        return outcome
-
-    def _complete_barrier(self) -> Outcome:
-        """Apply the barrier's update if every active worker's gradient is in."""
-        outcome, room = Outcome(), self.room
-        if not room.pending or not self.active <= room.pending_workers():
-            return outcome
-        outcome.applied.extend(
-            self.updater.apply(self.live, self.gate.ledger, room.pending, gathered=True)
-        )
-        room.pending = []
-        outcome.released.extend(room.release_all())
-        outcome.merge(self._after_update())
-        return outcome
-
-    def _after_update(self) -> Outcome:
-        outcome, live, cfg = Outcome(), self.live, self.config
-        if live.partials:
-            outcome.partials, live.partials = live.partials, []
-        outcome.evaluations.extend(self.milestones.evaluations(live))
-        if live.samples >= cfg.total_samples:
-            self._finish(outcome)
-            return outcome
-        index = scheduled_phase(cfg, live.phase_index, self.progress, live.phase_bsp_samples)
-        if index != live.phase_index:
-            left_online = cfg.schedule.phases[live.phase_index].online
-            outcome.merge(self._enter_phase(index, ONLINE_CEILING if left_online else "schedule"))
-        label = self.milestones.checkpoint_label(live)
-        if label and not self.room.pending:
-            # At a version boundary with no gradient waiting, after any scheduled switch: a
-            # consistent state to go back to.
-            live.snapshot_requested = ""
-            outcome.snapshots.append(self.snapshot(label))
-        return outcome
-
-    def _finish(self, outcome: Outcome) -> None:
-        self.live.done = True
-        self.milestones.close_phase_time(self.live, self.live.spec.name)
-        outcome.evaluations.append(self.milestones.point(self.live, 1.0))
-        outcome.released.extend(self.room.release_all())
-        outcome.done = True
+        return self.rounds.finish_now(self.live)
 
     # -- snapshots, restoring, rolling back ---------------------------------------------------
 
@@ -384,17 +297,7 @@ class Synchronizer:
         """The synchronizer's state now, at a version boundary (no gradient waiting)."""
         if self.room.pending:
             raise RuntimeError("a snapshot is taken at a version boundary, with no one waiting")
-        now_s = self.now_s()
-        optimizer = self.optimizer.state_dict()
-        live = self.live
-        state = live.capture(
-            optimizer=OptimizerState(optimizer["weights"], optimizer["momentum_buffer"]),
-            clocks=self.room.clocks,
-            ledger=self.gate.ledger.to_state(),
-            outer_buffer=self.local.outer_buffer(),
-            time_s=now_s,
-        )
-        return Snapshot(label, live.samples, self.progress, live.version, now_s, state)
+        return self.snapshots.take(self.live, label, self.now_s())
 
     def restore(self, state: SynchronizerState) -> None:
         """Become the synchronizer a snapshot was taken of (a new server, or a resumed run).
@@ -402,7 +305,7 @@ class Synchronizer:
         The clock continues from the snapshot's time, so time lost to the failure is not
         counted as training time. Every worker must `rejoin` before it trains again.
         """
-        self._load_collaborators(state)
+        self.snapshots.load(state)
         self.gate.ledger = GradientLedger.from_state(dict(state.ledger))
         self.live = self.live.restored(state, started_at=self._clock() - state.time_s)
 
@@ -426,7 +329,7 @@ class Synchronizer:
         for gradient in self.room.pending:
             outcome.dropped.append(self.gate.drop(gradient, DropReason.ROLLED_BACK))
         self.room.pending = []
-        self._load_collaborators(state)
+        self.snapshots.load(state)
         self.live = self.live.rolled_back(
             state, protocol=protocol, lr_scale=lr_scale, momentum_policy=momentum_policy
         )
@@ -434,14 +337,3 @@ class Synchronizer:
             outcome.merge(self.switch_to(protocol, reason=reason))
         outcome.released.extend(self.room.release_all())
         return outcome
-
-    def _load_collaborators(self, state: SynchronizerState) -> None:
-        """The parts of `state` the collaborators hold: weights and momentum, SSP clocks, the
-        outer momentum; the statistics forget the round before (the weights jumped)."""
-        self.optimizer.load_state_dict(
-            {"weights": state.optimizer.weights, "momentum_buffer": state.optimizer.momentum_buffer}
-        )
-        self.room.clocks = dict(state.clocks)
-        self.local.load_outer_buffer(state.local.outer_buffer)
-        if self.updater.stats is not None:
-            self.updater.stats.forget()  # the weights jumped: no drift across it
