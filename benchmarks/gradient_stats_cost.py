@@ -71,8 +71,8 @@ def _rounds(numel: int, workers: int, schedule: str, every: int, admission: bool
         stats_every=every,
     )
     sync = Synchronizer(config, FlatSGD(torch.zeros(numel), weight_decay=0.0))
-    if sync.stats is not None and not admission:
-        sync.stats._takes_squares = False  # the third round's way: the stacked rows' norm
+    if sync.updater.stats is not None and not admission:
+        sync.updater.stats._takes_squares = False  # the third round's way: the stacked rows' norm
     sequence = [0] * workers
 
     def run(count: int) -> None:
@@ -80,7 +80,7 @@ def _rounds(numel: int, workers: int, schedule: str, every: int, admission: bool
             for w in range(workers):
                 sync.submit(Gradient(w, sequence[w], sync.version, grads[w], 32, 0.0, 0.0))
                 sequence[w] += 1
-            sync.partials.clear()  # the shard hands them on with its report
+            sync.live.partials.clear()  # the shard hands them on with its report
 
     return run
 

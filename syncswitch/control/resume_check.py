@@ -21,7 +21,7 @@ from syncswitch.control.run_state import RunCheckpoint
 from syncswitch.core.reliability.checkpoints import LoadedCheckpoint
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.sharding import parameter_shards
-from syncswitch.core.sync.state import SynchronizerState, restore
+from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.core.sync.synchronizer import Synchronizer
 
 # Beyond the tensors (weights and momentum, 4 bytes per parameter each), a state holds the
@@ -66,7 +66,7 @@ class ResumeCheck:
         if optimizer.momentum_buffer is not None:
             _check_vector(optimizer.momentum_buffer, "momentum_buffer", length)
         # The synchronizer a server shard restores the state into, with this run's settings.
-        restore(Synchronizer(self.plan.sync, FlatSGD(torch.zeros(length))), shard_state)
+        Synchronizer(self.plan.sync, FlatSGD(torch.zeros(length))).restore(shard_state)
         named = set(shard_state.clocks) | set(shard_state.excluded)
         workers = self.plan.sync.workers
         if not named <= set(range(workers)):

@@ -30,8 +30,7 @@ from syncswitch.core.sync.records import (
     Snapshot,
     StepObservation,
 )
-from syncswitch.core.sync.state import SynchronizerState, roll_back, take_snapshot
-from syncswitch.core.sync.state import restore as restore_state
+from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.core.sync.synchronizer import SyncConfig, Synchronizer
 
 
@@ -96,7 +95,7 @@ class ServerShard:
         self.sync = Synchronizer(config, optimizer, clock=clock)
         self.restored = restore is not None
         if restore is not None:
-            restore_state(self.sync, restore)
+            self.sync.restore(restore)
         self._observe_steps = observe_steps
         self._since_drain = Outcome()
         self._eval_weights: list[np.ndarray] = []
@@ -143,7 +142,7 @@ class ServerShard:
         self.sync.request_snapshot(label)
 
     def final_snapshot(self) -> Snapshot:
-        return take_snapshot(self.sync, "final")
+        return self.sync.snapshot("final")
 
     def roll_back(
         self,
@@ -154,8 +153,7 @@ class ServerShard:
         reason: str,
     ) -> Outcome:
         return self._record(
-            roll_back(
-                self.sync,
+            self.sync.roll_back(
                 state,
                 protocol=protocol,
                 lr_scale=lr_scale,
@@ -176,26 +174,27 @@ class ServerShard:
 
     def state(self, silent_s: dict[int, float]) -> ShardState:
         sync = self.sync
+        live = sync.live  # the synchronizer's fields, as one value: copied, not shared
         return ShardState(
-            version=sync.version,
-            samples=sync.samples,
+            version=live.version,
+            samples=live.samples,
             progress=sync.progress,
-            protocol=sync.spec,
+            protocol=live.spec,
             scheduled_protocol=sync.scheduled_spec,
-            done=sync.done,
+            done=live.done,
             time_s=sync.now_s(),
-            time_by_protocol=dict(sync.time_by_protocol),
-            samples_by_protocol=dict(sync.samples_by_protocol),
-            excluded=tuple(sorted(sync.excluded)),
+            time_by_protocol=dict(live.time_by_protocol),
+            samples_by_protocol=dict(live.samples_by_protocol),
+            excluded=tuple(sorted(live.excluded)),
             quarantined=tuple(sorted(sync.quarantine.quarantined)),
             accounting=sync.accounting(),
-            pinned=sync.pinned,
-            lr_scale=sync.lr_scale,
-            momentum_policy=sync.momentum_policy,
+            pinned=live.pinned,
+            lr_scale=live.lr_scale,
+            momentum_policy=live.momentum_policy,
             silent_s=silent_s,
-            messages_by_protocol=dict(sync.messages_by_protocol),
-            bytes_by_protocol=dict(sync.bytes_by_protocol),
-            unsent_samples=dict(sync.unsent_samples),
+            messages_by_protocol=dict(live.messages_by_protocol),
+            bytes_by_protocol=dict(live.bytes_by_protocol),
+            unsent_samples=dict(live.unsent_samples),
         )
 
     def _record(self, outcome: Outcome) -> Outcome:

@@ -141,3 +141,66 @@ def test_core_subpackages_import_one_way(layer: str, forbidden: tuple[str, ...])
         if _forbidden(module, forbidden)
     ]
     assert offending == [], "\n".join(offending)
+
+
+def _core_import_graph() -> dict[str, set[str]]:
+    """core/'s modules -> the core modules each imports, lazily or under TYPE_CHECKING too."""
+    modules = {
+        ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(
+            ".__init__"
+        ): path
+        for path in (PACKAGE / "core").rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        imported = set()
+        for _, module in _imports(path):
+            imported.add(module)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):  # `from package import module` names a module too
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imported.update(f"{node.module}.{alias.name}" for alias in node.names)
+        graph[name] = {m for m in imported if m in modules and m != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected set of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                other = stack.pop()
+                component.append(other)
+                if other == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_core_modules_import_no_circle() -> None:
+    # Within a subpackage too: a circle, even one closed only under TYPE_CHECKING, means two
+    # modules are one concept split in two (or one needs a value that belongs lower down).
+    assert _cycles(_core_import_graph()) == []
+
+
+def test_the_circle_check_sees_a_circle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -235,7 +235,7 @@ def test_one_shard_done_ends_the_workload_on_every_shard(tmp_path):
     # too instead of holding workers at a barrier.
     run = ScriptedRun(tmp_path, schedule="bsp", servers=2)
     behind = run.shards[1]
-    behind.sync.samples -= 8  # one worker batch behind the first shard
+    behind.sync.live.samples -= 8  # one worker batch behind the first shard
     run.run()
     finish = [s for s in run.steps if any(isinstance(d, FinishShards) for d in s.decisions)]
     assert len(finish) == 1

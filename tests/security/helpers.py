@@ -22,7 +22,6 @@ from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.core.reliability.checkpoints import CheckpointStore
 from syncswitch.core.sync.optimizer import FlatSGD, flatten_parameters
-from syncswitch.core.sync.state import take_snapshot
 from syncswitch.core.sync.synchronizer import Synchronizer
 from syncswitch.workloads import build_model, load_dataset
 
@@ -72,7 +71,7 @@ def valid_state(job: dict[str, Any] = SMALL_JOB) -> dict[str, Any]:
     plan = RunPlan.resolve(make_config(job), train_samples=160)
     sync = Synchronizer(plan.sync, FlatSGD(torch.zeros(model_parameters(job))))
     record = RunRecord().to_state()
-    return {"servers": [take_snapshot(sync, "periodic").state.to_plain()], "controller": record}
+    return {"servers": [sync.snapshot("periodic").state.to_plain()], "controller": record}
 
 
 def make_run_dir(

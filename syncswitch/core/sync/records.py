@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
+# SwitchEvent lives beside the state (a state holds the switches so far); named here too, as
+# one of the facts a runtime is handed.
+from syncswitch.core.sync.events import SwitchEvent as SwitchEvent
 from syncswitch.core.sync.protocol import ProtocolSpec
+from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.core.timing.gradient_stats import RoundPartials
 from syncswitch.core.timing.rules import TIMING_POLICY
-
-if TYPE_CHECKING:
-    from syncswitch.core.sync.state import SynchronizerState
 
 
 @dataclass
@@ -62,44 +63,6 @@ class DropRecord:
     computed_version: int
     reason: str
     time_s: float
-
-
-@dataclass(frozen=True)
-class SwitchEvent:
-    at_fraction: float
-    at_samples: int
-    version: int
-    from_protocol: str
-    to_protocol: str
-    time_s: float
-    overhead_s: float  # wall time to put the new rule in force, in place
-    reason: str
-
-    def to_summary(self) -> dict[str, Any]:
-        return {
-            "at_fraction": round(self.at_fraction, 6),
-            "at_samples": self.at_samples,
-            "version": self.version,
-            "from": self.from_protocol,
-            "to": self.to_protocol,
-            "time_s": round(self.time_s, 6),
-            "overhead_s": self.overhead_s,
-            "reason": self.reason,
-        }
-
-    @classmethod
-    def from_summary(cls, record: dict[str, Any]) -> SwitchEvent:
-        """Back from `to_summary()` (a checkpointed run record); raises on a malformed one."""
-        return cls(
-            at_fraction=float(record["at_fraction"]),
-            at_samples=int(record["at_samples"]),
-            version=int(record["version"]),
-            from_protocol=str(record["from"]),
-            to_protocol=str(record["to"]),
-            time_s=float(record["time_s"]),
-            overhead_s=float(record["overhead_s"]),
-            reason=str(record["reason"]),
-        )
 
 
 @dataclass(frozen=True)

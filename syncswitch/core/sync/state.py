@@ -1,6 +1,7 @@
-"""The synchronizer's state as a typed value: taken at a version boundary, restored into a new
-synchronizer, or rolled back to in place. Its plain-data form (what a checkpoint holds) is
-written and read here and nowhere else.
+"""The synchronizer's state as a typed, frozen value: taken at a version boundary, restored into
+a new synchronizer, or rolled back to in place (core/sync/live.py copies the live fields to and
+from it). Its plain-data form (what a checkpoint holds) is written and read here and nowhere
+else.
 
 The plain form is a str-keyed dict of tensors, numbers, strings and lists, so it is written
 with torch.save and read back with weights_only=True (core/reliability/checkpoints.py). Its
@@ -12,20 +13,15 @@ checkpoint may come from elsewhere.
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from syncswitch.core.sync.admission import DropReason, GradientLedger
+from syncswitch.core.sync.events import SwitchEvent
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.protocol import ProtocolSpec, ScheduleError
-from syncswitch.core.sync.records import Outcome, Snapshot, SwitchEvent
-
-if TYPE_CHECKING:  # the synchronizer calls these functions; they only read and set its fields
-    from syncswitch.core.sync.synchronizer import Synchronizer
 
 
 class StateFormatError(ValueError):
@@ -290,129 +286,3 @@ class _Reader:
             if set(entry) != expected:
                 raise self._wrong(name, entry, f"switch records with keys {sorted(expected)}")
         return tuple(SwitchEvent(**entry) for entry in value)
-
-
-# -- taking, restoring, rolling back ------------------------------------------------------------
-
-
-def take_snapshot(sync: Synchronizer, label: str) -> Snapshot:
-    """The synchronizer's state now, at a version boundary (no gradient waiting)."""
-    if sync.room.pending:
-        raise RuntimeError("a snapshot is taken at a version boundary, with no one waiting")
-    now_s = sync.now_s()
-    optimizer = sync.optimizer.state_dict()
-    state = SynchronizerState(
-        optimizer=OptimizerState(optimizer["weights"], optimizer["momentum_buffer"]),
-        version=sync.version,
-        samples=sync.samples,
-        phase_index=sync.phase_index,
-        protocol=sync.spec,
-        excluded=tuple(sorted(sync.excluded)),
-        clocks=dict(sorted(sync.room.clocks.items())),
-        time_s=now_s,
-        phase_started_s=sync._phase_started_s,
-        time_by_protocol=dict(sync.time_by_protocol),
-        samples_by_protocol=dict(sync.samples_by_protocol),
-        switches=tuple(sync.switches),
-        async_start=sync._async_start,
-        phase_bsp_samples=sync._phase_bsp_samples,
-        next_eval_index=sync._next_eval_index,
-        next_checkpoint_index=sync._next_checkpoint_index,
-        lr_scale=sync.lr_scale,
-        momentum_policy=sync.momentum_policy,
-        pinned=sync.pinned,
-        version_floor=sync.version_floor,
-        ledger=sync.ledger.to_state(),
-        local=LocalState(
-            outer_buffer=(
-                None if sync.outer.buffer is None else sync.outer.buffer.to("cpu", copy=True)
-            ),
-            epoch=sync.local_epoch,
-            start=sync.local_start,
-            messages_by_protocol=dict(sync.messages_by_protocol),
-            bytes_by_protocol=dict(sync.bytes_by_protocol),
-            unsent_samples=dict(sync.unsent_samples),
-        ),
-    )
-    return Snapshot(label, sync.samples, sync.progress, sync.version, now_s, state)
-
-
-def restore(sync: Synchronizer, state: SynchronizerState) -> None:
-    """Make `sync` the synchronizer a snapshot was taken of (a new server, or a resumed run).
-
-    The clock continues from the snapshot's time, so time lost to the failure is not counted
-    as training time. Every worker must `rejoin` before it trains again.
-    """
-    _load_position(sync, state)
-    sync.version = state.version
-    sync.version_floor = state.version_floor
-    sync.ledger = GradientLedger.from_state(dict(state.ledger))
-    sync.time_by_protocol = defaultdict(float, state.time_by_protocol)
-    sync.switches = list(state.switches)
-    # Traffic is what happened: restored with the ledger, never rolled back.
-    sync.messages_by_protocol = Counter(state.local.messages_by_protocol)
-    sync.bytes_by_protocol = Counter(state.local.bytes_by_protocol)
-    sync.unsent_samples = Counter(state.local.unsent_samples)
-    sync._t0 = sync._clock() - state.time_s
-    sync._phase_started_s = state.phase_started_s
-    sync.done = False
-
-
-def roll_back(
-    sync: Synchronizer,
-    state: SynchronizerState,
-    *,
-    protocol: ProtocolSpec,
-    lr_scale: float,
-    momentum_policy: MomentumPolicy,
-    reason: str,
-) -> Outcome:
-    """Go back to a snapshot's weights and position, in place, while workers run on, and stay
-    in `protocol` from then on (a divergence guard's response).
-
-    Versions keep increasing: the restored weights get a new version, and anything computed
-    before it (on the abandoned weights) is dropped as rolled_back when it arrives. Accounting
-    and time are not rolled back: what happened, happened.
-    """
-    outcome = Outcome()
-    for gradient in sync.room.pending:
-        outcome.dropped.append(sync._drop(gradient, DropReason.ROLLED_BACK))
-    sync.room.pending = []
-    _load_position(sync, state)
-    sync.version = max(sync.version, state.version) + 1
-    sync.version_floor = sync.version
-    sync.excluded.clear()
-    sync.lr_scale = lr_scale
-    sync.momentum_policy = momentum_policy
-    sync.pinned = protocol
-    if sync.spec != protocol:
-        outcome.merge(sync.switch_to(protocol, reason=reason))
-    outcome.released.extend(sync.room.release_all())
-    return outcome
-
-
-def _load_position(sync: Synchronizer, state: SynchronizerState) -> None:
-    sync.optimizer.load_state_dict(
-        {"weights": state.optimizer.weights, "momentum_buffer": state.optimizer.momentum_buffer}
-    )
-    sync.samples = state.samples
-    sync.phase_index = state.phase_index
-    sync.spec = state.protocol
-    sync.excluded = set(state.excluded)
-    sync.room.clocks = dict(state.clocks)
-    sync.samples_by_protocol = Counter(state.samples_by_protocol)
-    sync._async_start = state.async_start
-    sync._phase_bsp_samples = state.phase_bsp_samples
-    sync._next_eval_index = state.next_eval_index
-    sync._next_checkpoint_index = state.next_checkpoint_index
-    sync.lr_scale = state.lr_scale
-    sync.momentum_policy = state.momentum_policy
-    sync.pinned = state.pinned
-    local = state.local
-    buffer = local.outer_buffer
-    sync.outer.buffer = None if buffer is None else buffer.to(sync.weights, copy=True)
-    sync.local_epoch = local.epoch
-    sync.local_start = local.start
-    if sync.stats is not None:
-        sync.stats.forget()  # the weights jumped: no drift across it
-    sync.partials = []

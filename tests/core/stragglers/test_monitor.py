@@ -22,7 +22,6 @@ from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import ASP, BSP, Schedule
 from syncswitch.core.sync.records import Gradient, Outcome
-from syncswitch.core.sync.state import roll_back, take_snapshot
 from syncswitch.core.sync.synchronizer import SyncConfig, Synchronizer
 
 BATCH = 4
@@ -130,7 +129,7 @@ def test_elastic_bsp_phase_is_faster_than_waiting_for_the_straggler():
     times = {}
     for policy in (StragglerPolicyKind.NONE, StragglerPolicyKind.ELASTIC):
         run = VirtualRun("bsp:0.5,asp", policy, slowed(3, 0.1, 0.4)).run()
-        times[policy] = run.sync.time_by_protocol["bsp"]
+        times[policy] = run.sync.live.time_by_protocol["bsp"]
     assert times[StragglerPolicyKind.ELASTIC] < times[StragglerPolicyKind.NONE] / 1.5
 
 
@@ -139,8 +138,8 @@ def test_greedy_switches_to_asp_and_never_returns_without_return():
     [switch] = run.decisions("switch")
     assert switch.protocol == ASP and 0.1 < switch.progress < 0.15
     assert run.decisions("return") == []
-    assert [s.to_protocol for s in run.sync.switches] == ["asp"]
-    assert run.sync.samples_by_protocol["bsp"] < 0.15 * run.sync.config.total_samples
+    assert [s.to_protocol for s in run.sync.live.switches] == ["asp"]
+    assert run.sync.live.samples_by_protocol["bsp"] < 0.15 * run.sync.config.total_samples
 
 
 def test_greedy_with_return_resumes_bsp_until_the_planned_bsp_work_is_done():
@@ -149,11 +148,11 @@ def test_greedy_with_return_resumes_bsp_until_the_planned_bsp_work_is_done():
         "bsp:0.5,asp", StragglerPolicyKind.GREEDY, slowed(3, 0.1, 0.2), greedy_return=True
     ).run()
     assert len(run.decisions("switch")) == 1 and len(run.decisions("return")) == 1
-    assert [s.to_protocol for s in run.sync.switches] == ["asp", "bsp", "asp"]
-    bsp_samples = run.sync.samples_by_protocol["bsp"]
+    assert [s.to_protocol for s in run.sync.live.switches] == ["asp", "bsp", "asp"]
+    bsp_samples = run.sync.live.samples_by_protocol["bsp"]
     # The planned BSP work is half the samples; it is done to within one BSP update.
     assert 0.5 * total <= bsp_samples < 0.5 * total + 8 * BATCH
-    planned_switch = run.sync.switches[-1]
+    planned_switch = run.sync.live.switches[-1]
     assert planned_switch.reason == "schedule" and planned_switch.at_fraction > 0.5
 
 
@@ -161,7 +160,7 @@ def test_none_logs_detections_but_decides_nothing():
     run = VirtualRun("bsp:0.5,asp", StragglerPolicyKind.NONE, slowed(3, 0.1, 0.2)).run()
     kinds = [e.name for e in run.straggler_events]
     assert kinds[:2] == ["straggler_detected", "straggler_recovered"]
-    assert run.policy_decisions == [] and run.sync.switches[0].reason == "schedule"
+    assert run.policy_decisions == [] and run.sync.live.switches[0].reason == "schedule"
 
 
 def test_detections_are_scored_against_the_emulated_scenario():
@@ -196,9 +195,8 @@ def test_a_detection_outside_every_episode_counts_as_false():
 
 def test_greedy_does_not_leave_bsp_pinned_by_a_divergence_rollback():
     run = VirtualRun("bsp:0.5,asp", StragglerPolicyKind.GREEDY, slowed(3, 0.1, 0.2))
-    snapshot = take_snapshot(run.sync, "test")
-    roll_back(
-        run.sync,
+    snapshot = run.sync.snapshot("test")
+    run.sync.roll_back(
         snapshot.state,
         protocol=BSP,
         lr_scale=0.5,
@@ -207,5 +205,5 @@ def test_greedy_does_not_leave_bsp_pinned_by_a_divergence_rollback():
     )
     run.run()
     assert run.decisions("switch") == []
-    assert {s.to_protocol for s in run.sync.switches} <= {"bsp"}
-    assert run.sync.samples_by_protocol["asp"] == 0
+    assert {s.to_protocol for s in run.sync.live.switches} <= {"bsp"}
+    assert run.sync.live.samples_by_protocol["asp"] == 0

@@ -9,12 +9,11 @@ from syncswitch.core.sync.admission import (
     DropReason,
     GradientLedger,
     LedgerError,
-    Quarantine,
-    QuarantinePolicy,
     check_gradient,
     describe_problem,
     gradient_problem,
 )
+from syncswitch.core.sync.quarantine import Quarantine, QuarantinePolicy
 
 N = 5_210
 

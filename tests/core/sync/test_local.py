@@ -25,7 +25,7 @@ from syncswitch.core.sync.local import (
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import Protocol, ProtocolSpec, Schedule, ScheduleError
 from syncswitch.core.sync.records import Gradient
-from syncswitch.core.sync.state import SynchronizerState, restore, take_snapshot
+from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.core.sync.synchronizer import SyncConfig, Synchronizer
 
 BATCH = 4
@@ -157,7 +157,7 @@ def test_local_1_with_plain_averaging_equals_bsp(weight_decay: float) -> None:
         assert sync.done and sync.version == 40
         runs[schedule] = sync
     assert torch.allclose(runs["bsp"].weights, runs["local-1"].weights, atol=1e-6, rtol=1e-5)
-    assert runs["local-1"].samples_by_protocol == {"local": 4 * BATCH * 40}
+    assert runs["local-1"].live.samples_by_protocol == {"local": 4 * BATCH * 40}
     assert not torch.equal(runs["bsp"].weights, torch.zeros(DIM))  # it did train
 
 
@@ -185,7 +185,7 @@ def test_local_phases_and_bsp_before_them_with_one_worker_equal_sequential_sgd()
         values, _ = problem.gradient(0, sgd.weights.numpy().copy())
         sgd.step(torch.from_numpy(values), lr=0.05, momentum=0.0)
     assert torch.allclose(sync.weights, sgd.weights, atol=1e-5, rtol=1e-5)
-    assert sync.samples_by_protocol == {"bsp": BATCH * 30, "local": BATCH * 30}
+    assert sync.live.samples_by_protocol == {"bsp": BATCH * 30, "local": BATCH * 30}
 
 
 # -- the outer step ------------------------------------------------------------------------
@@ -225,20 +225,20 @@ def test_a_switch_into_and_out_of_a_local_phase_counts_every_sample_once() -> No
     accounting = sync.accounting()
     assert sync.done and accounting.unaccounted == 0 and accounting.waiting == 0
     assert accounting.sent == accounting.applied + sum(accounting.dropped.values())
-    by = sync.samples_by_protocol
-    assert sum(by.values()) == sync.samples >= total
+    by = sync.live.samples_by_protocol
+    assert sum(by.values()) == sync.live.samples >= total
     # The local phase ran to its end exactly: its rounds were cut to fit.
     assert by["bsp"] == total // 4 and by["local"] == total // 2
-    assert [(e.from_protocol, e.to_protocol) for e in sync.switches] == [
+    assert [(e.from_protocol, e.to_protocol) for e in sync.live.switches] == [
         ("bsp", "local-4"),
         ("local-4", "asp"),
     ]
     # Messages and bytes are counted as they arrive: a local round is one message per H steps.
-    messages = sync.messages_by_protocol
+    messages = sync.live.messages_by_protocol
     rounds = -(-by["local"] // (4 * 4 * BATCH))  # 7.5 rounds of H = 4: the last one cut
     assert messages["local"] == 4 * rounds == 32
     assert messages["bsp"] == by["bsp"] // BATCH
-    assert sync.bytes_by_protocol["local"] == messages["local"] * DIM * 4
+    assert sync.live.bytes_by_protocol["local"] == messages["local"] * DIM * 4
 
 
 def test_server_momentum_reset_at_the_end_of_a_local_phase_is_observable() -> None:
@@ -280,7 +280,7 @@ def test_a_gradient_sent_before_a_switch_into_a_local_phase_is_applied_at_once()
     version = sync.version
     outcome = sync.submit(Gradient(1, 0, 0, torch.ones(DIM), 40, 1.0, 0.01))
     assert outcome.released == [1] and sync.version == version + 1
-    assert sync.samples_by_protocol["asp"] == 26 * 40  # trained under ASP, counted there
+    assert sync.live.samples_by_protocol["asp"] == 26 * 40  # trained under ASP, counted there
 
 
 def test_a_delta_caught_by_a_switch_out_of_a_local_phase_is_applied_as_its_share() -> None:
@@ -290,14 +290,14 @@ def test_a_delta_caught_by_a_switch_out_of_a_local_phase_is_applied_as_its_share
     outcome = sync.switch_to(ProtocolSpec(Protocol.ASP), reason="test")
     assert outcome.released == [0] and len(outcome.applied) == 1
     assert torch.allclose(sync.weights, torch.full((DIM,), -1.0))  # 2.0 x 1/2 workers
-    assert sync.samples_by_protocol == {"local": 4 * BATCH}
+    assert sync.live.samples_by_protocol == {"local": 4 * BATCH}
 
 
 def test_a_lost_worker_loses_only_its_unsent_steps_and_the_round_goes_on() -> None:
     sync = make_sync("local-4", workers=3, total=3 * 4 * BATCH * 10)
     drive(sync, Problem(3), lose={2: 3})
     assert sync.done
-    assert sync.unsent_samples == {"worker_died": 4 * BATCH}
+    assert sync.live.unsent_samples == {"worker_died": 4 * BATCH}
     accounting = sync.accounting()
     assert accounting.unaccounted == 0 and accounting.sent == accounting.applied
 
@@ -320,24 +320,24 @@ def test_the_outer_optimizer_state_survives_a_checkpoint_and_resume() -> None:
     original = make_sync("bsp:0.25,local-2", workers=3, total=total, local=config)
     problem = Problem(3)
     drive_rounds(original, problem, rounds=8)  # 6 BSP updates, then 2 local rounds
-    assert original.spec.protocol is Protocol.LOCAL and original.outer.buffer is not None
-    state = take_snapshot(original, "test").state
+    assert original.spec.protocol is Protocol.LOCAL and original.local.outer.buffer is not None
+    state = original.snapshot("test").state
     buffer = io.BytesIO()
     torch.save(state.to_plain(), buffer)
     buffer.seek(0)
     back = SynchronizerState.from_plain(torch.load(buffer, weights_only=True))
-    assert back.local == state.local and back.local.epoch == original.local_epoch
+    assert back.local == state.local and back.local.epoch == original.live.local_epoch
     resumed = make_sync("bsp:0.25,local-2", workers=3, total=total, local=config)
-    restore(resumed, back)
-    assert resumed.outer.buffer is not None
-    assert torch.equal(resumed.outer.buffer, original.outer.buffer)
+    resumed.restore(back)
+    assert resumed.local.outer.buffer is not None
+    assert torch.equal(resumed.local.outer.buffer, original.local.outer.buffer)
     assert resumed.local_round() == original.local_round()
-    assert resumed.bytes_by_protocol == original.bytes_by_protocol
+    assert resumed.live.bytes_by_protocol == original.live.bytes_by_protocol
 
 
 def test_a_checkpoint_without_local_state_still_loads() -> None:
     sync = make_sync("bsp", workers=1, total=100)
-    plain = take_snapshot(sync, "test").state.to_plain()
+    plain = sync.snapshot("test").state.to_plain()
     del plain["local"]
     state = SynchronizerState.from_plain(plain)
     assert state.local.outer_buffer is None and state.local.epoch == 0

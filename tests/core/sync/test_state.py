@@ -18,8 +18,6 @@ from syncswitch.core.sync.records import Gradient, Outcome, Snapshot, WorkerStat
 from syncswitch.core.sync.state import (
     StateFormatError,
     SynchronizerState,
-    restore,
-    take_snapshot,
 )
 from syncswitch.core.sync.synchronizer import SyncConfig, Synchronizer
 
@@ -78,7 +76,7 @@ def test_a_restored_synchronizer_behaves_exactly_as_the_original() -> None:
     assert taken.label == "periodic" and taken.state.protocol.name == "bsp"
     state = SynchronizerState.from_plain(through_a_file(taken.state.to_plain()))
     fresh = make_sync()
-    restore(fresh, state)
+    fresh.restore(state)
     assert [fresh.rejoin(w) for w in range(WORKERS)] == [4] * WORKERS
     # The original went on past the snapshot; the restored one is given the same gradients.
     again, _ = drive(fresh, range(4, 6))
@@ -88,8 +86,8 @@ def test_a_restored_synchronizer_behaves_exactly_as_the_original() -> None:
     assert applied(rest_fresh) == applied(rest_original)
     assert {r.protocol for r in rest_fresh.applied} == {"bsp", "ssp-1", "asp"}
     assert torch.equal(fresh.weights, original.weights)
-    assert [(e.from_protocol, e.to_protocol, e.version) for e in fresh.switches] == [
-        (e.from_protocol, e.to_protocol, e.version) for e in original.switches
+    assert [(e.from_protocol, e.to_protocol, e.version) for e in fresh.live.switches] == [
+        (e.from_protocol, e.to_protocol, e.version) for e in original.live.switches
     ]
     assert fresh.done and original.done and fresh.accounting() == original.accounting()
 
@@ -104,8 +102,8 @@ def test_a_state_read_back_from_a_file_equals_the_one_written() -> None:
     same = [f for f in vars(back) if f != "optimizer"]
     assert all(getattr(back, f) == getattr(in_ssp.state, f) for f in same)
     two = [make_sync(), make_sync()]
-    restore(two[0], in_ssp.state)
-    restore(two[1], back)
+    two[0].restore(in_ssp.state)
+    two[1].restore(back)
     outcomes = [drive(s, range(40, 64))[0] for s in two]
     assert applied(outcomes[0]) == applied(outcomes[1]) and outcomes[0].applied
     assert torch.equal(two[0].weights, two[1].weights)
@@ -116,7 +114,7 @@ def test_the_plain_form_is_what_checkpoints_have_always_held() -> None:
     and "local" (local phases, read as empty where absent)."""
     sync = make_sync()
     drive(sync, range(3))
-    plain = take_snapshot(sync, "test").state.to_plain()
+    plain = sync.snapshot("test").state.to_plain()
     old = _unversioned_snapshot_state(sync)
     assert set(plain) - {"local"} == set(old) and len(plain) == 22
     for key, value in old.items():
@@ -133,24 +131,24 @@ def _unversioned_snapshot_state(sync: Synchronizer) -> dict[str, Any]:
     return {
         "optimizer": sync.optimizer.state_dict(),
         "version": sync.version,
-        "samples": sync.samples,
-        "phase_index": sync.phase_index,
+        "samples": sync.live.samples,
+        "phase_index": sync.live.phase_index,
         "protocol": sync.spec.name,
         "excluded": sorted(sync.excluded),
         "clocks": {str(w): c for w, c in sorted(sync.room.clocks.items())},
         "time_s": sync.now_s(),
-        "phase_started_s": sync._phase_started_s,
-        "time_by_protocol": dict(sync.time_by_protocol),
-        "samples_by_protocol": dict(sync.samples_by_protocol),
-        "switches": [asdict(e) for e in sync.switches],
-        "async_start": sync._async_start,
-        "phase_bsp_samples": sync._phase_bsp_samples,
-        "next_eval_index": sync._next_eval_index,
-        "next_checkpoint_index": sync._next_checkpoint_index,
-        "lr_scale": sync.lr_scale,
-        "momentum_policy": sync.momentum_policy.value,
+        "phase_started_s": sync.live.phase_started_s,
+        "time_by_protocol": dict(sync.live.time_by_protocol),
+        "samples_by_protocol": dict(sync.live.samples_by_protocol),
+        "switches": [asdict(e) for e in sync.live.switches],
+        "async_start": sync.live.async_start,
+        "phase_bsp_samples": sync.live.phase_bsp_samples,
+        "next_eval_index": sync.live.next_eval_index,
+        "next_checkpoint_index": sync.live.next_checkpoint_index,
+        "lr_scale": sync.live.lr_scale,
+        "momentum_policy": sync.live.momentum_policy.value,
         "pinned": sync.pinned.name if sync.pinned else None,
-        "version_floor": sync.version_floor,
+        "version_floor": sync.live.version_floor,
         "ledger": sync.ledger.to_state(),
     }
 
@@ -179,7 +177,7 @@ def _without(key: str) -> Callable[[dict], dict]:
 def test_a_wrong_typed_or_missing_field_is_refused_in_one_line(damage, fragment) -> None:
     sync = make_sync()
     drive(sync, range(2))
-    plain = take_snapshot(sync, "test").state.to_plain()
+    plain = sync.snapshot("test").state.to_plain()
     with pytest.raises(StateFormatError) as error:
         SynchronizerState.from_plain(damage(plain))
     message = str(error.value)
@@ -189,7 +187,7 @@ def test_a_wrong_typed_or_missing_field_is_refused_in_one_line(damage, fragment)
 def test_a_restored_state_keeps_its_protocols_as_values() -> None:
     sync = make_sync("asp")
     drive(sync, range(2))
-    state = SynchronizerState.from_plain(take_snapshot(sync, "test").state.to_plain())
+    state = SynchronizerState.from_plain(sync.snapshot("test").state.to_plain())
     assert state.protocol == ASP and state.pinned is None
     assert state.momentum_policy is MomentumPolicy.RAMP
 

@@ -9,7 +9,6 @@ from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.optimizer import FlatSGD, flat_gradient, flatten_parameters
 from syncswitch.core.sync.protocol import ASP, BSP, Schedule
 from syncswitch.core.sync.records import Gradient
-from syncswitch.core.sync.state import restore, roll_back
 from syncswitch.core.sync.synchronizer import SyncConfig, Synchronizer
 
 BATCH = 4
@@ -57,7 +56,7 @@ def test_bsp_waits_for_all_workers_then_releases_them_with_zero_staleness() -> N
     outcome = sync.submit(grad(sync, 3))
     assert outcome.released == [0, 1, 2, 3]
     assert [r.staleness for r in outcome.applied] == [0, 0, 0, 0]
-    assert sync.version == 1 and sync.samples == 4 * BATCH
+    assert sync.version == 1 and sync.live.samples == 4 * BATCH
     assert outcome.applied[0].lr == pytest.approx(0.4)  # full global batch: the BSP lr
 
 
@@ -112,7 +111,7 @@ def test_bsp_asp_bsp_returns_to_the_barrier_and_full_lr() -> None:
         seq += 1
     names = [p for p, _, _ in protocols]
     assert names[0] == "bsp" and "asp" in names and names[-1] == "bsp"
-    assert [s.to_protocol for s in sync.switches] == ["asp", "bsp"]
+    assert [s.to_protocol for s in sync.live.switches] == ["asp", "bsp"]
     last_bsp = protocols[-1]
     assert last_bsp[1] == pytest.approx(0.4) and last_bsp[2] == pytest.approx(0.9)
 
@@ -248,10 +247,10 @@ def test_a_snapshot_restores_into_a_new_synchronizer_exactly() -> None:
     taken = snapshots[-1]
     assert taken.progress == pytest.approx(0.5) and taken.state.protocol == ASP
     fresh = make_sync("bsp:0.5,asp", total=16 * BATCH, checkpoint_every=0.25)
-    restore(fresh, taken.state)
-    assert fresh.version == 2 and fresh.spec.name == "asp" and fresh.samples == 8 * BATCH
+    fresh.restore(taken.state)
+    assert fresh.version == 2 and fresh.spec.name == "asp" and fresh.live.samples == 8 * BATCH
     assert torch.equal(fresh.weights, taken.state.optimizer.weights)
-    assert fresh.switches == sync.switches[:1] and fresh.accounting().unaccounted == 0
+    assert fresh.live.switches == sync.live.switches[:1] and fresh.accounting().unaccounted == 0
     assert fresh.rejoin(0) == 2  # worker 0 had sent sequences 0 and 1 before the snapshot
     assert fresh.submit(grad(fresh, 0, seq=2)).applied[0].protocol == "asp"
 
@@ -264,8 +263,7 @@ def test_roll_back_restores_weights_and_drops_what_was_computed_on_the_abandoned
     assert snapshot is not None and snapshot.version == 2
     before = sync.version
     stale = grad(sync, 1, version=before)  # computed on weights the rollback abandons
-    outcome = roll_back(
-        sync,
+    outcome = sync.roll_back(
         snapshot.state,
         protocol=BSP,
         lr_scale=0.5,
@@ -274,7 +272,7 @@ def test_roll_back_restores_weights_and_drops_what_was_computed_on_the_abandoned
     )
     assert [(s.to_protocol, s.reason) for s in outcome.switches] == [("bsp", "divergence")]
     assert torch.equal(sync.weights, snapshot.state.optimizer.weights)
-    assert sync.version == before + 1 and sync.samples == snapshot.samples
+    assert sync.version == before + 1 and sync.live.samples == snapshot.samples
     assert sync.submit(stale).dropped[0].reason == "rolled_back"
     sync.submit(grad(sync, 0))
     update = sync.submit(grad(sync, 1)).applied  # BSP now, at half the learning rate

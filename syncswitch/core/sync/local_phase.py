@@ -1,0 +1,120 @@
+"""The synchronizer's side of local-H phases (core/sync/local.py says what they are): the
+policy at a switch into or out of one, the round a released worker is told, the outer step
+over a round's deltas, and what a message counts as when it crosses a switch.
+
+`LocalPhase` owns the outer optimizer; the fields it changes (the phase's epoch and start, the
+protocol before it, the unsent samples) are the synchronizer's `LiveState`, so a snapshot
+holds them with the rest.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from syncswitch.core.sync.config import SyncConfig
+from syncswitch.core.sync.live import LiveState
+from syncswitch.core.sync.local import LocalRound, OuterOptimizer, StatePolicy, round_steps
+from syncswitch.core.sync.optimizer import FlatSGD
+from syncswitch.core.sync.protocol import ASP, Protocol, ProtocolSpec
+from syncswitch.core.sync.records import Gradient
+
+
+class LocalPhase:
+    def __init__(self, config: SyncConfig, optimizer: FlatSGD) -> None:
+        self.config = config
+        self.optimizer = optimizer  # the server's: its momentum is reset when a phase ends
+        self.outer = OuterOptimizer(config.local)  # the outer step's (Nesterov's) momentum
+
+    def switch(self, live: LiveState, old: ProtocolSpec, new: ProtocolSpec) -> None:
+        """The configuration policy at a switch into or out of a local phase (local.py);
+        `live` already has `new` in force."""
+        entering = new.protocol is Protocol.LOCAL and old.protocol is not Protocol.LOCAL
+        if entering:
+            self.outer.reset()
+            live.local_epoch = live.version
+            live.local_start = self.config.progress(live.samples)
+            live.before_local = old if old.protocol.is_async else ASP
+        leaving = old.protocol is Protocol.LOCAL and new.protocol is not Protocol.LOCAL
+        if leaving and self.config.local.server_momentum_after is StatePolicy.RESET:
+            self.optimizer.reset_momentum()
+
+    def round(self, live: LiveState, active_workers: int) -> LocalRound | None:
+        """What a worker released now does before its next message in a local phase (None
+        outside one): H steps of its own SGD at the job's learning rate, then one delta."""
+        spec = live.spec
+        if spec.protocol is not Protocol.LOCAL or live.done:
+            return None
+        cfg = self.config
+        total = cfg.total_samples
+        samples = live.samples
+        phase_end = round(cfg.schedule.phases[live.phase_index].end * total)
+        left = phase_end - samples if phase_end > samples else total - samples
+        factor = cfg.lr_schedule.factor(cfg.progress(samples))
+        steps = round_steps(
+            spec,
+            cfg.local,
+            lr_factor_start=cfg.lr_schedule.factor(live.local_start),
+            lr_factor_now=factor,
+            samples_left=left,
+            active_workers=active_workers,
+        )
+        return LocalRound(
+            steps=steps,
+            lr=live.lr_scale * cfg.lr * factor * cfg.local.inner_lr_factor,
+            momentum=cfg.momentum,
+            weight_decay=self.optimizer.weight_decay,
+            epoch=live.local_epoch,
+            keep_inner_state=cfg.local.inner_state is StatePolicy.KEEP,
+        )
+
+    def steps_lost(self, live: LiveState, samples: int, reason: str) -> None:
+        """A worker lost `samples` of local steps it never sent (it died mid-round): counted,
+        with the reason, beside the messages the ledger counts."""
+        if samples > 0:
+            live.unsent_samples[str(reason)] += samples  # plain str: a checkpoint key
+
+    def step(self, live: LiveState, mean: torch.Tensor, *, gathered: bool) -> tuple[float, float]:
+        """Move the weights by `mean`, a combination of model deltas: a round's outer step
+        (`gathered` in a local phase) or one delta's share of an average of every worker's
+        model. Returns the inner learning rate and momentum the workers used, as recorded."""
+        cfg = self.config
+        weights = self.optimizer.weights
+        lr = (
+            live.lr_scale
+            * cfg.lr
+            * cfg.lr_schedule.factor(cfg.progress(live.samples))
+            * cfg.local.inner_lr_factor
+        )
+        if gathered and live.spec.protocol is Protocol.LOCAL:
+            self.outer.step(weights, mean)
+        else:
+            # Its worker's share of an average of every worker's model.
+            weights.sub_(mean.to(weights), alpha=1 / cfg.workers)
+        return lr, cfg.momentum
+
+    @staticmethod
+    def gathers(spec: ProtocolSpec, gradient: Gradient) -> bool:
+        """Whether the protocol in force gathers this message at its barrier: BSP gradients,
+        a local phase deltas."""
+        if not spec.protocol.has_barrier:
+            return False
+        return (gradient.local_steps > 0) == (spec.protocol is Protocol.LOCAL)
+
+    @staticmethod
+    def kind(live: LiveState, gradient: Gradient) -> str:
+        """The protocol a message's samples were trained under (samples_by_protocol's key)."""
+        if gradient.local_steps > 0:
+            return Protocol.LOCAL.value
+        if live.spec.protocol is Protocol.LOCAL:
+            return live.before_local.protocol.value
+        return live.spec.protocol.value
+
+    def outer_buffer(self) -> torch.Tensor | None:
+        """A CPU copy of the outer optimizer's momentum, for a snapshot."""
+        buffer = self.outer.buffer
+        return None if buffer is None else buffer.to("cpu", copy=True)
+
+    def load_outer_buffer(self, buffer: torch.Tensor | None) -> None:
+        """Continue with a snapshot's outer momentum, where the weights live."""
+        weights = self.optimizer.weights
+        self.outer.buffer = None if buffer is None else buffer.to(weights, copy=True)

@@ -1,0 +1,150 @@
+"""What follows an admitted message: the barrier's round when it is complete, the schedule's
+next phase, a switch put in force in place, and the end of the workload.
+
+`Rounds` acts on the synchronizer's `LiveState`, handed in on every call (restoring and
+rolling back replace that value, so no collaborator keeps one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from syncswitch.core.sync.admission import DropReason
+from syncswitch.core.sync.config import SyncConfig, scheduled_phase
+from syncswitch.core.sync.gate import Gate
+from syncswitch.core.sync.live import LiveState
+from syncswitch.core.sync.local_phase import LocalPhase
+from syncswitch.core.sync.milestones import Milestones
+from syncswitch.core.sync.protocol import Protocol, ProtocolSpec
+from syncswitch.core.sync.records import Outcome, SwitchEvent
+from syncswitch.core.sync.snapshots import Snapshots
+from syncswitch.core.sync.update import Updater
+from syncswitch.core.sync.waitroom import WaitRoom
+from syncswitch.core.timing.rules import TIMING_POLICY
+
+# The reason a switch carries when an online phase reached its ceiling undecided.
+ONLINE_CEILING = f"{TIMING_POLICY}: the BSP share's ceiling reached"
+
+
+class Rounds:
+    def __init__(
+        self,
+        config: SyncConfig,
+        room: WaitRoom,
+        gate: Gate,
+        updater: Updater,
+        local: LocalPhase,
+        snapshots: Snapshots,
+        clock: Callable[[], float],
+    ) -> None:
+        self.config = config
+        self.room = room
+        self.gate = gate
+        self.updater = updater
+        self.local = local
+        self.snapshots = snapshots
+        self.clock = clock  # the wall clock: a switch's overhead is measured on it
+        self.milestones = Milestones(config, updater.now_s)
+
+    def complete_barrier(self, live: LiveState) -> Outcome:
+        """Apply the barrier's update if every active worker's gradient is in."""
+        outcome, room = Outcome(), self.room
+        if not room.pending or not self.config.active(live.excluded) <= room.pending_workers():
+            return outcome
+        outcome.applied.extend(
+            self.updater.apply(live, self.gate.ledger, room.pending, gathered=True)
+        )
+        room.pending = []
+        outcome.released.extend(room.release_all())
+        outcome.merge(self.after_update(live))
+        return outcome
+
+    def after_update(self, live: LiveState) -> Outcome:
+        """The evaluation points, the end, the scheduled switch and the snapshot an update
+        brought due."""
+        outcome, cfg = Outcome(), self.config
+        if live.partials:
+            outcome.partials, live.partials = live.partials, []
+        outcome.evaluations.extend(self.milestones.evaluations(live))
+        if live.samples >= cfg.total_samples:
+            self._finish(live, outcome)
+            return outcome
+        progress = cfg.progress(live.samples)
+        index = scheduled_phase(cfg, live.phase_index, progress, live.phase_bsp_samples)
+        if index != live.phase_index:
+            left_online = cfg.schedule.phases[live.phase_index].online
+            reason = ONLINE_CEILING if left_online else "schedule"
+            outcome.merge(self.enter_phase(live, index, reason))
+        label = self.milestones.checkpoint_label(live)
+        if label and not self.room.pending:
+            # At a version boundary with no gradient waiting, after any scheduled switch: a
+            # consistent state to go back to.
+            live.snapshot_requested = ""
+            outcome.snapshots.append(self.snapshots.take(live, label, self.updater.now_s()))
+        return outcome
+
+    def enter_phase(self, live: LiveState, index: int, reason: str) -> Outcome:
+        """The schedule's phase `index` begins (a protocol a rollback pinned stays)."""
+        live.phase_index = index
+        live.phase_bsp_samples = 0
+        new_spec = live.pinned or self.config.schedule.phases[index].spec
+        if new_spec != live.spec:
+            return self.switch_to(live, new_spec, reason=reason)
+        return Outcome()
+
+    def switch_to(self, live: LiveState, spec: ProtocolSpec, reason: str) -> Outcome:
+        """Put a new protocol in force now, in place, at the current version."""
+        started = self.clock()
+        outcome, room, cfg = Outcome(), self.room, self.config
+        old = live.spec
+        live.spec = spec
+        if spec.protocol.is_async and not old.protocol.is_async:
+            live.async_start = cfg.progress(live.samples)
+        self.local.switch(live, old, spec)
+        if spec.protocol is Protocol.SSP:
+            room.reset_clocks()
+        caught = [g for g in room.pending if not LocalPhase.gathers(spec, g)]
+        if caught:
+            # A barrier cut short by the switch: each caught gradient (or delta) the new rule
+            # cannot gather is applied on its own (under ASP/SSP, as its worker's share).
+            room.pending = [g for g in room.pending if LocalPhase.gathers(spec, g)]
+            for gradient in caught:
+                outcome.applied.extend(self.updater.apply(live, self.gate.ledger, [gradient]))
+        if spec.protocol.is_async:
+            outcome.released.extend(room.release_within_bound(spec, cfg.active(live.excluded)))
+        else:
+            outcome.released.extend(room.release_not_at_barrier())
+        now_s = self.milestones.close_phase_time(live, old.name)
+        event = SwitchEvent(
+            at_fraction=cfg.progress(live.samples),
+            at_samples=live.samples,
+            version=live.version,
+            from_protocol=old.name,
+            to_protocol=spec.name,
+            time_s=now_s,
+            overhead_s=self.clock() - started,
+            reason=reason,
+        )
+        live.switches.append(event)
+        outcome.switches.append(event)
+        return outcome
+
+    def finish_now(self, live: LiveState) -> Outcome:
+        """End the workload here (another shard has applied it all): see
+        `Synchronizer.finish_now`."""
+        outcome = Outcome()
+        if live.done:
+            return outcome
+        for gradient in self.room.pending:
+            outcome.dropped.append(self.gate.drop(gradient, DropReason.TRAINING_COMPLETE))
+        self.room.pending = []
+        outcome.evaluations.extend(self.milestones.evaluations(live, all_left=True))
+        self._finish(live, outcome)
+        return outcome
+
+    def _finish(self, live: LiveState, outcome: Outcome) -> None:
+        live.done = True
+        self.milestones.close_phase_time(live, live.spec.name)
+        outcome.evaluations.append(self.milestones.point(live, 1.0))
+        outcome.released.extend(self.room.release_all())
+        outcome.done = True

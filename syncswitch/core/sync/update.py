@@ -1,0 +1,162 @@
+"""One update of the weights: a barrier's round (BSP's sample-weighted mean, or a local round's
+outer step) or one message's own, measured for online timing on the way when its round is
+wanted, and recorded as one `UpdateRecord` per message."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from syncswitch.core.sync.admission import GradientLedger
+from syncswitch.core.sync.config import SyncConfig
+from syncswitch.core.sync.hyperparams import MomentumPolicy, async_momentum, update_learning_rate
+from syncswitch.core.sync.live import LiveState
+from syncswitch.core.sync.local_phase import LocalPhase
+from syncswitch.core.sync.optimizer import FlatSGD
+from syncswitch.core.sync.protocol import ASP, Protocol, ProtocolSpec
+from syncswitch.core.sync.records import Gradient, UpdateRecord
+from syncswitch.core.timing.gradient_stats import RoundStatsAccumulator
+
+
+class Updater:
+    def __init__(
+        self,
+        config: SyncConfig,
+        optimizer: FlatSGD,
+        local: LocalPhase,
+        now_s: Callable[[], float],
+    ) -> None:
+        self.config = config
+        self.optimizer = optimizer
+        self.local = local
+        self.now_s = now_s
+        # Gradient statistics of each BSP round, while the schedule's online phase (whose end
+        # the run controller decides from them) is in force; None without one.
+        self.online_index = config.schedule.online_index  # asked every round: kept
+        self.stats: RoundStatsAccumulator | None = None
+        if config.schedule.online_index is not None and config.stats_coordinates is not None:
+            self.stats = RoundStatsAccumulator(
+                optimizer.weights.numel(),
+                every=config.stats_every,
+                workers=config.stats_workers,
+                coordinates=config.stats_coordinates,
+            )
+
+    def apply(
+        self,
+        live: LiveState,
+        ledger: GradientLedger,
+        gradients: list[Gradient],
+        *,
+        gathered: bool = False,
+    ) -> list[UpdateRecord]:
+        """One update from `gradients`: a barrier's (`gathered`: BSP's, or a local round's
+        outer step) or one message's own."""
+        gradients, mean, total = self._combine(live, gradients)
+        kind = LocalPhase.kind(live, gradients[0])
+        if gradients[0].local_steps > 0:
+            lr, momentum = self.local.step(live, mean, gathered=gathered)
+        else:
+            lr, momentum = self._step(live, mean, count=len(gradients))
+        applied_to = live.version
+        live.version += 1
+        live.samples += total
+        live.samples_by_protocol[kind] += total
+        if live.spec.protocol is Protocol.BSP:
+            live.phase_bsp_samples += total
+        for g in gradients:
+            ledger.record_applied(g.worker, g.sequence)
+        now_s = self.now_s()
+        progress = self.config.progress(live.samples)
+        return [
+            UpdateRecord(
+                version=live.version,
+                worker=g.worker,
+                sequence=g.sequence,
+                computed_version=g.computed_version,
+                staleness=applied_to - g.computed_version,
+                protocol=live.spec.name,
+                samples=live.samples,
+                progress=progress,
+                time_s=now_s,
+                loss=g.loss,
+                step_time_s=g.step_time_s,
+                lr=lr,
+                momentum=momentum,
+            )
+            for g in gradients
+        ]
+
+    def squares_wanted(self, live: LiveState) -> bool:
+        """Whether the admission check should square the gradient it checks: it joins a BSP
+        round the statistics measure, and they take worker norms as they are (every worker,
+        every coordinate)."""
+        stats = self.stats
+        return stats is not None and self._measuring(live) and stats.needs_squares(live.version + 1)
+
+    def _measuring(self, live: LiveState) -> bool:
+        """Whether this round's statistics are wanted: the online phase, under BSP."""
+        return live.phase_index == self.online_index and live.spec.protocol is Protocol.BSP
+
+    def _combine(
+        self, live: LiveState, gradients: list[Gradient]
+    ) -> tuple[list[Gradient], torch.Tensor, int]:
+        """The update's direction: one message's own values, or a barrier's sample-weighted
+        mean (measured on the way when the statistics want this round). Returns the gradients
+        in the order they were summed, the mean and the samples it stands for."""
+        if len(gradients) == 1:
+            # Every asynchronous update: the gradient itself (FlatSGD only reads it).
+            return gradients, gradients[0].values, gradients[0].samples
+        # A fixed summation order keeps BSP bit-for-bit reproducible whatever the arrival order.
+        gradients = sorted(gradients, key=lambda g: g.worker)
+        total = sum(g.samples for g in gradients)
+        rows = torch.stack([g.values * (g.samples / total) for g in gradients])
+        mean = rows.sum(dim=0)
+        stats = self.stats
+        if stats is not None and self._measuring(live) and stats.wants(live.version + 1):
+            # Measured before the update, while the stacked rows are at hand (they are let go
+            # before the step, as without measuring); the round produces version + 1. The
+            # admission check squared each gradient when asked (`squares_wanted`).
+            samples = [g.samples for g in gradients]
+            squares = [g.squared_norm for g in gradients]
+            partials = stats.observe_rows(live.version + 1, rows, samples, mean, squares=squares)
+            if partials is not None:
+                live.partials.append(partials)
+        del rows
+        return gradients, mean, total
+
+    def _step(self, live: LiveState, mean: torch.Tensor, *, count: int) -> tuple[float, float]:
+        """An SGD step by `mean`, the combination of `count` gradients. Returns the learning
+        rate and momentum, as recorded."""
+        cfg = self.config
+        progress = cfg.progress(live.samples)
+        # A plain gradient in a local phase (sent before the switch) is an ASP update.
+        spec = ASP if live.spec.protocol is Protocol.LOCAL else live.spec
+        lr = live.lr_scale * update_learning_rate(
+            cfg.lr, cfg.lr_schedule, progress, count, cfg.workers
+        )
+        momentum = update_momentum(cfg, spec, live.momentum_policy, progress, live.async_start)
+        self.optimizer.step(mean, lr=lr, momentum=momentum)
+        return lr, momentum
+
+
+def update_momentum(
+    config: SyncConfig,
+    spec: ProtocolSpec,
+    policy: MomentumPolicy,
+    progress: float,
+    async_start: float,
+) -> float:
+    """The momentum of an update under `spec`: the configured one under BSP, the momentum
+    policy's in an asynchronous phase that began at `async_start`."""
+    if not spec.protocol.is_async:
+        return config.momentum
+    return async_momentum(
+        config.momentum,
+        policy,
+        config.workers,
+        progress,
+        async_start,
+        config.momentum_ramp_fraction,
+    )
