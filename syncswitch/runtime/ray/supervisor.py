@@ -61,7 +61,8 @@ from syncswitch.runtime.ray.actors import STARTUP_TIMEOUT_S, ActorDirectory, wai
 from syncswitch.runtime.ray.evaluator import RayEvaluator
 from syncswitch.runtime.ray.resources import ResourcePlan
 from syncswitch.runtime.ray.server import ParameterServer
-from syncswitch.runtime.ray.worker import Worker, WorkerSpec, join_replies
+from syncswitch.runtime.ray.worker import Worker, WorkerSpec
+from syncswitch.runtime.replies import join_replies
 from syncswitch.workloads import ArrayDataset
 
 _POLL_S = 0.1
@@ -170,7 +171,9 @@ class RaySupervisor:
     def _finish(self) -> tuple[Summary, np.ndarray]:
         finished = self.controller.workers.finished
         worker_stats = [finished[i] for i in sorted(finished)]
-        _, final_weights, _, _ = join_replies(ray.get([s.pull.remote(-1) for s in self.servers]))
+        final_weights = join_replies(
+            ray.get([s.pull.remote(-1) for s in self.servers]), ray.get
+        ).weights
         snapshots = ray.get([s.final_snapshot.remote() for s in self.servers])
         self.actors.dataset_copies = placement.object_nodes(self.dataset_ref)
         for rejected in ray.get([s.rejected_messages.remote() for s in self.servers]):

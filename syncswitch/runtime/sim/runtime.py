@@ -50,8 +50,7 @@ from syncswitch.control.dispatch import DecisionDispatch, Handler, raise_stop
 from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ServerShard
 from syncswitch.core.cluster.model import BYTES_PER_PARAMETER, ClusterModel
-from syncswitch.core.reliability.faults import FaultKind, inject
-from syncswitch.core.sync.local import InnerLoop, LocalRound
+from syncswitch.core.reliability.faults import FaultKind
 from syncswitch.core.sync.optimizer import flatten_parameters
 from syncswitch.core.sync.records import Gradient, Outcome, WorkerStats
 from syncswitch.core.sync.sharding import parameter_shards
@@ -59,20 +58,21 @@ from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.rundir import Summary
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
+from syncswitch.runtime.replies import Reply, ReplyCache, join_replies
 from syncswitch.runtime.sim.engine import EventQueue, FifoQueue
 from syncswitch.runtime.sim.gradients import GradientComputer
 from syncswitch.runtime.sim.nodes import SimNodes
+from syncswitch.runtime.step import WorkerStep
 from syncswitch.workloads import ArrayDataset
 
 POLL_S = 0.1  # simulated seconds between drains, as the Ray supervisor polls
-# A shard's reply: version, weights, done, progress, and the worker's local round (or None).
-Reply = tuple[int, np.ndarray, bool, float, LocalRound | None]
 _DISPLAY_EVERY_S = 0.5  # host seconds between progress display updates
 
 
 @dataclass
 class SimWorker:
     index: int
+    step: WorkerStep  # its step (runtime/step.py): local rounds' SGD, faults, step times
     running: bool = False  # its training loop is on
     life: int = 0  # bumped when it dies or its servers are replaced: older events are stale
     incarnation: int = 0
@@ -84,7 +84,6 @@ class SimWorker:
     step_s: float = 0.0
     step_times: list[float] = field(default_factory=list)
     wait_times: list[float] = field(default_factory=list)
-    inner: InnerLoop = field(default_factory=InnerLoop)  # its own SGD in local phases
 
     def stats(self) -> WorkerStats:
         # Simulated: the step is all compute, and there is no CPU time to measure.
@@ -112,7 +111,10 @@ class SimRuntime:
         self.progress = progress
         self.events = events  # the controller's clock reads it too
         job = self.plan.job
-        self.workers = [SimWorker(w) for w in range(self.plan.workers)]
+        self.workers = [
+            SimWorker(w, WorkerStep(w, self.plan.emulation, self.plan.faults.for_worker(w)))
+            for w in range(self.plan.workers)
+        ]
         self.computer = GradientComputer(
             dataset,
             model_factory,
@@ -123,10 +125,9 @@ class SimRuntime:
             emulation=self.plan.emulation,
         )
         self.evaluator = Evaluator(dataset, model_factory, loss_fn)
-        self.faults = {w: self.plan.faults.for_worker(w) for w in range(self.plan.workers)}
         self.shards: list[ServerShard] = []
         self._server_life = 0
-        self._reply_cache: list[tuple[int, bool, np.ndarray] | None] = []
+        self._replies: list[ReplyCache] = []
         self._first_steps_at = 0.0
         self._carry_out = DecisionDispatch(self._handlers())
 
@@ -290,19 +291,17 @@ class SimRuntime:
         self._links_in = [FifoQueue() for _ in self.shards]
         self._links_out = [FifoQueue() for _ in self.shards]
         self._cpus = [FifoQueue() for _ in self.shards]
-        self._reply_cache = [None] * len(self.shards)
+        self._replies = [ReplyCache() for _ in self.shards]
 
     def _now(self) -> float:
         return self.events.now_s
 
     def _reply(self, index: int) -> Reply:
-        """A shard's weights as a reply; one copy per version, shared by every reply of it."""
+        """A shard's reply (runtime/replies.py); its progress and local round as of now, where
+        Ray's are as of the version's first reply."""
         sync = self.shards[index].sync
-        cached = self._reply_cache[index]
-        if cached is None or cached[0] != sync.version or cached[1] != sync.done:
-            cached = (sync.version, sync.done, sync.weights.numpy().copy())
-            self._reply_cache[index] = cached
-        return cached[0], cached[2], cached[1], sync.progress, sync.local_round()
+        reply = self._replies[index].current(sync)
+        return reply._replace(progress=sync.progress, local=sync.local_round())
 
     def _released(self, outcome: Outcome, index: int) -> None:
         """Send each worker the shard released its weights (over its links)."""
@@ -351,8 +350,7 @@ class SimRuntime:
         worker.sequence = max(s.rejoin(index) for s in self.shards)
         batches = max(s.data_position(index) for s in self.shards)
         self.computer.position(index, worker.sequence, new_process=new_process, batches=batches)
-        if new_process:
-            worker.inner.forget()
+        worker.step.start(incarnation, new_process=new_process)
         worker.last_heard_s = self.events.now_s
         worker.replies = {}
         # The workers' first steps wait for the cluster's start-up time.
@@ -375,41 +373,30 @@ class SimRuntime:
         if worker.step_times:
             # Since the last step's compute ended: the push, the server, the barrier, the pull.
             worker.wait_times.append(now - worker.step_started_s - worker.step_s)
-        versions = [r[0] for r in replies]
-        done = any(r[2] for r in replies)
-        progress = min(r[3] for r in replies)
-        if done:
+        pulled = join_replies(replies)
+        if pulled.done:
             worker.running = False
             self._carry_out(self.controller.on_worker_finished(worker.index, worker.stats()))
             return
-        weights = replies[0][1] if len(replies) == 1 else np.concatenate([r[1] for r in replies])
-        local = replies[0][4]
-        steps = 0 if local is None else local.steps
-        if local is None:
-            gradient, loss = self.computer.gradient(worker.index, weights)
-        else:
-            # A local round: H real steps of its own SGD, then one delta (core/sync/local.py).
-            gradient, loss = worker.inner.run(
-                weights, local, lambda w: self.computer.gradient(worker.index, w)
-            )
-        gradient, ends = inject(self._faults_of(worker), gradient, progress)
-        if ends is FaultKind.CRASH:
-            self._kill(worker.index)
-            self._carry_out(self.controller.on_worker_died(worker.index, "injected crash"))
+        index = worker.index
+        step = worker.step.compute(
+            pulled.weights,
+            pulled.local,
+            pulled.progress,
+            lambda w: self.computer.gradient(index, w),
+        )
+        if step.ends is FaultKind.CRASH:
+            self._kill(index)
+            self._carry_out(self.controller.on_worker_died(index, "injected crash"))
             return
-        if ends is FaultKind.HANG:
+        if step.ends is FaultKind.HANG:
             worker.hung = True  # alive and silent: the controller's hang check finds it
             worker.life += 1
             return
         # Stragglers timed in seconds count run time, which a resumed run carries over.
         run_s = self.shards[0].sync.now_s()
-        stragglers = self.plan.emulation.stragglers
-        times = [
-            stragglers.step_time_s(
-                worker.index, self.computer.next_step_s(worker.index), progress, run_s
-            )
-            for _ in range(max(steps, 1))
-        ]
+        step_times = self.computer.step_times(index)
+        times = worker.step.simulated_times_s(step_times, step.steps, pulled.progress, run_s)
         step_s = sum(times)
         # The worker's host CPU (taking in the weights, then the compute a host "device"
         # does, for each of a local round's steps) queues for its node's cores; the device's
@@ -418,7 +405,7 @@ class SimRuntime:
         framework_s, compute_s = self._worker_cpu_s
         if framework_s or compute_s:
             node = self.nodes.worker_node[worker.index]
-            cpu_s = framework_s + compute_s * max(steps, 1)
+            cpu_s = framework_s + compute_s * max(step.steps, 1)
             cpu_start, computed_s = self.nodes.cpu(node, now, cpu_s)
             started_s = cpu_start + framework_s
         worker.step_started_s, worker.step_s = started_s, step_s
@@ -434,20 +421,14 @@ class SimRuntime:
             worker.index,
             worker.life,
             worker.sequence,
-            versions,
-            gradient,
-            loss,
+            pulled.versions,
+            step.gradient,
+            step.loss,
             step_s,
             started_s + step_s,
-            steps,
+            step.steps,
         )
         worker.sequence += 1
-
-    def _faults_of(self, worker: SimWorker) -> tuple:
-        faults = self.faults[worker.index]
-        if worker.incarnation > 0:
-            faults = tuple(f for f in faults if not f.kind.once)
-        return faults
 
     def _push(
         self,
