@@ -56,6 +56,7 @@ from syncswitch.core.sync.records import Gradient, Outcome, WorkerStats
 from syncswitch.core.sync.sharding import parameter_shards
 from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.rundir import Summary
+from syncswitch.runtime import shards
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
 from syncswitch.runtime.replies import Reply, ReplyCache, join_replies
@@ -215,8 +216,8 @@ class SimRuntime:
         return {
             StartWorker: lambda d: self._start_worker(d.worker, d.incarnation),
             Evaluate: self._evaluate,
-            ApplyPolicyDecision: lambda d: self._on_all(lambda s: s.carry_out(d.decision)),
-            FinishShards: lambda _: self._on_all(ServerShard.finish),
+            ApplyPolicyDecision: lambda d: self._on_all(shards.carry_out(d.decision)),
+            FinishShards: lambda _: self._on_all(shards.finish()),
             RequestSnapshot: self._request_snapshot,
             RestartWorker: self._restart_worker,
             KillWorker: self._kill_hung,
@@ -239,7 +240,7 @@ class SimRuntime:
 
     def _restart_worker(self, decision: RestartWorker) -> None:
         index = decision.worker
-        self._on_all(lambda s: s.worker_lost(index))
+        self._on_all(shards.worker_lost(index))
         # The process comes back after the cluster's restart time.
         self.events.at(self.events.now_s + self.cluster.restart_s, self._worker_up, index)
 
@@ -255,14 +256,12 @@ class SimRuntime:
         return self.controller.on_servers_restored()
 
     def _roll_back(self, order: RollBack) -> Step:
-        for index, (shard, state) in enumerate(zip(self.shards, order.shard_states, strict=True)):
-            outcome = shard.roll_back(
-                state, order.protocol, order.lr_scale, order.momentum, order.label
-            )
-            self._released(outcome, index)
+        actions = shards.roll_back(order)
+        for index, (shard, action) in enumerate(zip(self.shards, actions, strict=True)):
+            self._released(action(shard), index)
         return self.controller.on_rolled_back()
 
-    def _on_all(self, action: Callable[[ServerShard], Outcome]) -> None:
+    def _on_all(self, action: shards.ShardAction) -> None:
         for index, shard in enumerate(self.shards):
             self._released(action(shard), index)
 
@@ -274,18 +273,8 @@ class SimRuntime:
 
     def _start_servers(self, restore: tuple[SynchronizerState, ...] | None) -> None:
         self._server_life += 1
-        clock = self._now
-        self.shards = [
-            ServerShard(
-                self.plan.sync,
-                self.initial[part],
-                self.plan.job.weight_decay,
-                restore=restore[i] if restore else None,
-                observe_steps=i == 0 and self.plan.online is not None,
-                clock=clock,
-            )
-            for i, part in enumerate(self.slices)
-        ]
+        specs = shards.shard_specs(self.plan, self.initial, self.slices, restore)
+        self.shards = [spec.build(clock=self._now) for spec in specs]
         for shard in self.shards:
             shard.begin()
         self._links_in = [FifoQueue() for _ in self.shards]
