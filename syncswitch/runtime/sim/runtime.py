@@ -49,7 +49,7 @@ from syncswitch.control.decisions import (
 from syncswitch.control.dispatch import DecisionDispatch, Handler, raise_stop
 from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ServerShard
-from syncswitch.core.cluster.model import BYTES_PER_PARAMETER, ClusterModel
+from syncswitch.core.cluster.model import ClusterModel
 from syncswitch.core.reliability.faults import FaultKind
 from syncswitch.core.sync.optimizer import flatten_parameters
 from syncswitch.core.sync.records import Gradient, Outcome, WorkerStats
@@ -60,9 +60,9 @@ from syncswitch.runtime import shards
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
 from syncswitch.runtime.replies import Reply, ReplyCache, join_replies
-from syncswitch.runtime.sim.engine import EventQueue, FifoQueue
+from syncswitch.runtime.sim.engine import EventQueue
 from syncswitch.runtime.sim.gradients import GradientComputer
-from syncswitch.runtime.sim.nodes import SimNodes
+from syncswitch.runtime.sim.paths import SimPaths
 from syncswitch.runtime.step import WorkerStep
 from syncswitch.workloads import ArrayDataset
 
@@ -140,24 +140,7 @@ class SimRuntime:
         initial = flatten_parameters(self.model_factory()).numpy()
         self.slices = parameter_shards(len(initial), self.plan.job.servers)
         self.initial = initial
-        self._message_bytes = [(s.stop - s.start) * BYTES_PER_PARAMETER for s in self.slices]
-        network = self.cluster.network
-        self._worker_link_s = [network.worker_s(b) for b in self._message_bytes]
-        self._server_link_s = [network.server_s(b) for b in self._message_bytes]
-        self._apply_s = [self.cluster.server.apply_s(s.stop - s.start) for s in self.slices]
-        self.nodes = SimNodes.place(
-            self.cluster, self.plan.workers, len(self.slices), self.plan.job.placement
-        )
-        self._nic_s = [self.cluster.nodes.nic_s(b) for b in self._message_bytes]
-        host = self.cluster.host_cpu
-        self._worker_cpu_s = (host.worker_ms / 1e3, host.compute_ms / 1e3)
-        # The server's handling waits for an event of its own when its node's cores are shared
-        # or it holds gradients until their steps end: then jobs reach the cores in time order.
-        server = self.cluster.server
-        self._reply_s = server.reply_ms / 1e3
-        self._serve_later = (
-            self.cluster.nodes.contended or server.applies_after_step or self._reply_s > 0
-        )
+        self.paths = SimPaths(self.cluster, self.slices, self.plan.workers, self.plan.job.placement)
         resumed = self.controller.resumed_from
         try:
             restore = run_checkpoint(resumed).servers if resumed else None
@@ -229,8 +212,7 @@ class SimRuntime:
     def _evaluate(self, decision: Evaluate) -> Step:
         if self.cluster.host_cpu.evaluator_ms:
             # Not on anyone's path, but it takes a core of its node meanwhile.
-            ms = self.cluster.host_cpu.evaluator_ms
-            self.nodes.cpu(self.nodes.driver_node, self.events.now_s, ms / 1e3)
+            self.paths.driver_cpu(self.events.now_s, self.cluster.host_cpu.evaluator_ms)
         accuracy, loss = self.evaluator.evaluate(decision.weights)
         return self.controller.on_evaluated(decision.point, accuracy, loss)
 
@@ -277,9 +259,7 @@ class SimRuntime:
         self.shards = [spec.build(clock=self._now) for spec in specs]
         for shard in self.shards:
             shard.begin()
-        self._links_in = [FifoQueue() for _ in self.shards]
-        self._links_out = [FifoQueue() for _ in self.shards]
-        self._cpus = [FifoQueue() for _ in self.shards]
+        self.paths.reset(len(self.shards))
         self._replies = [ReplyCache() for _ in self.shards]
 
     def _now(self) -> float:
@@ -306,27 +286,10 @@ class SimRuntime:
             self._send_reply(worker, index, reply, now)
 
     def _send_reply(
-        self,
-        worker: SimWorker,
-        shard_index: int,
-        reply: Reply,
-        ready_s: float,
+        self, worker: SimWorker, shard_index: int, reply: Reply, ready_s: float
     ) -> None:
-        """A shard's weights to one worker: from the server's CPU and over its link (replies
-        leave one after another), then the worker's."""
-        if self._reply_s:
-            ready_s = self._server_cpu(shard_index, ready_s, self._reply_s)
-        sent = self._links_out[shard_index].serve(ready_s, self._server_link_s[shard_index])
-        if self._nic_s[shard_index]:
-            sent = self._through_nics(worker.index, shard_index, sent, inbound=False)
-        self.events.at(
-            sent + self._worker_link_s[shard_index],
-            self._receive,
-            worker.index,
-            worker.life,
-            shard_index,
-            reply,
-        )
+        arrives_s = self.paths.reply_arrives_s(worker.index, shard_index, ready_s)
+        self.events.at(arrives_s, self._receive, worker.index, worker.life, shard_index, reply)
 
     # -- workers ------------------------------------------------------------------------------
 
@@ -387,16 +350,7 @@ class SimRuntime:
         step_times = self.computer.step_times(index)
         times = worker.step.simulated_times_s(step_times, step.steps, pulled.progress, run_s)
         step_s = sum(times)
-        # The worker's host CPU (taking in the weights, then the compute a host "device"
-        # does, for each of a local round's steps) queues for its node's cores; the device's
-        # time starts after the first part.
-        started_s, computed_s = now, now
-        framework_s, compute_s = self._worker_cpu_s
-        if framework_s or compute_s:
-            node = self.nodes.worker_node[worker.index]
-            cpu_s = framework_s + compute_s * max(step.steps, 1)
-            cpu_start, computed_s = self.nodes.cpu(node, now, cpu_s)
-            started_s = cpu_start + framework_s
+        started_s, computed_s = self.paths.worker_cpu(index, now, step.steps)
         worker.step_started_s, worker.step_s = started_s, step_s
         worker.step_times.extend(times)
         # Normally the gradient leaves when the step ends; with `sends_during_step` (an
@@ -439,12 +393,8 @@ class SimRuntime:
         batch = self.plan.job.batch_size * max(local_steps, 1)
         overlap = self.cluster.compute.sends_during_step
         for shard_index, (part, version) in enumerate(zip(self.slices, versions, strict=True)):
-            # Over the worker's link (and the NICs between nodes), then in turn over the
-            # server's link and its CPU.
-            leaves = now + self._worker_link_s[shard_index]
-            if self._nic_s[shard_index]:
-                leaves = self._through_nics(index, shard_index, leaves, inbound=True)
-            on_link = self._links_in[shard_index].serve(leaves, self._server_link_s[shard_index])
+            # Over the links to the server, then its CPU.
+            on_link = self.paths.gradient_on_server_s(index, shard_index, now)
             message = Gradient(
                 worker=index,
                 sequence=sequence,
@@ -455,12 +405,12 @@ class SimRuntime:
                 step_time_s=step_s,
                 local_steps=local_steps,
             )
-            if self._serve_later:
+            if self.paths.serve_later:
                 held = overlap and self.cluster.server.applies_after_step
                 ready = max(on_link, due_s) if held else on_link
                 self.events.at(ready, self._handle, shard_index, self._server_life, message, due_s)
                 continue
-            applied_at = self._cpus[shard_index].serve(on_link, self._apply_s[shard_index])
+            applied_at = self.paths.applied_s(shard_index, on_link)
             if overlap:
                 applied_at = max(applied_at, due_s)
             self.events.at(applied_at, self._arrive, shard_index, self._server_life, message)
@@ -470,32 +420,11 @@ class SimRuntime:
         a core of its node."""
         if server_life != self._server_life:
             return  # sent to servers that have since been replaced: lost with them
-        applied_at = self._server_cpu(shard_index, self.events.now_s, self._apply_s[shard_index])
+        apply_s = self.paths.apply_s[shard_index]
+        applied_at = self.paths.server_cpu(shard_index, self.events.now_s, apply_s)
         if self.cluster.compute.sends_during_step:
             applied_at = max(applied_at, due_s)
         self.events.at(applied_at, self._arrive, shard_index, server_life, message)
-
-    def _server_cpu(self, shard_index: int, ready_s: float, duration_s: float) -> float:
-        """When the server's one thread, after its earlier jobs, and a core of its node have
-        done `duration_s` of work ready at `ready_s`."""
-        cpu = self._cpus[shard_index]
-        start = max(ready_s, cpu.free_at_s)
-        _, done = self.nodes.cpu(self.nodes.server_node[shard_index], start, duration_s)
-        cpu.free_at_s = done
-        cpu.busy_s += duration_s
-        return done
-
-    def _through_nics(self, worker: int, shard_index: int, ready_s: float, inbound: bool) -> float:
-        """A message between a worker and a server on different nodes queues for the sending
-        node's NIC and then the receiving node's."""
-        worker_node = self.nodes.worker_node[worker]
-        server_node = self.nodes.server_node[shard_index]
-        if worker_node == server_node:
-            return ready_s
-        sender, receiver = (worker_node, server_node) if inbound else (server_node, worker_node)
-        nic_s = self._nic_s[shard_index]
-        ready_s = self.nodes.nic_out[sender].serve(ready_s, nic_s)
-        return self.nodes.nic_in[receiver].serve(ready_s, nic_s)
 
     def _arrive(self, shard_index: int, server_life: int, message: Gradient) -> None:
         if server_life != self._server_life:
@@ -504,8 +433,7 @@ class SimRuntime:
         worker.last_heard_s = self.events.now_s
         if self.cluster.host_cpu.driver_ms and self.cluster.nodes.contended:
             # The driver's share of each gradient (its drain, the run's rows) takes a core.
-            ms = self.cluster.host_cpu.driver_ms
-            self.nodes.cpu(self.nodes.driver_node, self.events.now_s, ms / 1e3)
+            self.paths.driver_cpu(self.events.now_s, self.cluster.host_cpu.driver_ms)
         self._released(self.shards[shard_index].submit(message), shard_index)
 
     def _kill(self, index: int) -> None:
