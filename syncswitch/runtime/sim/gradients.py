@@ -4,8 +4,9 @@ A Ray worker keeps its own model; here one model computes every worker's gradien
 what a Ray worker keeps besides the parameters is kept per worker and swapped in around each
 step: its data order, its augmentation generator, its torch RNG state (dropout), and its
 buffers (BatchNorm running statistics). Each is seeded and advanced exactly as
-runtime/ray/worker.py does, so a simulated worker computes the gradient its Ray twin would
-compute on the same weights (both call runtime/gradient.py).
+runtime/ray/worker.py does (both position a worker's streams with runtime/step.py), so a
+simulated worker computes the gradient its Ray twin would compute on the same weights (both
+call runtime/gradient.py).
 """
 
 from __future__ import annotations

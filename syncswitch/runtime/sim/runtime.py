@@ -7,10 +7,11 @@ Ray run spends in real processes and sleeps, the cluster model (core/cluster/mod
 
 One worker step, as events:
 
-    start_step  the worker has every shard's reply: its real gradient is computed now, on the
-                weights it pulled (the one shared model), and its step time drawn as on Ray
+    start_step  the worker has every shard's reply: its step (runtime/step.py, as on Ray) is
+                taken now, a real gradient on the weights it pulled (the one shared model),
+                and its step time drawn as on Ray
     push        step_s later: each slice leaves over the worker's link, queues for the
-                server's link and then for the server's CPU ...
+                server's link and then for the server's CPU (sim/paths.py times them) ...
     arrive      ... and is submitted to the shard when the server has applied it; the shard
                 releases workers (at once in ASP, at the barrier in BSP)
     receive     each released worker's weights slice comes back the same way; with all of
