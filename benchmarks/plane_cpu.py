@@ -75,6 +75,7 @@ from syncswitch.core.sync.protocol import Schedule
 from syncswitch.core.sync.synchronizer import SyncConfig
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.ray.server import ParameterServer
+from syncswitch.runtime.shards import ShardSpec
 
 PARTS = ("data_plane_us", "snapshot_us", "synchronizer_us", "whole_server_us")
 
@@ -217,7 +218,9 @@ def measure(
         lr=0.01,
         momentum=0.9,
     )
-    server = ParameterServer(config, np.zeros(numel, dtype=np.float32), 5e-4, host="127.0.0.1")
+    server = ParameterServer(
+        ShardSpec(config, np.zeros(numel, dtype=np.float32), 5e-4), host="127.0.0.1"
+    )
     submit = CpuTimed(server.shard.submit)
     snapshot = CpuTimed(server._current)
     server.shard.submit = submit  # type: ignore[method-assign]

@@ -43,6 +43,7 @@ from syncswitch.core.sync.protocol import ASP, Schedule
 from syncswitch.core.sync.synchronizer import SyncConfig
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.ray.server import ParameterServer
+from syncswitch.runtime.shards import ShardSpec
 from syncswitch.workloads.models import Cnn1d, resnet20
 
 SIZES = {"cnn1d": Cnn1d, "resnet20": resnet20}  # the reference job's model; ResNet-20
@@ -76,7 +77,7 @@ def measure(numel: int, clients: int, warmup_s: float, window_s: float) -> dict:
         momentum=0.9,
     )
     initial = np.zeros(numel, dtype=np.float32)
-    server = ParameterServer(config, initial, 5e-4, host="127.0.0.1")
+    server = ParameterServer(ShardSpec(config, initial, 5e-4), host="127.0.0.1")
     server.begin()
     for worker in range(clients):
         server.admit(worker, 0)  # rejoin less the weights reply, which is Ray's

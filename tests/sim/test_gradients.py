@@ -78,11 +78,11 @@ def test_each_worker_gets_its_ray_twins_gradients(mnist, start, batches) -> None
 def test_the_data_order_resumes_after_the_batches_drawn_not_the_messages(mnist) -> None:
     computer = make_computer(mnist)
     computer.position(1, 5, new_process=True, batches=17)
-    after_local = computer._data[1].batches.next_indices()
+    after_local = computer._data[1].streams.batches.next_indices()
     computer.position(1, 17, new_process=True)
-    after_plain = computer._data[1].batches.next_indices()
+    after_plain = computer._data[1].streams.batches.next_indices()
     computer.position(1, 5, new_process=True)
-    after_messages = computer._data[1].batches.next_indices()
+    after_messages = computer._data[1].streams.batches.next_indices()
     assert np.array_equal(after_local, after_plain)
     assert not np.array_equal(after_local, after_messages)
 

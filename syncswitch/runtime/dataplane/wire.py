@@ -8,7 +8,7 @@ import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -44,10 +44,15 @@ class Request:
 
 
 class Reply(NamedTuple):
+    """What one shard sends a worker: every runtime's reply (over the data plane, from a Ray
+    call, as a simulator's event); runtime/replies.py caches and joins them."""
+
     version: int
-    weights: np.ndarray  # float32, the worker's own buffer
+    # float32: over the data plane the worker's own buffer; from a shard, one read-only copy
+    # per version shared by its replies; from a Ray call on a large model, [ObjectRef].
+    weights: np.ndarray | list[Any]
     done: bool
-    progress: float
+    progress: float  # fraction of the training samples applied (emulated stragglers use it)
     local: LocalRound | None = None  # the worker's next round in a local phase
 
 

@@ -1,10 +1,11 @@
 """The parameter-server actor: a thin shell around one `ServerShard`.
 
-Workers reach it two ways. Every step goes over the data plane (runtime/dataplane.py): one
+Workers reach it two ways. Every step goes over the data plane (runtime/dataplane/): one
 message with the worker's gradient slice, answered with the weights it should compute on
 next. A step that must wait (at a BSP barrier, or held by an SSP bound) is simply not answered
 yet: the worker's connection waits here until the synchronizer releases that worker.
-Everything else (rejoin, pull, drain, the controller's decisions) is a Ray call. Every
+Everything else (rejoin, pull, drain, the controller's calls: `act` and `ask` take a function
+of the shard, runtime/shards.py) is a Ray call. Every
 protocol decision is the shard's synchronizer's, every run decision the controller's; this
 class only maps them to messages and replies.
 """
@@ -13,85 +14,52 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from typing import TypeVar
 
-import numpy as np
 import ray
 import torch
 
 from syncswitch.control.shard import ServerShard, ShardReport
-from syncswitch.core.sync.hyperparams import MomentumPolicy
-from syncswitch.core.sync.local import LocalRound
-from syncswitch.core.sync.protocol import ProtocolSpec
-from syncswitch.core.sync.records import Decision, Gradient, Outcome, Snapshot
-from syncswitch.core.sync.state import SynchronizerState
-from syncswitch.core.sync.synchronizer import SyncConfig
-from syncswitch.runtime.dataplane import Request, ServerEndpoint, encode_reply
+from syncswitch.core.sync.records import Gradient, Outcome
+from syncswitch.runtime.dataplane import Request, ServerEndpoint
 from syncswitch.runtime.ray.placement import ActorPlace, here
+from syncswitch.runtime.replies import Reply, ReplyCache
+from syncswitch.runtime.shards import ShardAction, ShardSpec
 
 # Above this size one shared object-store copy per version beats inlining weights into every
 # Ray reply (small models are faster inline: no second fetch). Data-plane replies are raw.
 _SHARED_WEIGHTS_BYTES = 1 << 20
 
-
-@dataclass(frozen=True)
-class WeightsReply:
-    """The weights as a Ray call (rejoin, pull) returns them."""
-
-    version: int
-    weights: np.ndarray | list  # the array, or [ObjectRef] for large models
-    done: bool
-    progress: float  # fraction of the training samples applied (emulated stragglers use it)
-    local: LocalRound | None = None  # the worker's next round in a local phase
-
-
-@dataclass(frozen=True)
-class _CachedWeights:
-    """The weights of one version, copied once and shared by every reply until the next."""
-
-    version: int
-    done: bool
-    progress: float
-    weights: np.ndarray  # read-only: shared by every reply of this version
-    header: bytes  # the data plane's reply header
-    local: LocalRound | None  # a local phase's round, as of this version
+T = TypeVar("T")
 
 
 class ParameterServer:
     def __init__(
         self,
-        config: SyncConfig,
-        initial: np.ndarray,
-        weight_decay: float,
+        spec: ShardSpec,
         *,
-        restore: SynchronizerState | None = None,
-        observe_steps: bool = False,
         threads: int = 1,
         device: str = "cpu",
         host: str | None = None,
     ) -> None:
+        """The shard is built here, on the actor's node and `device`, as the simulator
+        builds its own (runtime/shards.py)."""
         torch.set_num_threads(threads)
         self.device = device
-        self.shard = ServerShard(
-            config,
-            initial,
-            weight_decay,
-            restore=restore,
-            observe_steps=observe_steps,
-            device=device,
-        )
-        self._workers = config.workers
+        self.shard = spec.build(device=device)
+        self._workers = spec.config.workers
         # The data plane's thread and Ray's call threads both touch the shard, always holding
         # the lock; a worker left waiting is registered under it, so no release is missed.
         self._lock = threading.Lock()
         self._waiters: dict[int, int] = {}  # worker -> the data-plane connection to answer
         self._incarnations: dict[int, int] = {}  # worker -> its current incarnation
-        self._cache: _CachedWeights | None = None
+        self._replies = ReplyCache()
         self._shared: tuple[int, list] | None = None  # version -> [ObjectRef] (large models)
         self._last_heard: dict[int, float] = {}  # worker -> wall time of its last message
         self._endpoint = ServerEndpoint(
             host or ray.util.get_node_ip_address(),
-            len(initial),
+            len(spec.initial),
             self._on_request,
             clock=time.time,
         )
@@ -122,11 +90,11 @@ class ParameterServer:
             now = time.time()
             self._last_heard = {w: now for w in range(self._workers)}
 
-    def pull(self, worker: int) -> WeightsReply:
+    def pull(self, worker: int) -> Reply:
         with self._lock:
             return self._weights_reply()
 
-    def rejoin(self, worker: int, incarnation: int = 0) -> tuple[int, int, WeightsReply]:
+    def rejoin(self, worker: int, incarnation: int = 0) -> tuple[int, int, Reply]:
         """A (new incarnation of a) worker starts: the sequence it starts at, the batches it
         has drawn before it (where its data order resumes), and weights."""
         with self._lock:
@@ -169,38 +137,18 @@ class ParameterServer:
                 self._waiters[worker] = connection
             # else: a step of an incarnation that is gone; the shard has counted it.
 
-    # -- the controller's decisions -------------------------------------------------------------
+    # -- the controller's calls ------------------------------------------------------------------
 
-    def carry_out(self, decision: Decision) -> None:
+    def act(self, action: ShardAction) -> None:
+        """One of the controller's calls that may release workers (runtime/shards.py: a
+        policy's decision, finish, a lost worker, a rollback); those it releases are answered."""
         with self._lock:
-            self._release(self.shard.carry_out(decision))
+            self._release(action(self.shard))
 
-    def finish(self) -> None:
+    def ask(self, query: Callable[[ServerShard], T]) -> T:
+        """Anything else of the shard's, under the lock (a snapshot requested or taken)."""
         with self._lock:
-            self._release(self.shard.finish())
-
-    def worker_lost(self, worker: int) -> None:
-        with self._lock:
-            self._release(self.shard.worker_lost(worker))
-
-    def request_snapshot(self, label: str) -> None:
-        with self._lock:
-            self.shard.request_snapshot(label)
-
-    def final_snapshot(self) -> Snapshot:
-        with self._lock:
-            return self.shard.final_snapshot()
-
-    def roll_back(
-        self,
-        state: SynchronizerState,
-        protocol: ProtocolSpec,
-        lr_scale: float,
-        momentum: MomentumPolicy,
-        label: str,
-    ) -> None:
-        with self._lock:
-            self._release(self.shard.roll_back(state, protocol, lr_scale, momentum, label))
+            return query(self.shard)
 
     def drain(self) -> ShardReport:
         if self._endpoint.failure is not None:
@@ -228,32 +176,13 @@ class ParameterServer:
                 self._answer(connection)
 
     def _answer(self, connection: int) -> None:
-        cached = self._current()
-        self._endpoint.send(connection, cached.header, cached.weights)
+        self._replies.current(self.shard.sync)
+        self._endpoint.send(connection, self._replies.header, self._replies.weights)
 
-    def _current(self) -> _CachedWeights:
-        sync = self.shard.sync
-        cached = self._cache
-        if cached is None or cached.version != sync.version or cached.done != sync.done:
-            weights = sync.optimizer.weights_on_cpu().numpy().copy()
-            weights.flags.writeable = False
-            local = sync.local_round()
-            cached = _CachedWeights(
-                sync.version,
-                sync.done,
-                sync.progress,
-                weights,
-                encode_reply(sync.version, sync.done, sync.progress, local),
-                local,
-            )
-            self._cache = cached
-        return cached
-
-    def _weights_reply(self) -> WeightsReply:
-        cached = self._current()
-        payload: np.ndarray | list = cached.weights
-        if cached.weights.nbytes > _SHARED_WEIGHTS_BYTES:
-            if self._shared is None or self._shared[0] != cached.version:
-                self._shared = (cached.version, [ray.put(cached.weights)])
-            payload = self._shared[1]
-        return WeightsReply(cached.version, payload, cached.done, cached.progress, cached.local)
+    def _weights_reply(self) -> Reply:
+        reply = self._replies.current(self.shard.sync)
+        if self._replies.weights.nbytes > _SHARED_WEIGHTS_BYTES:
+            if self._shared is None or self._shared[0] != reply.version:
+                self._shared = (reply.version, [ray.put(self._replies.weights)])
+            return reply._replace(weights=self._shared[1])
+        return reply

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -49,19 +50,22 @@ from syncswitch.control.decisions import (
 from syncswitch.control.dispatch import DecisionDispatch, Handler, raise_stop
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.run_state import run_checkpoint
+from syncswitch.control.shard import ServerShard
 from syncswitch.core.reliability.checkpoints import LoadedCheckpoint
 from syncswitch.core.sync.optimizer import flatten_parameters
 from syncswitch.core.sync.records import EvalPoint
 from syncswitch.core.sync.sharding import parameter_shards
 from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.rundir import Summary, names
+from syncswitch.runtime import shards
 from syncswitch.runtime.progress import ProgressDisplay, starting
 from syncswitch.runtime.ray import placement
 from syncswitch.runtime.ray.actors import STARTUP_TIMEOUT_S, ActorDirectory, wait_ready
 from syncswitch.runtime.ray.evaluator import RayEvaluator
 from syncswitch.runtime.ray.resources import ResourcePlan
 from syncswitch.runtime.ray.server import ParameterServer
-from syncswitch.runtime.ray.worker import Worker, WorkerSpec, join_replies
+from syncswitch.runtime.ray.worker import Worker, WorkerSpec
+from syncswitch.runtime.replies import join_replies
 from syncswitch.workloads import ArrayDataset
 
 _POLL_S = 0.1
@@ -170,8 +174,10 @@ class RaySupervisor:
     def _finish(self) -> tuple[Summary, np.ndarray]:
         finished = self.controller.workers.finished
         worker_stats = [finished[i] for i in sorted(finished)]
-        _, final_weights, _, _ = join_replies(ray.get([s.pull.remote(-1) for s in self.servers]))
-        snapshots = ray.get([s.final_snapshot.remote() for s in self.servers])
+        final_weights = join_replies(
+            ray.get([s.pull.remote(-1) for s in self.servers]), ray.get
+        ).weights
+        snapshots = ray.get([s.ask.remote(ServerShard.final_snapshot) for s in self.servers])
         self.actors.dataset_copies = placement.object_nodes(self.dataset_ref)
         for rejected in ray.get([s.rejected_messages.remote() for s in self.servers]):
             for reason, count in rejected.items():
@@ -186,8 +192,8 @@ class RaySupervisor:
         return {
             StartWorker: self._start_run,
             Evaluate: self._evaluate,
-            ApplyPolicyDecision: lambda d: self._on_all(lambda s: s.carry_out.remote(d.decision)),
-            FinishShards: lambda _: self._on_all(lambda s: s.finish.remote()),
+            ApplyPolicyDecision: lambda d: self._on_all(shards.carry_out(d.decision)),
+            FinishShards: lambda _: self._on_all(shards.finish()),
             RequestSnapshot: self._request_snapshot,
             RestartWorker: self._restart_worker,
             # Ray restarts it; its failed run is then handled like any dead worker's.
@@ -197,13 +203,14 @@ class RaySupervisor:
             Stop: raise_stop,
         }
 
-    def _on_all(self, call: Callable[[Any], Any]) -> None:
-        """Make the call on every shard and wait for all of them."""
-        ray.get([call(server) for server in self.servers])
+    def _on_all(self, action: shards.ShardAction) -> None:
+        """Carry the action out on every shard and wait for all of them."""
+        ray.get([server.act.remote(action) for server in self.servers])
 
     def _request_snapshot(self, decision: RequestSnapshot) -> None:
         for server in self.servers:
-            server.request_snapshot.remote(decision.label)  # at its next version boundary
+            # At its next version boundary.
+            server.ask.remote(partial(ServerShard.request_snapshot, label=decision.label))
 
     def _start_run(self, decision: StartWorker) -> None:
         run = self.workers[decision.worker].run.remote(
@@ -219,7 +226,7 @@ class RaySupervisor:
         # A server may be gone too (a lost node takes every actor on it): the next drain
         # reports it, and the restored servers know no old incarnation.
         with contextlib.suppress(RayActorError):
-            ray.get([s.worker_lost.remote(decision.worker) for s in self.servers])
+            self._on_all(shards.worker_lost(decision.worker))
         # Ray is restarting the actor; a call made before it is up again fails, so its run
         # starts once `ready` answers (see _check_restarts).
         self._restarting[decision.worker] = self.workers[decision.worker].ready.remote()
@@ -229,13 +236,8 @@ class RaySupervisor:
         return self.controller.on_servers_restored()
 
     def _roll_back(self, order: RollBack) -> Step:
-        calls = [
-            server.roll_back.remote(
-                state, order.protocol, order.lr_scale, order.momentum, order.label
-            )
-            for server, state in zip(self.servers, order.shard_states, strict=True)
-        ]
-        ray.get(calls)
+        actions = shards.roll_back(order)
+        ray.get([s.act.remote(a) for s, a in zip(self.servers, actions, strict=True)])
         return self.controller.on_rolled_back()
 
     def _replace_servers(self, shard_states: tuple[SynchronizerState, ...]) -> None:
@@ -339,17 +341,10 @@ class RaySupervisor:
                 # Steps arrive on the data plane, not as calls: these threads serve only the
                 # control calls (rejoin, ping, drain, decisions), none of which blocks long.
                 max_concurrency=16,
-            ).remote(
-                self.plan.sync,
-                self.initial[shard],
-                self.plan.job.weight_decay,
-                restore=restore[index] if restore else None,
-                # The first shard reports arriving steps: the online policy decides on them.
-                observe_steps=index == 0 and self.plan.online is not None,
-                threads=role.threads,
-                device=role.device,
+            ).remote(spec, threads=role.threads, device=role.device)
+            for index, spec in enumerate(
+                shards.shard_specs(self.plan, self.initial, self.shards, restore)
             )
-            for index, shard in enumerate(self.shards)
         ]
         located = wait_ready([s.where.remote() for s in servers])
         self.actors.pids["servers"] = [where.pid for where in located]

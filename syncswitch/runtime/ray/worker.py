@@ -1,7 +1,8 @@
 """The worker actor: computes real PyTorch gradients on its own shard; each step is one
-data-plane message to every server shard (runtime/dataplane.py) and their replies. In a
-local-H phase (core/sync/local.py) the reply names the worker's round: it takes H steps of its own
-SGD and sends one delta, one message per H steps."""
+data-plane message to every server shard (runtime/dataplane/) and their replies. The step
+itself (a gradient or a local round, injected faults, the step time) is runtime/step.py's, as
+the simulator's is: in a local-H phase (core/sync/local.py) the reply names the worker's round,
+and it takes H steps of its own SGD and sends one delta, one message per H steps."""
 
 from __future__ import annotations
 
@@ -16,15 +17,16 @@ import ray
 import torch
 from ray.exceptions import GetTimeoutError
 
-from syncswitch.core.cluster.emulation import EmulationConfig, StepTimeModel
-from syncswitch.core.reliability.faults import Fault, FaultKind, inject
-from syncswitch.core.sync.local import InnerLoop, LocalRound
+from syncswitch.core.cluster.emulation import EmulationConfig
+from syncswitch.core.reliability.faults import Fault, FaultKind
 from syncswitch.core.sync.optimizer import FlatParameters
 from syncswitch.core.sync.records import WorkerStats
-from syncswitch.core.sync.sharding import BatchStream, worker_shard
+from syncswitch.core.sync.sharding import worker_shard
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.gradient import backward_on_batch
 from syncswitch.runtime.ray.placement import ActorPlace, here
+from syncswitch.runtime.replies import Pulled, join_replies
+from syncswitch.runtime.step import Computed, WorkerStep, WorkerStreams
 from syncswitch.workloads import ArrayDataset
 
 _PROBE_TIMEOUT_S = 10.0
@@ -65,7 +67,7 @@ class Worker:
         # includes waiting for one, and CPU time shows what the step itself cost.
         self._compute_cpu_times: list[float] = []
         self._wait_times: list[float] = []
-        self.inner = InnerLoop()  # its own SGD in local phases
+        self.step = WorkerStep(spec.worker, spec.emulation, spec.faults)
 
     def ready(self) -> ActorPlace:
         return here(self.spec.device)
@@ -89,60 +91,46 @@ class Worker:
             self._shard = worker_shard(samples, spec.worker, spec.workers, spec.seed)
         self.servers = servers
         self.incarnation = incarnation
-        self._faults = [f for f in self.spec.faults if not (f.kind.once and incarnation > 0)]
+        self.step.start(incarnation)
         # Sockets connect in the background while the rejoin call runs.
         channel = WorkerChannel(
             ray.get([s.endpoint.remote() for s in servers]), probe=self._probe_servers
         )
         try:
-            sequence, batches, (versions, weights, done, progress), local = self._rejoin()
+            sequence, batches, pulled = self._rejoin()
             self._position(sequence, batches)
-            self._train(channel, sequence, versions, weights, done, progress, started_at, local)
+            self._train(channel, sequence, pulled, started_at)
         finally:
             channel.close()
         return self._stats()
 
     def _train(
-        self,
-        channel: WorkerChannel,
-        sequence: int,
-        versions: list[int],
-        weights: np.ndarray,
-        done: bool,
-        progress: float,
-        started_at: float,
-        local: LocalRound | None = None,
+        self, channel: WorkerChannel, sequence: int, pulled: Pulled, started_at: float
     ) -> None:
-        emulation = self.spec.emulation
-        while not done:
+        while not pulled.done:
             started_wall, started = time.time(), time.perf_counter()
             started_cpu = time.thread_time()
-            steps = 0 if local is None else local.steps
-            if local is None:
-                gradient, loss = self._gradient(weights)
-            else:
-                # A local round: H steps of its own SGD, then one delta (core/sync/local.py).
-                gradient, loss = self.inner.run(weights, local, self._gradient)
-            gradient = self._inject_faults(gradient, progress)
+            result = self.step.compute(
+                pulled.weights, pulled.local, pulled.progress, self._gradient
+            )
+            _end_if(result.ends)
             compute_s = time.perf_counter() - started
             self._compute_cpu_times.append(time.thread_time() - started_cpu)
             # Emulated device time: the step lasts the modelled time, or the real compute if
             # longer. The gradient is handed over now and the server applies it when the step
             # ends, so the transfer overlaps the emulated compute instead of a sleep here.
-            base_s = (
-                sum(self.step_time_model.next_step_s() for _ in range(max(steps, 1))) or compute_s
+            step_s = self.step.real_step_s(
+                self.streams.step_times,
+                result.steps,
+                pulled.progress,
+                started_wall - started_at,
+                compute_s,
             )
-            slowed_s = emulation.stragglers.step_time_s(
-                self.spec.worker, base_s, progress, started_wall - started_at
-            )
-            step_s = max(slowed_s, compute_s)
-            ready_at = started_wall + step_s if emulation.enabled else None
-            versions, weights, done, progress, local = self._push_pull(
-                channel, sequence, versions, gradient, loss, step_s, ready_at, steps
-            )
+            ready_at = started_wall + step_s if self.spec.emulation.enabled else None
+            pulled = self._push_pull(channel, sequence, pulled.versions, result, step_s, ready_at)
             self._wait_times.append(time.perf_counter() - started - step_s)
             # A round of H steps is H steps of its mean time (worker_steps.csv is per step).
-            count = max(steps, 1)
+            count = max(result.steps, 1)
             self._compute_times.extend([compute_s / count] * count)
             self._step_times.extend([step_s / count] * count)
             sequence += 1
@@ -156,17 +144,15 @@ class Worker:
             self.model,
             self.flat,
             self.dataset,
-            self.batches.next_indices(),
+            self.streams.batches.next_indices(),
             self.spec.loss_fn,
-            self.generator,
+            self.streams.generator,
         )
         # One flat copy off the device (on a GPU); the buffer is reused next step, which is
         # safe because every server has replied (so received it) before the next step.
         return self.flat.gradient_to_host(), loss
 
-    def _rejoin(
-        self,
-    ) -> tuple[int, int, tuple[list[int], np.ndarray, bool, float], LocalRound | None]:
+    def _rejoin(self) -> tuple[int, int, Pulled]:
         """Join (again) at the current version; the servers say which sequence comes next and
         how many batches the worker had drawn before it."""
         answers = ray.get(
@@ -175,40 +161,30 @@ class Worker:
         replies = [r for _, _, r in answers]
         start = max(start for start, _, _ in answers)
         batches = max(batches for _, batches, _ in answers)
-        return start, batches, join_replies(replies), replies[0].local
+        return start, batches, join_replies(replies, ray.get)
 
     def _position(self, sequence: int, batches: int | None = None) -> None:
-        """Data order as it stands after `batches` batches (`sequence` unless a local phase
-        made some messages stand for several), jitter and augmentation after `sequence` steps,
-        so a restarted worker or a resumed run goes on where the checkpoint left off."""
+        """Where the worker's streams stand after `sequence` steps (runtime/step.py)."""
         spec = self.spec
-        self.batches = BatchStream(self._shard, spec.batch_size, spec.seed, spec.worker)
-        for _ in range(sequence if batches is None else batches):
-            self.batches.next_indices()
-        self.step_time_model = StepTimeModel(spec.emulation, spec.worker, spec.seed + sequence)
-        self.generator = torch.Generator().manual_seed(
-            spec.seed * 104729 + spec.worker + 7 * sequence
+        self.streams = WorkerStreams.at(
+            self._shard,
+            worker=spec.worker,
+            batch_size=spec.batch_size,
+            seed=spec.seed,
+            emulation=spec.emulation,
+            sequence=sequence,
+            batches=batches,
         )
-
-    def _inject_faults(self, gradient: np.ndarray, progress: float) -> np.ndarray:
-        gradient, ends = inject(self._faults, gradient, progress)
-        if ends is FaultKind.CRASH:
-            os._exit(1)  # no cleanup, as when a machine fails
-        if ends is FaultKind.HANG:
-            threading.Event().wait()  # alive, silent, forever
-        return gradient
 
     def _push_pull(
         self,
         channel: WorkerChannel,
         sequence: int,
         versions: list[int],
-        gradient: np.ndarray,
-        loss: float,
+        step: Computed,
         step_s: float,
         ready_at: float | None,
-        local_steps: int = 0,
-    ) -> tuple[list[int], np.ndarray, bool, float, LocalRound | None]:
+    ) -> Pulled:
         spec = self.spec
         replies = channel.exchange(
             [
@@ -218,19 +194,18 @@ class Worker:
                         self.incarnation,
                         sequence,
                         version,
-                        spec.batch_size * max(local_steps, 1),
-                        loss,
+                        spec.batch_size * max(step.steps, 1),
+                        step.loss,
                         step_s,
                         ready_at,
-                        local_steps,
+                        step.steps,
                     ),
-                    gradient[shard],
+                    step.gradient[shard],
                 )
                 for shard, version in zip(spec.shards, versions, strict=True)
             ]
         )
-        # Every shard computes the same round (they apply the same rounds in lockstep).
-        return (*join_replies(replies), replies[0].local)
+        return join_replies(replies, ray.get)
 
     def _probe_servers(self) -> bool:
         """Called while a reply is late: a dead server raises (RayActorError), which ends
@@ -252,16 +227,9 @@ class Worker:
         )
 
 
-def join_replies(replies: list) -> tuple[list[int], np.ndarray, bool, float]:
-    """Concatenate per-server replies into one flat weight vector (versions, weights, done,
-    progress)."""
-    parts = []
-    for reply in replies:
-        weights = reply.weights
-        if isinstance(weights, list):  # large models: one shared object-store copy
-            weights = ray.get(weights[0])
-        parts.append(weights)
-    flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    # Shards may be at different versions in ASP: each gradient slice names its own.
-    progress = min(r.progress for r in replies)
-    return [r.version for r in replies], flat, any(r.done for r in replies), progress
+def _end_if(ends: FaultKind | None) -> None:
+    """Carry out an injected crash or hang."""
+    if ends is FaultKind.CRASH:
+        os._exit(1)  # no cleanup, as when a machine fails
+    if ends is FaultKind.HANG:
+        threading.Event().wait()  # alive, silent, forever

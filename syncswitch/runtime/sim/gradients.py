@@ -4,8 +4,9 @@ A Ray worker keeps its own model; here one model computes every worker's gradien
 what a Ray worker keeps besides the parameters is kept per worker and swapped in around each
 step: its data order, its augmentation generator, its torch RNG state (dropout), and its
 buffers (BatchNorm running statistics). Each is seeded and advanced exactly as
-runtime/ray/worker.py does, so a simulated worker computes the gradient its Ray twin would
-compute on the same weights (both call runtime/gradient.py).
+runtime/ray/worker.py does (both position a worker's streams with runtime/step.py), so a
+simulated worker computes the gradient its Ray twin would compute on the same weights (both
+call runtime/gradient.py).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import torch
 
 from syncswitch.core.cluster.emulation import EmulationConfig, StepTimeModel
 from syncswitch.core.sync.optimizer import FlatParameters
-from syncswitch.core.sync.sharding import BatchStream, worker_shard
+from syncswitch.core.sync.sharding import worker_shard
 from syncswitch.runtime.gradient import backward_on_batch
+from syncswitch.runtime.step import WorkerStreams
 from syncswitch.workloads import ArrayDataset
 
 
@@ -27,9 +29,7 @@ from syncswitch.workloads import ArrayDataset
 class WorkerData:
     """What one worker carries from step to step, besides the weights it pulls."""
 
-    batches: BatchStream
-    step_times: StepTimeModel
-    generator: torch.Generator  # data augmentation
+    streams: WorkerStreams  # data order, augmentation, step times (runtime/step.py)
     rng_state: torch.Tensor  # torch's global RNG, as the worker's own process would hold it
     buffers: list[torch.Tensor]  # the model's buffers (BatchNorm statistics), if it has any
 
@@ -72,20 +72,24 @@ class GradientComputer:
         RNG and buffers start afresh as a new Ray actor's do; otherwise (the servers were
         replaced under a live worker) they carry on.
         """
-        stream = BatchStream(self._shards[worker], self.batch_size, self.seed, worker)
-        for _ in range(sequence if batches is None else batches):
-            stream.next_indices()
-        generator = torch.Generator().manual_seed(self.seed * 104729 + worker + 7 * sequence)
-        step_times = StepTimeModel(self.emulation, worker, self.seed + sequence)
+        streams = WorkerStreams.at(
+            self._shards[worker],
+            worker=worker,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            emulation=self.emulation,
+            sequence=sequence,
+            batches=batches,
+        )
         old = self._data.get(worker)
         if new_process or old is None:
             rng_state, buffers = self._fresh_process(worker)
         else:
             rng_state, buffers = old.rng_state, old.buffers
-        self._data[worker] = WorkerData(stream, step_times, generator, rng_state, buffers)
+        self._data[worker] = WorkerData(streams, rng_state, buffers)
 
-    def next_step_s(self, worker: int) -> float:
-        return self._data[worker].step_times.next_step_s()
+    def step_times(self, worker: int) -> StepTimeModel:
+        return self._data[worker].streams.step_times
 
     def gradient(self, worker: int, weights: np.ndarray) -> tuple[np.ndarray, float]:
         """`worker`'s next gradient (a copy of its own) and loss on `weights`."""
@@ -98,9 +102,9 @@ class GradientComputer:
             self.model,
             self.flat,
             self.dataset,
-            data.batches.next_indices(),
+            data.streams.batches.next_indices(),
             self.loss_fn,
-            data.generator,
+            data.streams.generator,
         )
         data.rng_state = torch.get_rng_state()
         for mine, kept in zip(self._buffers, data.buffers, strict=True):

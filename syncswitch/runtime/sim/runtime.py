@@ -7,10 +7,11 @@ Ray run spends in real processes and sleeps, the cluster model (core/cluster/mod
 
 One worker step, as events:
 
-    start_step  the worker has every shard's reply: its real gradient is computed now, on the
-                weights it pulled (the one shared model), and its step time drawn as on Ray
+    start_step  the worker has every shard's reply: its step (runtime/step.py, as on Ray) is
+                taken now, a real gradient on the weights it pulled (the one shared model),
+                and its step time drawn as on Ray
     push        step_s later: each slice leaves over the worker's link, queues for the
-                server's link and then for the server's CPU ...
+                server's link and then for the server's CPU (sim/paths.py times them) ...
     arrive      ... and is submitted to the shard when the server has applied it; the shard
                 releases workers (at once in ASP, at the barrier in BSP)
     receive     each released worker's weights slice comes back the same way; with all of
@@ -49,30 +50,31 @@ from syncswitch.control.decisions import (
 from syncswitch.control.dispatch import DecisionDispatch, Handler, raise_stop
 from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ServerShard
-from syncswitch.core.cluster.model import BYTES_PER_PARAMETER, ClusterModel
-from syncswitch.core.reliability.faults import FaultKind, inject
-from syncswitch.core.sync.local import InnerLoop, LocalRound
+from syncswitch.core.cluster.model import ClusterModel
+from syncswitch.core.reliability.faults import FaultKind
 from syncswitch.core.sync.optimizer import flatten_parameters
 from syncswitch.core.sync.records import Gradient, Outcome, WorkerStats
 from syncswitch.core.sync.sharding import parameter_shards
 from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.rundir import Summary
+from syncswitch.runtime import shards
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
-from syncswitch.runtime.sim.engine import EventQueue, FifoQueue
+from syncswitch.runtime.replies import Reply, ReplyCache, join_replies
+from syncswitch.runtime.sim.engine import EventQueue
 from syncswitch.runtime.sim.gradients import GradientComputer
-from syncswitch.runtime.sim.nodes import SimNodes
+from syncswitch.runtime.sim.paths import SimPaths
+from syncswitch.runtime.step import WorkerStep
 from syncswitch.workloads import ArrayDataset
 
 POLL_S = 0.1  # simulated seconds between drains, as the Ray supervisor polls
-# A shard's reply: version, weights, done, progress, and the worker's local round (or None).
-Reply = tuple[int, np.ndarray, bool, float, LocalRound | None]
 _DISPLAY_EVERY_S = 0.5  # host seconds between progress display updates
 
 
 @dataclass
 class SimWorker:
     index: int
+    step: WorkerStep  # its step (runtime/step.py): local rounds' SGD, faults, step times
     running: bool = False  # its training loop is on
     life: int = 0  # bumped when it dies or its servers are replaced: older events are stale
     incarnation: int = 0
@@ -84,7 +86,6 @@ class SimWorker:
     step_s: float = 0.0
     step_times: list[float] = field(default_factory=list)
     wait_times: list[float] = field(default_factory=list)
-    inner: InnerLoop = field(default_factory=InnerLoop)  # its own SGD in local phases
 
     def stats(self) -> WorkerStats:
         # Simulated: the step is all compute, and there is no CPU time to measure.
@@ -112,7 +113,10 @@ class SimRuntime:
         self.progress = progress
         self.events = events  # the controller's clock reads it too
         job = self.plan.job
-        self.workers = [SimWorker(w) for w in range(self.plan.workers)]
+        self.workers = [
+            SimWorker(w, WorkerStep(w, self.plan.emulation, self.plan.faults.for_worker(w)))
+            for w in range(self.plan.workers)
+        ]
         self.computer = GradientComputer(
             dataset,
             model_factory,
@@ -123,10 +127,9 @@ class SimRuntime:
             emulation=self.plan.emulation,
         )
         self.evaluator = Evaluator(dataset, model_factory, loss_fn)
-        self.faults = {w: self.plan.faults.for_worker(w) for w in range(self.plan.workers)}
         self.shards: list[ServerShard] = []
         self._server_life = 0
-        self._reply_cache: list[tuple[int, bool, np.ndarray] | None] = []
+        self._replies: list[ReplyCache] = []
         self._first_steps_at = 0.0
         self._carry_out = DecisionDispatch(self._handlers())
 
@@ -138,24 +141,7 @@ class SimRuntime:
         initial = flatten_parameters(self.model_factory()).numpy()
         self.slices = parameter_shards(len(initial), self.plan.job.servers)
         self.initial = initial
-        self._message_bytes = [(s.stop - s.start) * BYTES_PER_PARAMETER for s in self.slices]
-        network = self.cluster.network
-        self._worker_link_s = [network.worker_s(b) for b in self._message_bytes]
-        self._server_link_s = [network.server_s(b) for b in self._message_bytes]
-        self._apply_s = [self.cluster.server.apply_s(s.stop - s.start) for s in self.slices]
-        self.nodes = SimNodes.place(
-            self.cluster, self.plan.workers, len(self.slices), self.plan.job.placement
-        )
-        self._nic_s = [self.cluster.nodes.nic_s(b) for b in self._message_bytes]
-        host = self.cluster.host_cpu
-        self._worker_cpu_s = (host.worker_ms / 1e3, host.compute_ms / 1e3)
-        # The server's handling waits for an event of its own when its node's cores are shared
-        # or it holds gradients until their steps end: then jobs reach the cores in time order.
-        server = self.cluster.server
-        self._reply_s = server.reply_ms / 1e3
-        self._serve_later = (
-            self.cluster.nodes.contended or server.applies_after_step or self._reply_s > 0
-        )
+        self.paths = SimPaths(self.cluster, self.slices, self.plan.workers, self.plan.job.placement)
         resumed = self.controller.resumed_from
         try:
             restore = run_checkpoint(resumed).servers if resumed else None
@@ -214,8 +200,8 @@ class SimRuntime:
         return {
             StartWorker: lambda d: self._start_worker(d.worker, d.incarnation),
             Evaluate: self._evaluate,
-            ApplyPolicyDecision: lambda d: self._on_all(lambda s: s.carry_out(d.decision)),
-            FinishShards: lambda _: self._on_all(ServerShard.finish),
+            ApplyPolicyDecision: lambda d: self._on_all(shards.carry_out(d.decision)),
+            FinishShards: lambda _: self._on_all(shards.finish()),
             RequestSnapshot: self._request_snapshot,
             RestartWorker: self._restart_worker,
             KillWorker: self._kill_hung,
@@ -227,8 +213,7 @@ class SimRuntime:
     def _evaluate(self, decision: Evaluate) -> Step:
         if self.cluster.host_cpu.evaluator_ms:
             # Not on anyone's path, but it takes a core of its node meanwhile.
-            ms = self.cluster.host_cpu.evaluator_ms
-            self.nodes.cpu(self.nodes.driver_node, self.events.now_s, ms / 1e3)
+            self.paths.driver_cpu(self.events.now_s, self.cluster.host_cpu.evaluator_ms)
         accuracy, loss = self.evaluator.evaluate(decision.weights)
         return self.controller.on_evaluated(decision.point, accuracy, loss)
 
@@ -238,7 +223,7 @@ class SimRuntime:
 
     def _restart_worker(self, decision: RestartWorker) -> None:
         index = decision.worker
-        self._on_all(lambda s: s.worker_lost(index))
+        self._on_all(shards.worker_lost(index))
         # The process comes back after the cluster's restart time.
         self.events.at(self.events.now_s + self.cluster.restart_s, self._worker_up, index)
 
@@ -254,14 +239,12 @@ class SimRuntime:
         return self.controller.on_servers_restored()
 
     def _roll_back(self, order: RollBack) -> Step:
-        for index, (shard, state) in enumerate(zip(self.shards, order.shard_states, strict=True)):
-            outcome = shard.roll_back(
-                state, order.protocol, order.lr_scale, order.momentum, order.label
-            )
-            self._released(outcome, index)
+        actions = shards.roll_back(order)
+        for index, (shard, action) in enumerate(zip(self.shards, actions, strict=True)):
+            self._released(action(shard), index)
         return self.controller.on_rolled_back()
 
-    def _on_all(self, action: Callable[[ServerShard], Outcome]) -> None:
+    def _on_all(self, action: shards.ShardAction) -> None:
         for index, shard in enumerate(self.shards):
             self._released(action(shard), index)
 
@@ -273,36 +256,22 @@ class SimRuntime:
 
     def _start_servers(self, restore: tuple[SynchronizerState, ...] | None) -> None:
         self._server_life += 1
-        clock = self._now
-        self.shards = [
-            ServerShard(
-                self.plan.sync,
-                self.initial[part],
-                self.plan.job.weight_decay,
-                restore=restore[i] if restore else None,
-                observe_steps=i == 0 and self.plan.online is not None,
-                clock=clock,
-            )
-            for i, part in enumerate(self.slices)
-        ]
+        specs = shards.shard_specs(self.plan, self.initial, self.slices, restore)
+        self.shards = [spec.build(clock=self._now) for spec in specs]
         for shard in self.shards:
             shard.begin()
-        self._links_in = [FifoQueue() for _ in self.shards]
-        self._links_out = [FifoQueue() for _ in self.shards]
-        self._cpus = [FifoQueue() for _ in self.shards]
-        self._reply_cache = [None] * len(self.shards)
+        self.paths.reset(len(self.shards))
+        self._replies = [ReplyCache() for _ in self.shards]
 
     def _now(self) -> float:
         return self.events.now_s
 
     def _reply(self, index: int) -> Reply:
-        """A shard's weights as a reply; one copy per version, shared by every reply of it."""
+        """A shard's reply (runtime/replies.py); its progress and local round as of now, where
+        Ray's are as of the version's first reply."""
         sync = self.shards[index].sync
-        cached = self._reply_cache[index]
-        if cached is None or cached[0] != sync.version or cached[1] != sync.done:
-            cached = (sync.version, sync.done, sync.weights.numpy().copy())
-            self._reply_cache[index] = cached
-        return cached[0], cached[2], cached[1], sync.progress, sync.local_round()
+        reply = self._replies[index].current(sync)
+        return reply._replace(progress=sync.progress, local=sync.local_round())
 
     def _released(self, outcome: Outcome, index: int) -> None:
         """Send each worker the shard released its weights (over its links)."""
@@ -318,27 +287,10 @@ class SimRuntime:
             self._send_reply(worker, index, reply, now)
 
     def _send_reply(
-        self,
-        worker: SimWorker,
-        shard_index: int,
-        reply: Reply,
-        ready_s: float,
+        self, worker: SimWorker, shard_index: int, reply: Reply, ready_s: float
     ) -> None:
-        """A shard's weights to one worker: from the server's CPU and over its link (replies
-        leave one after another), then the worker's."""
-        if self._reply_s:
-            ready_s = self._server_cpu(shard_index, ready_s, self._reply_s)
-        sent = self._links_out[shard_index].serve(ready_s, self._server_link_s[shard_index])
-        if self._nic_s[shard_index]:
-            sent = self._through_nics(worker.index, shard_index, sent, inbound=False)
-        self.events.at(
-            sent + self._worker_link_s[shard_index],
-            self._receive,
-            worker.index,
-            worker.life,
-            shard_index,
-            reply,
-        )
+        arrives_s = self.paths.reply_arrives_s(worker.index, shard_index, ready_s)
+        self.events.at(arrives_s, self._receive, worker.index, worker.life, shard_index, reply)
 
     # -- workers ------------------------------------------------------------------------------
 
@@ -351,8 +303,7 @@ class SimRuntime:
         worker.sequence = max(s.rejoin(index) for s in self.shards)
         batches = max(s.data_position(index) for s in self.shards)
         self.computer.position(index, worker.sequence, new_process=new_process, batches=batches)
-        if new_process:
-            worker.inner.forget()
+        worker.step.start(incarnation, new_process=new_process)
         worker.last_heard_s = self.events.now_s
         worker.replies = {}
         # The workers' first steps wait for the cluster's start-up time.
@@ -375,52 +326,32 @@ class SimRuntime:
         if worker.step_times:
             # Since the last step's compute ended: the push, the server, the barrier, the pull.
             worker.wait_times.append(now - worker.step_started_s - worker.step_s)
-        versions = [r[0] for r in replies]
-        done = any(r[2] for r in replies)
-        progress = min(r[3] for r in replies)
-        if done:
+        pulled = join_replies(replies)
+        if pulled.done:
             worker.running = False
             self._carry_out(self.controller.on_worker_finished(worker.index, worker.stats()))
             return
-        weights = replies[0][1] if len(replies) == 1 else np.concatenate([r[1] for r in replies])
-        local = replies[0][4]
-        steps = 0 if local is None else local.steps
-        if local is None:
-            gradient, loss = self.computer.gradient(worker.index, weights)
-        else:
-            # A local round: H real steps of its own SGD, then one delta (core/sync/local.py).
-            gradient, loss = worker.inner.run(
-                weights, local, lambda w: self.computer.gradient(worker.index, w)
-            )
-        gradient, ends = inject(self._faults_of(worker), gradient, progress)
-        if ends is FaultKind.CRASH:
-            self._kill(worker.index)
-            self._carry_out(self.controller.on_worker_died(worker.index, "injected crash"))
+        index = worker.index
+        step = worker.step.compute(
+            pulled.weights,
+            pulled.local,
+            pulled.progress,
+            lambda w: self.computer.gradient(index, w),
+        )
+        if step.ends is FaultKind.CRASH:
+            self._kill(index)
+            self._carry_out(self.controller.on_worker_died(index, "injected crash"))
             return
-        if ends is FaultKind.HANG:
+        if step.ends is FaultKind.HANG:
             worker.hung = True  # alive and silent: the controller's hang check finds it
             worker.life += 1
             return
         # Stragglers timed in seconds count run time, which a resumed run carries over.
         run_s = self.shards[0].sync.now_s()
-        stragglers = self.plan.emulation.stragglers
-        times = [
-            stragglers.step_time_s(
-                worker.index, self.computer.next_step_s(worker.index), progress, run_s
-            )
-            for _ in range(max(steps, 1))
-        ]
+        step_times = self.computer.step_times(index)
+        times = worker.step.simulated_times_s(step_times, step.steps, pulled.progress, run_s)
         step_s = sum(times)
-        # The worker's host CPU (taking in the weights, then the compute a host "device"
-        # does, for each of a local round's steps) queues for its node's cores; the device's
-        # time starts after the first part.
-        started_s, computed_s = now, now
-        framework_s, compute_s = self._worker_cpu_s
-        if framework_s or compute_s:
-            node = self.nodes.worker_node[worker.index]
-            cpu_s = framework_s + compute_s * max(steps, 1)
-            cpu_start, computed_s = self.nodes.cpu(node, now, cpu_s)
-            started_s = cpu_start + framework_s
+        started_s, computed_s = self.paths.worker_cpu(index, now, step.steps)
         worker.step_started_s, worker.step_s = started_s, step_s
         worker.step_times.extend(times)
         # Normally the gradient leaves when the step ends; with `sends_during_step` (an
@@ -434,20 +365,14 @@ class SimRuntime:
             worker.index,
             worker.life,
             worker.sequence,
-            versions,
-            gradient,
-            loss,
+            pulled.versions,
+            step.gradient,
+            step.loss,
             step_s,
             started_s + step_s,
-            steps,
+            step.steps,
         )
         worker.sequence += 1
-
-    def _faults_of(self, worker: SimWorker) -> tuple:
-        faults = self.faults[worker.index]
-        if worker.incarnation > 0:
-            faults = tuple(f for f in faults if not f.kind.once)
-        return faults
 
     def _push(
         self,
@@ -469,12 +394,8 @@ class SimRuntime:
         batch = self.plan.job.batch_size * max(local_steps, 1)
         overlap = self.cluster.compute.sends_during_step
         for shard_index, (part, version) in enumerate(zip(self.slices, versions, strict=True)):
-            # Over the worker's link (and the NICs between nodes), then in turn over the
-            # server's link and its CPU.
-            leaves = now + self._worker_link_s[shard_index]
-            if self._nic_s[shard_index]:
-                leaves = self._through_nics(index, shard_index, leaves, inbound=True)
-            on_link = self._links_in[shard_index].serve(leaves, self._server_link_s[shard_index])
+            # Over the links to the server, then its CPU.
+            on_link = self.paths.gradient_on_server_s(index, shard_index, now)
             message = Gradient(
                 worker=index,
                 sequence=sequence,
@@ -485,12 +406,12 @@ class SimRuntime:
                 step_time_s=step_s,
                 local_steps=local_steps,
             )
-            if self._serve_later:
+            if self.paths.serve_later:
                 held = overlap and self.cluster.server.applies_after_step
                 ready = max(on_link, due_s) if held else on_link
                 self.events.at(ready, self._handle, shard_index, self._server_life, message, due_s)
                 continue
-            applied_at = self._cpus[shard_index].serve(on_link, self._apply_s[shard_index])
+            applied_at = self.paths.applied_s(shard_index, on_link)
             if overlap:
                 applied_at = max(applied_at, due_s)
             self.events.at(applied_at, self._arrive, shard_index, self._server_life, message)
@@ -500,32 +421,11 @@ class SimRuntime:
         a core of its node."""
         if server_life != self._server_life:
             return  # sent to servers that have since been replaced: lost with them
-        applied_at = self._server_cpu(shard_index, self.events.now_s, self._apply_s[shard_index])
+        apply_s = self.paths.apply_s[shard_index]
+        applied_at = self.paths.server_cpu(shard_index, self.events.now_s, apply_s)
         if self.cluster.compute.sends_during_step:
             applied_at = max(applied_at, due_s)
         self.events.at(applied_at, self._arrive, shard_index, server_life, message)
-
-    def _server_cpu(self, shard_index: int, ready_s: float, duration_s: float) -> float:
-        """When the server's one thread, after its earlier jobs, and a core of its node have
-        done `duration_s` of work ready at `ready_s`."""
-        cpu = self._cpus[shard_index]
-        start = max(ready_s, cpu.free_at_s)
-        _, done = self.nodes.cpu(self.nodes.server_node[shard_index], start, duration_s)
-        cpu.free_at_s = done
-        cpu.busy_s += duration_s
-        return done
-
-    def _through_nics(self, worker: int, shard_index: int, ready_s: float, inbound: bool) -> float:
-        """A message between a worker and a server on different nodes queues for the sending
-        node's NIC and then the receiving node's."""
-        worker_node = self.nodes.worker_node[worker]
-        server_node = self.nodes.server_node[shard_index]
-        if worker_node == server_node:
-            return ready_s
-        sender, receiver = (worker_node, server_node) if inbound else (server_node, worker_node)
-        nic_s = self._nic_s[shard_index]
-        ready_s = self.nodes.nic_out[sender].serve(ready_s, nic_s)
-        return self.nodes.nic_in[receiver].serve(ready_s, nic_s)
 
     def _arrive(self, shard_index: int, server_life: int, message: Gradient) -> None:
         if server_life != self._server_life:
@@ -534,8 +434,7 @@ class SimRuntime:
         worker.last_heard_s = self.events.now_s
         if self.cluster.host_cpu.driver_ms and self.cluster.nodes.contended:
             # The driver's share of each gradient (its drain, the run's rows) takes a core.
-            ms = self.cluster.host_cpu.driver_ms
-            self.nodes.cpu(self.nodes.driver_node, self.events.now_s, ms / 1e3)
+            self.paths.driver_cpu(self.events.now_s, self.cluster.host_cpu.driver_ms)
         self._released(self.shards[shard_index].submit(message), shard_index)
 
     def _kill(self, index: int) -> None:

@@ -1,0 +1,70 @@
+"""A shard's replies, as every runtime makes and reads them.
+
+The one reply type is `Reply` (runtime/dataplane/wire.py: the data plane carries it). A shard's
+weights are copied once per version (and once more when the workload ends) and that one
+read-only copy is shared by every reply of the version, with the data plane's header for it
+(`ReplyCache`). A worker joins one reply per shard into the flat weights it computes on next
+(`join_replies`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from syncswitch.core.sync.local import LocalRound
+from syncswitch.core.sync.synchronizer import Synchronizer
+from syncswitch.runtime.dataplane.wire import Reply, encode_reply
+
+__all__ = ["Pulled", "Reply", "ReplyCache", "join_replies"]
+
+
+class ReplyCache:
+    """One shard's current reply: rebuilt when its version (or `done`) changes, so its
+    progress and local round are as of the version's first reply."""
+
+    def __init__(self) -> None:
+        self.reply: Reply | None = None
+        self.weights = np.empty(0, dtype=np.float32)  # the current reply's (read-only)
+        self.header = b""  # the data plane's header for the current reply
+
+    def current(self, sync: Synchronizer) -> Reply:
+        reply = self.reply
+        if reply is None or reply.version != sync.version or reply.done != sync.done:
+            weights = sync.optimizer.weights_on_cpu().numpy().copy()
+            weights.flags.writeable = False
+            local = sync.local_round()
+            reply = Reply(sync.version, weights, sync.done, sync.progress, local)
+            self.reply, self.weights = reply, weights
+            self.header = encode_reply(sync.version, sync.done, sync.progress, local)
+        return reply
+
+
+class Pulled(NamedTuple):
+    """Every shard's reply, joined: what a worker computes its next step on."""
+
+    versions: list[int]  # each shard's: in ASP they may differ, and each slice names its own
+    weights: np.ndarray  # the flat weights
+    done: bool
+    progress: float
+    local: LocalRound | None  # every shard computes the same round (they switch in lockstep)
+
+
+def join_replies(
+    replies: Sequence[Reply], fetch: Callable[[Any], np.ndarray] | None = None
+) -> Pulled:
+    """One reply per shard, in shard order, joined; `fetch` resolves weights held in a shared
+    store ([ref], as Ray returns a large model's)."""
+    parts = []
+    for reply in replies:
+        weights = reply.weights
+        if isinstance(weights, list):
+            assert fetch is not None, "weights by reference need a fetch"
+            weights = fetch(weights[0])
+        parts.append(weights)
+    flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    progress = min(r.progress for r in replies)
+    done = any(r.done for r in replies)
+    return Pulled([r.version for r in replies], flat, done, progress, replies[0].local)

@@ -1,0 +1,103 @@
+"""The simulator's message paths: how long a worker's gradient takes to reach a shard's CPU,
+and a shard's reply to reach the worker, over the links, the NICs between nodes and the
+host CPUs the cluster model (core/cluster/model.py) describes, on the virtual clock.
+
+Every transfer and every job is handed to its queue when it is ready, in the order the
+simulator's events make them, so a run is reproducible to the last bit.
+"""
+
+from __future__ import annotations
+
+from syncswitch.core.cluster.model import BYTES_PER_PARAMETER, ClusterModel
+from syncswitch.runtime.sim.engine import FifoQueue
+from syncswitch.runtime.sim.nodes import SimNodes
+
+
+class SimPaths:
+    def __init__(
+        self, cluster: ClusterModel, slices: list[slice], workers: int, placement: str
+    ) -> None:
+        self.cluster = cluster
+        message_bytes = [(s.stop - s.start) * BYTES_PER_PARAMETER for s in slices]
+        network = cluster.network
+        self.worker_link_s = [network.worker_s(b) for b in message_bytes]
+        self.server_link_s = [network.server_s(b) for b in message_bytes]
+        self.apply_s = [cluster.server.apply_s(s.stop - s.start) for s in slices]
+        self.nodes = SimNodes.place(cluster, workers, len(slices), placement)
+        self.nic_s = [cluster.nodes.nic_s(b) for b in message_bytes]
+        host = cluster.host_cpu
+        self.worker_cpu_s = (host.worker_ms / 1e3, host.compute_ms / 1e3)
+        # The server's handling waits for an event of its own when its node's cores are shared
+        # or it holds gradients until their steps end: then jobs reach the cores in time order.
+        server = cluster.server
+        self.reply_s = server.reply_ms / 1e3
+        self.serve_later = cluster.nodes.contended or server.applies_after_step or self.reply_s > 0
+        self.reset(len(slices))
+
+    def reset(self, shards: int) -> None:
+        """New servers: their links and CPUs start idle."""
+        self._links_in = [FifoQueue() for _ in range(shards)]
+        self._links_out = [FifoQueue() for _ in range(shards)]
+        self._cpus = [FifoQueue() for _ in range(shards)]
+
+    def reply_arrives_s(self, worker: int, shard: int, ready_s: float) -> float:
+        """A shard's weights to one worker: from the server's CPU and over its link (replies
+        leave one after another), then the worker's."""
+        if self.reply_s:
+            ready_s = self.server_cpu(shard, ready_s, self.reply_s)
+        sent = self._links_out[shard].serve(ready_s, self.server_link_s[shard])
+        if self.nic_s[shard]:
+            sent = self._through_nics(worker, shard, sent, inbound=False)
+        return sent + self.worker_link_s[shard]
+
+    def worker_cpu(self, worker: int, now: float, steps: int) -> tuple[float, float]:
+        """(device start, computed): the worker's host CPU (taking in the weights, then the
+        compute a host "device" does, for each of a local round's steps) queues for its
+        node's cores; the device's time starts after the first part."""
+        started_s, computed_s = now, now
+        framework_s, compute_s = self.worker_cpu_s
+        if framework_s or compute_s:
+            node = self.nodes.worker_node[worker]
+            cpu_s = framework_s + compute_s * max(steps, 1)
+            cpu_start, computed_s = self.nodes.cpu(node, now, cpu_s)
+            started_s = cpu_start + framework_s
+        return started_s, computed_s
+
+    def gradient_on_server_s(self, worker: int, shard: int, now: float) -> float:
+        """Over the worker's link (and the NICs between nodes), then in turn over the
+        server's link."""
+        leaves = now + self.worker_link_s[shard]
+        if self.nic_s[shard]:
+            leaves = self._through_nics(worker, shard, leaves, inbound=True)
+        return self._links_in[shard].serve(leaves, self.server_link_s[shard])
+
+    def applied_s(self, shard: int, ready_s: float) -> float:
+        """When the server's CPU, in turn, has applied a gradient ready at `ready_s` (cores
+        not shared: no event of its own)."""
+        return self._cpus[shard].serve(ready_s, self.apply_s[shard])
+
+    def server_cpu(self, shard: int, ready_s: float, duration_s: float) -> float:
+        """When the server's one thread, after its earlier jobs, and a core of its node have
+        done `duration_s` of work ready at `ready_s`."""
+        cpu = self._cpus[shard]
+        start = max(ready_s, cpu.free_at_s)
+        _, done = self.nodes.cpu(self.nodes.server_node[shard], start, duration_s)
+        cpu.free_at_s = done
+        cpu.busy_s += duration_s
+        return done
+
+    def driver_cpu(self, now: float, ms: float) -> None:
+        """Work of the driver's node (the evaluator, the driver) takes a core meanwhile."""
+        self.nodes.cpu(self.nodes.driver_node, now, ms / 1e3)
+
+    def _through_nics(self, worker: int, shard: int, ready_s: float, inbound: bool) -> float:
+        """A message between a worker and a server on different nodes queues for the sending
+        node's NIC and then the receiving node's."""
+        worker_node = self.nodes.worker_node[worker]
+        server_node = self.nodes.server_node[shard]
+        if worker_node == server_node:
+            return ready_s
+        sender, receiver = (worker_node, server_node) if inbound else (server_node, worker_node)
+        nic_s = self.nic_s[shard]
+        ready_s = self.nodes.nic_out[sender].serve(ready_s, nic_s)
+        return self.nodes.nic_in[receiver].serve(ready_s, nic_s)
