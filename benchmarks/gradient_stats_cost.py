@@ -78,7 +78,7 @@ def _rounds(numel: int, workers: int, schedule: str, every: int, admission: bool
     def run(count: int) -> None:
         for _ in range(count):
             for w in range(workers):
-                sync.submit(Gradient(w, sequence[w], sync.version, grads[w], 32, 0.0, 0.0))
+                sync.submit(Gradient(w, sequence[w], sync.live.version, grads[w], 32, 0.0, 0.0))
                 sequence[w] += 1
             sync.live.partials.clear()  # the shard hands them on with its report
 

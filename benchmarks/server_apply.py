@@ -149,7 +149,7 @@ def time_shard_submit(
             shard.submit(message)
 
     result = _timed(submit_all)
-    applied = shard.sync.ledger.applied
+    applied = shard.sync.gate.ledger.applied
     if applied != WARMUP_UPDATES + updates:  # every one must have been applied, none dropped
         raise RuntimeError(f"{applied} of {WARMUP_UPDATES + updates} gradients applied")
     return result

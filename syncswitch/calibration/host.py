@@ -59,14 +59,14 @@ def timed_costs(job: TrainConfig, dataset: ArrayDataset) -> tuple[float, float]:
             Gradient(
                 worker=0,
                 sequence=sequence,
-                computed_version=shard.sync.version,
+                computed_version=shard.sync.live.version,
                 values=gradient,
                 samples=job.batch_size,
                 loss=1.0,
                 step_time_s=0.0,
             )
         )
-        shard.sync.weights.numpy().copy()  # the reply's copy of the weights
+        shard.sync.optimizer.weights.numpy().copy()  # the reply's copy of the weights
     server_ms = 1e3 * (time.thread_time() - started) / _SERVER_SAMPLES
     threads = torch.get_num_threads()
     try:

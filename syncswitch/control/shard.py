@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from syncswitch.core.stragglers.monitor import carry_out
+from syncswitch.core.sync.config import check_worker
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.local import LocalRound
 from syncswitch.core.sync.optimizer import FlatSGD
@@ -136,7 +137,8 @@ class ServerShard:
         return self.sync.rejoin(worker)
 
     def data_position(self, worker: int) -> int:
-        return self.sync.data_position(worker)
+        check_worker(worker, self.sync.config.workers)
+        return self.sync.gate.ledger.data_position(worker)
 
     def request_snapshot(self, label: str) -> None:
         self.sync.request_snapshot(label)

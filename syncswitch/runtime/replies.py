@@ -32,13 +32,13 @@ class ReplyCache:
 
     def current(self, sync: Synchronizer) -> Reply:
         reply = self.reply
-        if reply is None or reply.version != sync.version or reply.done != sync.done:
+        if reply is None or reply.version != sync.live.version or reply.done != sync.live.done:
             weights = sync.optimizer.weights_on_cpu().numpy().copy()
             weights.flags.writeable = False
             local = sync.local_round()
-            reply = Reply(sync.version, weights, sync.done, sync.progress, local)
+            reply = Reply(sync.live.version, weights, sync.live.done, sync.progress, local)
             self.reply, self.weights = reply, weights
-            self.header = encode_reply(sync.version, sync.done, sync.progress, local)
+            self.header = encode_reply(sync.live.version, sync.live.done, sync.progress, local)
         return reply
 
 

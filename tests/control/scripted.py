@@ -149,7 +149,7 @@ class ScriptedRun:
         self.summary = self.controller.finish(
             [s.final_snapshot() for s in self.shards],
             [WorkerStats.of_steps(w.index, [STEP_S] * w.steps, [], []) for w in self.workers],
-            np.concatenate([s.sync.weights.numpy() for s in self.shards]),
+            np.concatenate([s.sync.optimizer.weights.numpy() for s in self.shards]),
         )
         self.writer.close()
         return self
@@ -218,7 +218,7 @@ class ScriptedRun:
                 )
                 outcome = shard.submit(gradient)
                 released_by_all &= worker.index in outcome.released
-                done |= shard.sync.done
+                done |= shard.sync.live.done
             worker.sequence += 1
             worker.steps += 1
             worker.waiting = not released_by_all
@@ -226,14 +226,14 @@ class ScriptedRun:
                 self._pull(worker)
         # Released workers pull the newest weights (a barrier releases everyone at once).
         for worker in self.workers:
-            if worker.waiting and all(worker.index not in s.sync.waiting for s in self.shards):
+            if worker.waiting and all(worker.index not in s.sync.room.waiting for s in self.shards):
                 worker.waiting = False
                 self._pull(worker)
 
     def _pull(self, worker: FakeWorker) -> None:
         worker.last_heard_s = self.now_s  # a released worker was waiting on us, not silent
-        worker.versions = [s.sync.version for s in self.shards]
-        worker.weights = np.concatenate([s.sync.weights.numpy() for s in self.shards])
+        worker.versions = [s.sync.live.version for s in self.shards]
+        worker.weights = np.concatenate([s.sync.optimizer.weights.numpy() for s in self.shards])
 
     def _check_workers(self) -> None:
         for worker in self.workers:
@@ -247,7 +247,9 @@ class ScriptedRun:
                 and worker.index in self.controller.workers.running
             ):
                 self.handle(self.controller.on_worker_died(worker.index, "ScriptedKill"))
-            elif worker.running and not worker.waiting and any(s.sync.done for s in self.shards):
+            elif (
+                worker.running and not worker.waiting and any(s.sync.live.done for s in self.shards)
+            ):
                 worker.running = False
                 self.handle(
                     self.controller.on_worker_finished(

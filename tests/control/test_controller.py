@@ -166,7 +166,7 @@ def test_elastic_excludes_a_straggler_on_every_shard_and_readmits_it(tmp_path):
     # Every shard followed the one decision: the same gradients were left out everywhere.
     dropped = [s.sync.accounting().dropped.get("straggler_excluded", 0) for s in run.shards]
     assert dropped[0] > 0 and len(set(dropped)) == 1
-    versions = {s.sync.version for s in run.shards}
+    versions = {s.sync.live.version for s in run.shards}
     assert len(versions) == 1
     accounted(run.summary)
 
@@ -185,7 +185,7 @@ def test_greedy_leaves_bsp_for_asp_when_a_straggler_appears(tmp_path):
     ).run()
     assert [d["action"] for d in run.summary["online"]["decisions"]] == ["switch"]
     assert [s["reason"].split(":")[0] for s in run.summary["switches"]] == ["greedy switch"]
-    assert all(s.sync.spec.name == "asp" for s in run.shards)
+    assert all(s.sync.live.spec.name == "asp" for s in run.shards)
     accounted(run.summary)
 
 
@@ -239,7 +239,7 @@ def test_one_shard_done_ends_the_workload_on_every_shard(tmp_path):
     run.run()
     finish = [s for s in run.steps if any(isinstance(d, FinishShards) for d in s.decisions)]
     assert len(finish) == 1
-    assert all(shard.sync.done for shard in run.shards)
+    assert all(shard.sync.live.done for shard in run.shards)
     assert [m.fraction for m in run.controller.record.metrics] == [0.25, 0.5, 0.75, 1.0]
     assert run.summary["status"] == "complete"
     accounted(run.summary)

@@ -86,7 +86,7 @@ def test_a_synthetic_signal_crossing_the_threshold_switches_once_at_the_crossing
     # One switch, on every shard, to ASP; nothing else switched.
     assert [(s.from_protocol, s.to_protocol) for s in summary.switches] == [("bsp", "asp")]
     assert summary.switches[0].reason.startswith(TIMING_POLICY)
-    assert all(s.sync.spec.name == "asp" for s in run.shards)
+    assert all(s.sync.live.spec.name == "asp" for s in run.shards)
     assert {s.sync.live.phase_index for s in run.shards} == {1}
     # The events and the signal file say it too.
     lines = (tmp_path / names.EVENTS).read_text().splitlines()
@@ -161,7 +161,7 @@ def test_a_rollback_pins_bsp_and_online_timing_does_not_leave_it(tmp_path):
     run.run()
     summary = read_summary(tmp_path)
     assert summary.reliability is not None and summary.reliability.pinned_protocol == "bsp"
-    assert all(s.sync.spec.name == "bsp" for s in run.shards)
+    assert all(s.sync.live.spec.name == "bsp" for s in run.shards)
     assert all(s.to_protocol == "bsp" for s in summary.switches)
     assert summary.online_timing is not None and not summary.online_timing.switched
 
@@ -217,7 +217,7 @@ def test_greedy_and_online_timing_compose(tmp_path):
     summary = read_summary(tmp_path)
     # Greedy left BSP first; the online phase then ended at its ceiling without a switch.
     assert [s.reason.split(":")[0] for s in summary.switches] == ["greedy switch"]
-    assert all(s.sync.spec.name == "asp" and s.sync.live.phase_index == 1 for s in run.shards)
+    assert all(s.sync.live.spec.name == "asp" and s.sync.live.phase_index == 1 for s in run.shards)
     assert summary.online_timing is not None and not summary.online_timing.switched
     assert summary.gradients.unaccounted == 0
 

@@ -14,7 +14,7 @@ detection when no episode was on). Nothing here knows about Ray.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,6 +27,7 @@ from syncswitch.core.stragglers.detector import (
 )
 from syncswitch.core.stragglers.policies import RunView, StragglerPolicy, StragglerPolicyKind
 from syncswitch.core.stragglers.scenarios import StragglerEpisode, StragglerScenario
+from syncswitch.core.sync.protocol import ProtocolSpec
 from syncswitch.core.sync.records import (
     Action,
     Decision,
@@ -176,7 +177,8 @@ class StragglerMonitor:
         """Observe a gradient just submitted to `sync` and carry out the decisions on it."""
         step = StepObservation(gradient.worker, gradient.step_time_s, sync.now_s(), sync.progress)
         outcome = Outcome()
-        reaction = self.observe(step, sync, lambda d: outcome.merge(carry_out(sync, d)))
+        view = SynchronizerView(sync)
+        reaction = self.observe(step, view, lambda d: outcome.merge(carry_out(sync, d)))
         reaction.outcome = outcome
         return reaction
 
@@ -188,6 +190,34 @@ class StragglerMonitor:
         }
 
 
+@dataclass(frozen=True)
+class SynchronizerView:
+    """A synchronizer as a straggler policy may read it (`RunView`), read afresh at each
+    access: a decision carried out in place is in force for the next one."""
+
+    sync: Synchronizer
+
+    @property
+    def spec(self) -> ProtocolSpec:
+        return self.sync.live.spec
+
+    @property
+    def scheduled_spec(self) -> ProtocolSpec:
+        return self.sync.scheduled_spec
+
+    @property
+    def excluded(self) -> Set[int]:
+        return self.sync.live.excluded
+
+    @property
+    def done(self) -> bool:
+        return self.sync.live.done
+
+    @property
+    def pinned(self) -> ProtocolSpec | None:
+        return self.sync.live.pinned
+
+
 def carry_out(sync: Synchronizer, decision: Decision) -> Outcome:
     """Put one decision (a straggler policy's, or online timing's `EndOnlinePhase`) in force on
     the synchronizer, if it still applies.
@@ -197,7 +227,7 @@ def carry_out(sync: Synchronizer, decision: Decision) -> Outcome:
     pinned out, or anything after the workload is done, is skipped.
     """
     action = decision.action
-    if sync.done:
+    if sync.live.done:
         return Outcome()
     if isinstance(decision, EndOnlinePhase):
         # The online phase ends (its next phase's protocol, unless a rollback pinned one).
@@ -205,7 +235,7 @@ def carry_out(sync: Synchronizer, decision: Decision) -> Outcome:
     if action in (Action.SWITCH, Action.RETURN):
         assert decision.protocol is not None
         target = decision.protocol
-        if target == sync.spec or sync.pinned is not None:
+        if target == sync.live.spec or sync.live.pinned is not None:
             return Outcome()
         reason = f"{decision.policy} {action.value}: {decision.reason}"
         return sync.switch_to(target, reason=reason)

@@ -43,9 +43,7 @@ parts back into the collaborators.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Set
-
-import torch
+from collections.abc import Callable
 
 from syncswitch.core.sync.admission import DropReason, GradientLedger
 from syncswitch.core.sync.config import SyncConfig as SyncConfig
@@ -96,29 +94,6 @@ class Synchronizer:
     # -- reading state ----------------------------------------------------------------------
 
     @property
-    def version(self) -> int:
-        return self.live.version
-
-    @property
-    def done(self) -> bool:
-        return self.live.done
-
-    @property
-    def spec(self) -> ProtocolSpec:
-        """The protocol in force."""
-        return self.live.spec
-
-    @property
-    def pinned(self) -> ProtocolSpec | None:
-        """The protocol a divergence rollback pinned the run to, if one did."""
-        return self.live.pinned
-
-    @property
-    def excluded(self) -> Set[int]:
-        """Workers left out of the barrier and the SSP bound (read-only here; `exclude`)."""
-        return self.live.excluded
-
-    @property
     def progress(self) -> float:
         return self.config.progress(self.live.samples)
 
@@ -131,19 +106,6 @@ class Synchronizer:
     def scheduled_spec(self) -> ProtocolSpec:
         """The protocol the schedule asks for now (an online policy may have overridden it)."""
         return self.config.schedule.phases[self.live.phase_index].spec
-
-    @property
-    def weights(self) -> torch.Tensor:
-        return self.optimizer.weights
-
-    @property
-    def waiting(self) -> frozenset[int]:
-        return frozenset(self.room.waiting)
-
-    @property
-    def ledger(self) -> GradientLedger:
-        """Exactly-once accounting (the gate's; a restore replaces it)."""
-        return self.gate.ledger
 
     def now_s(self) -> float:
         return self._clock() - self.live.started_at
@@ -268,12 +230,6 @@ class Synchronizer:
         self.gate.quarantine.release(worker)
         self.readmit(worker)
         return start
-
-    def data_position(self, worker: int) -> int:
-        """How many batches `worker` has drawn before the sequence `rejoin` gave it: where its
-        data order resumes (a local round's delta stands for H of them)."""
-        check_worker(worker, self.config.workers)
-        return self.gate.ledger.data_position(worker)
 
     def local_round(self) -> LocalRound | None:
         """What a worker released now does before its next message in a local phase (None

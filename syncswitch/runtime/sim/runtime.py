@@ -172,7 +172,7 @@ class SimRuntime:
     def _finish(self) -> tuple[Summary, np.ndarray]:
         finished = self.controller.workers.finished
         stats = [finished[i] for i in sorted(finished)]
-        weights = np.concatenate([s.sync.weights.numpy() for s in self.shards])
+        weights = np.concatenate([s.sync.optimizer.weights.numpy() for s in self.shards])
         snapshots = [s.final_snapshot() for s in self.shards]
         return self.controller.finish(snapshots, stats, weights), weights
 
@@ -188,7 +188,7 @@ class SimRuntime:
             self.events.at(now + POLL_S, self._poll)
 
     def _silent_s(self, shard: ServerShard, now: float) -> dict[int, float]:
-        waiting = shard.sync.waiting
+        waiting = shard.sync.room.waiting
         return {
             w.index: round(now - w.last_heard_s, 3)
             for w in self.workers

@@ -38,7 +38,7 @@ def test_carry_out_ends_the_online_phase_on_the_typed_decision() -> None:
     sync = _online_sync()
     outcome = carry_out(sync, EndOnlinePhase.at("the rule fired", 0.0, 0.0, ASP))
     assert [s.reason for s in outcome.switches] == ["online_timing: the rule fired"]
-    assert sync.spec == ASP
+    assert sync.live.spec == ASP
 
 
 def test_a_policy_switch_is_not_the_end_of_the_online_phase() -> None:

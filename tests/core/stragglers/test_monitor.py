@@ -65,10 +65,10 @@ class VirtualRun:
     def _start_step(self, worker: int) -> None:
         duration = self.step_s(worker, self.sync.progress, self.now)
         arrival = self.now + duration
-        heapq.heappush(self._queue, (arrival, next(self._tie), worker, self.sync.version))
+        heapq.heappush(self._queue, (arrival, next(self._tie), worker, self.sync.live.version))
 
     def run(self) -> VirtualRun:
-        while not self.sync.done:
+        while not self.sync.live.done:
             arrival, _, worker, version = heapq.heappop(self._queue)
             self.now = arrival
             gradient = Gradient(

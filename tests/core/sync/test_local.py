@@ -87,9 +87,9 @@ def drive(sync: Synchronizer, problem: Problem, *, lose: dict[int, int] | None =
     inner = [InnerLoop() for _ in range(workers)]
     sequence = [0] * workers
     ready = deque(range(workers))
-    while ready and not sync.done:
+    while ready and not sync.live.done:
         worker = ready.popleft()
-        weights = sync.weights.numpy().copy()
+        weights = sync.optimizer.weights.numpy().copy()
         local = sync.local_round()
         if local is None:
             values, loss = problem.gradient(worker, weights)
@@ -105,7 +105,7 @@ def drive(sync: Synchronizer, problem: Problem, *, lose: dict[int, int] | None =
             message = Gradient(
                 worker=worker,
                 sequence=sequence[worker],
-                computed_version=sync.version,
+                computed_version=sync.live.version,
                 values=torch.from_numpy(np.array(values)),
                 samples=BATCH * max(steps, 1),
                 loss=loss,
@@ -154,11 +154,11 @@ def test_local_1_with_plain_averaging_equals_bsp(weight_decay: float) -> None:
     for schedule in ("bsp", "local-1"):
         sync = make_sync(schedule, workers=4, total=4 * BATCH * 40, weight_decay=weight_decay)
         drive(sync, Problem(4))
-        assert sync.done and sync.version == 40
+        assert sync.live.done and sync.live.version == 40
         runs[schedule] = sync
-    assert torch.allclose(runs["bsp"].weights, runs["local-1"].weights, atol=1e-6, rtol=1e-5)
+    assert torch.allclose(runs["bsp"].optimizer.weights, runs["local-1"].optimizer.weights, atol=1e-6, rtol=1e-5)
     assert runs["local-1"].live.samples_by_protocol == {"local": 4 * BATCH * 40}
-    assert not torch.equal(runs["bsp"].weights, torch.zeros(DIM))  # it did train
+    assert not torch.equal(runs["bsp"].optimizer.weights, torch.zeros(DIM))  # it did train
 
 
 def test_local_phases_with_one_worker_equal_sequential_sgd() -> None:
@@ -167,12 +167,12 @@ def test_local_phases_with_one_worker_equal_sequential_sgd() -> None:
     steps = 48
     sync = make_sync("local-4", workers=1, total=BATCH * steps, momentum=0.9)
     drive(sync, Problem(1))
-    assert sync.done and sync.version == steps // 4
+    assert sync.live.done and sync.live.version == steps // 4
     problem, sgd = Problem(1), FlatSGD(torch.zeros(DIM))
     for _ in range(steps):
         values, _ = problem.gradient(0, sgd.weights.numpy().copy())
         sgd.step(torch.from_numpy(values), lr=0.05, momentum=0.9)
-    assert torch.allclose(sync.weights, sgd.weights, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(sync.optimizer.weights, sgd.weights, atol=1e-5, rtol=1e-5)
 
 
 def test_local_phases_and_bsp_before_them_with_one_worker_equal_sequential_sgd() -> None:
@@ -184,7 +184,7 @@ def test_local_phases_and_bsp_before_them_with_one_worker_equal_sequential_sgd()
     for _ in range(steps):
         values, _ = problem.gradient(0, sgd.weights.numpy().copy())
         sgd.step(torch.from_numpy(values), lr=0.05, momentum=0.0)
-    assert torch.allclose(sync.weights, sgd.weights, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(sync.optimizer.weights, sgd.weights, atol=1e-5, rtol=1e-5)
     assert sync.live.samples_by_protocol == {"bsp": BATCH * 30, "local": BATCH * 30}
 
 
@@ -209,10 +209,10 @@ def test_a_round_applies_the_outer_step_to_the_workers_mean_delta() -> None:
     deltas = [torch.tensor([1.0] * DIM), torch.tensor([3.0] * DIM)]
     for worker, delta in enumerate(deltas):
         sync.submit(Gradient(worker, 0, 0, delta, 2 * BATCH, 1.0, 0.01, local_steps=2))
-    assert sync.version == 1
-    assert torch.allclose(sync.weights, torch.full((DIM,), -0.7 * (2.0 + 0.9 * 2.0)))
+    assert sync.live.version == 1
+    assert torch.allclose(sync.optimizer.weights, torch.full((DIM,), -0.7 * (2.0 + 0.9 * 2.0)))
     # A restarted worker's data order resumes after the two batches its delta stood for.
-    assert sync.rejoin(1) == 1 and sync.data_position(1) == 2
+    assert sync.rejoin(1) == 1 and sync.gate.ledger.data_position(1) == 2
 
 
 # -- the policy at switches, accounting ----------------------------------------------------
@@ -223,7 +223,7 @@ def test_a_switch_into_and_out_of_a_local_phase_counts_every_sample_once() -> No
     sync = make_sync("bsp:0.25,local-4:0.75,asp", workers=4, total=total, momentum=0.9)
     drive(sync, Problem(4))
     accounting = sync.accounting()
-    assert sync.done and accounting.unaccounted == 0 and accounting.waiting == 0
+    assert sync.live.done and accounting.unaccounted == 0 and accounting.waiting == 0
     assert accounting.sent == accounting.applied + sum(accounting.dropped.values())
     by = sync.live.samples_by_protocol
     assert sum(by.values()) == sync.live.samples >= total
@@ -269,34 +269,34 @@ def test_inner_state_reset_starts_every_round_without_momentum() -> None:
             values, _ = problem.gradient(0, sgd.weights.numpy().copy())
             sgd.step(torch.from_numpy(values), lr=0.05, momentum=0.9)
         weights = sgd.weights.clone()
-    assert torch.allclose(sync.weights, weights, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(sync.optimizer.weights, weights, atol=1e-5, rtol=1e-5)
 
 
 def test_a_gradient_sent_before_a_switch_into_a_local_phase_is_applied_at_once() -> None:
     sync = make_sync("asp:0.1,local-4", workers=2, total=10_000)
     for sequence in range(25):  # 25 x 40 samples: 0.1 of 10,000, so the phase ends
-        sync.submit(Gradient(0, sequence, sync.version, torch.ones(DIM), 40, 1.0, 0.01))
-    assert sync.spec.protocol is Protocol.LOCAL
-    version = sync.version
+        sync.submit(Gradient(0, sequence, sync.live.version, torch.ones(DIM), 40, 1.0, 0.01))
+    assert sync.live.spec.protocol is Protocol.LOCAL
+    version = sync.live.version
     outcome = sync.submit(Gradient(1, 0, 0, torch.ones(DIM), 40, 1.0, 0.01))
-    assert outcome.released == [1] and sync.version == version + 1
+    assert outcome.released == [1] and sync.live.version == version + 1
     assert sync.live.samples_by_protocol["asp"] == 26 * 40  # trained under ASP, counted there
 
 
 def test_a_delta_caught_by_a_switch_out_of_a_local_phase_is_applied_as_its_share() -> None:
     sync = make_sync("local-4", workers=2, total=10_000)
     sync.submit(Gradient(0, 0, 0, torch.full((DIM,), 2.0), 4 * BATCH, 1.0, 0.01, local_steps=4))
-    assert sync.waiting == {0}
+    assert sync.room.waiting == {0}
     outcome = sync.switch_to(ProtocolSpec(Protocol.ASP), reason="test")
     assert outcome.released == [0] and len(outcome.applied) == 1
-    assert torch.allclose(sync.weights, torch.full((DIM,), -1.0))  # 2.0 x 1/2 workers
+    assert torch.allclose(sync.optimizer.weights, torch.full((DIM,), -1.0))  # 2.0 x 1/2 workers
     assert sync.live.samples_by_protocol == {"local": 4 * BATCH}
 
 
 def test_a_lost_worker_loses_only_its_unsent_steps_and_the_round_goes_on() -> None:
     sync = make_sync("local-4", workers=3, total=3 * 4 * BATCH * 10)
     drive(sync, Problem(3), lose={2: 3})
-    assert sync.done
+    assert sync.live.done
     assert sync.live.unsent_samples == {"worker_died": 4 * BATCH}
     accounting = sync.accounting()
     assert accounting.unaccounted == 0 and accounting.sent == accounting.applied
@@ -306,7 +306,7 @@ def test_an_excluded_worker_s_delta_is_dropped_with_a_reason() -> None:
     sync = make_sync("local-2", workers=2, total=10_000)
     sync.exclude(1)
     sync.submit(Gradient(0, 0, 0, torch.ones(DIM), 2 * BATCH, 1.0, 0.01, local_steps=2))
-    assert sync.version == 1  # the barrier did not wait for worker 1
+    assert sync.live.version == 1  # the barrier did not wait for worker 1
     outcome = sync.submit(Gradient(1, 0, 0, torch.ones(DIM), 2 * BATCH, 1.0, 0.01, local_steps=2))
     assert [d.reason for d in outcome.dropped] == ["straggler_excluded"]
 
@@ -320,7 +320,7 @@ def test_the_outer_optimizer_state_survives_a_checkpoint_and_resume() -> None:
     original = make_sync("bsp:0.25,local-2", workers=3, total=total, local=config)
     problem = Problem(3)
     drive_rounds(original, problem, rounds=8)  # 6 BSP updates, then 2 local rounds
-    assert original.spec.protocol is Protocol.LOCAL and original.local.outer.buffer is not None
+    assert original.live.spec.protocol is Protocol.LOCAL and original.local.outer.buffer is not None
     state = original.snapshot("test").state
     buffer = io.BytesIO()
     torch.save(state.to_plain(), buffer)
@@ -349,7 +349,7 @@ def drive_rounds(sync: Synchronizer, problem: Problem, rounds: int) -> None:
     inner = [InnerLoop() for _ in range(workers)]
     for sequence in range(rounds):
         local = sync.local_round()
-        weights = sync.weights.numpy().copy()
+        weights = sync.optimizer.weights.numpy().copy()
         for worker in range(workers):
             if local is None:
                 values, loss = problem.gradient(worker, weights)
@@ -360,7 +360,7 @@ def drive_rounds(sync: Synchronizer, problem: Problem, rounds: int) -> None:
                 )
                 steps = local.steps
             sync.submit(
-                Gradient(worker, sequence, sync.version, torch.from_numpy(np.array(values)),
+                Gradient(worker, sequence, sync.live.version, torch.from_numpy(np.array(values)),
                          BATCH * max(steps, 1), loss, 0.01, local_steps=steps)
             )  # fmt: skip
 
@@ -394,9 +394,9 @@ def test_qsr_rounds_lengthen_under_a_cosine_schedule() -> None:
     inner = [InnerLoop(), InnerLoop()]
     problem = Problem(2)
     sequence = 0
-    while not sync.done:
+    while not sync.live.done:
         local_round = sync.local_round()
-        weights = sync.weights.numpy().copy()
+        weights = sync.optimizer.weights.numpy().copy()
         steps = 0 if local_round is None else local_round.steps
         if local_round is not None:
             seen.append(steps)
@@ -408,7 +408,7 @@ def test_qsr_rounds_lengthen_under_a_cosine_schedule() -> None:
                     weights, local_round, lambda w, worker=worker: problem.gradient(worker, w)
                 )
             sync.submit(
-                Gradient(worker, sequence, sync.version, torch.from_numpy(np.array(values)),
+                Gradient(worker, sequence, sync.live.version, torch.from_numpy(np.array(values)),
                          BATCH * max(steps, 1), loss, 0.01, local_steps=steps)
             )  # fmt: skip
         sequence += 1

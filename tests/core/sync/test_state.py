@@ -43,7 +43,7 @@ def make_sync(schedule: str = "bsp:0.5,ssp-1:0.75,asp") -> Synchronizer:
 def gradient(sync: Synchronizer, worker: int, sequence: int) -> Gradient:
     """Values that differ per worker and step, so any difference in state shows in weights."""
     values = torch.tensor([worker + 1.0, -sequence, 0.5 * worker, 1.0 / (sequence + 1), 0.1])
-    return Gradient(worker, sequence, sync.version, values, BATCH, 1.0, 0.01)
+    return Gradient(worker, sequence, sync.live.version, values, BATCH, 1.0, 0.01)
 
 
 def drive(sync: Synchronizer, steps: range) -> tuple[Outcome, list[Snapshot]]:
@@ -85,11 +85,11 @@ def test_a_restored_synchronizer_behaves_exactly_as_the_original() -> None:
     rest_fresh, _ = drive(fresh, range(6, 64))
     assert applied(rest_fresh) == applied(rest_original)
     assert {r.protocol for r in rest_fresh.applied} == {"bsp", "ssp-1", "asp"}
-    assert torch.equal(fresh.weights, original.weights)
+    assert torch.equal(fresh.optimizer.weights, original.optimizer.weights)
     assert [(e.from_protocol, e.to_protocol, e.version) for e in fresh.live.switches] == [
         (e.from_protocol, e.to_protocol, e.version) for e in original.live.switches
     ]
-    assert fresh.done and original.done and fresh.accounting() == original.accounting()
+    assert fresh.live.done and original.live.done and fresh.accounting() == original.accounting()
 
 
 def test_a_state_read_back_from_a_file_equals_the_one_written() -> None:
@@ -106,7 +106,7 @@ def test_a_state_read_back_from_a_file_equals_the_one_written() -> None:
     two[1].restore(back)
     outcomes = [drive(s, range(40, 64))[0] for s in two]
     assert applied(outcomes[0]) == applied(outcomes[1]) and outcomes[0].applied
-    assert torch.equal(two[0].weights, two[1].weights)
+    assert torch.equal(two[0].optimizer.weights, two[1].optimizer.weights)
 
 
 def test_the_plain_form_is_what_checkpoints_have_always_held() -> None:
@@ -123,18 +123,18 @@ def test_the_plain_form_is_what_checkpoints_have_always_held() -> None:
         elif key != "time_s":  # the clock ticks on between the two
             assert plain[key] == value and type(plain[key]) is type(value), key
     # An old state loads as it is.
-    assert SynchronizerState.from_plain(through_a_file(old)).version == sync.version
+    assert SynchronizerState.from_plain(through_a_file(old)).version == sync.live.version
 
 
 def _unversioned_snapshot_state(sync: Synchronizer) -> dict[str, Any]:
     """Synchronizer.snapshot()'s state as the code before the typed state wrote it."""
     return {
         "optimizer": sync.optimizer.state_dict(),
-        "version": sync.version,
+        "version": sync.live.version,
         "samples": sync.live.samples,
         "phase_index": sync.live.phase_index,
-        "protocol": sync.spec.name,
-        "excluded": sorted(sync.excluded),
+        "protocol": sync.live.spec.name,
+        "excluded": sorted(sync.live.excluded),
         "clocks": {str(w): c for w, c in sorted(sync.room.clocks.items())},
         "time_s": sync.now_s(),
         "phase_started_s": sync.live.phase_started_s,
@@ -147,9 +147,9 @@ def _unversioned_snapshot_state(sync: Synchronizer) -> dict[str, Any]:
         "next_checkpoint_index": sync.live.next_checkpoint_index,
         "lr_scale": sync.live.lr_scale,
         "momentum_policy": sync.live.momentum_policy.value,
-        "pinned": sync.pinned.name if sync.pinned else None,
+        "pinned": sync.live.pinned.name if sync.live.pinned else None,
         "version_floor": sync.live.version_floor,
-        "ledger": sync.ledger.to_state(),
+        "ledger": sync.gate.ledger.to_state(),
     }
 
 

@@ -39,7 +39,7 @@ def grad(
     return Gradient(
         worker=worker,
         sequence=seq,
-        computed_version=sync.version if version is None else version,
+        computed_version=sync.live.version if version is None else version,
         values=torch.full((3,), float(worker + 1)),
         samples=BATCH,
         loss=1.0,
@@ -52,11 +52,11 @@ def test_bsp_waits_for_all_workers_then_releases_them_with_zero_staleness() -> N
     for worker in range(3):
         outcome = sync.submit(grad(sync, worker))
         assert outcome.released == [] and outcome.applied == []
-    assert sync.waiting == {0, 1, 2}
+    assert sync.room.waiting == {0, 1, 2}
     outcome = sync.submit(grad(sync, 3))
     assert outcome.released == [0, 1, 2, 3]
     assert [r.staleness for r in outcome.applied] == [0, 0, 0, 0]
-    assert sync.version == 1 and sync.live.samples == 4 * BATCH
+    assert sync.live.version == 1 and sync.live.samples == 4 * BATCH
     assert outcome.applied[0].lr == pytest.approx(0.4)  # full global batch: the BSP lr
 
 
@@ -77,7 +77,7 @@ def test_ssp_holds_a_worker_that_runs_more_than_s_steps_ahead() -> None:
     assert sync.submit(grad(sync, 0, seq=0)).released == [0]  # clock 1 vs 0: within bound
     outcome = sync.submit(grad(sync, 0, seq=1))  # clock 2 vs 0: more than 1 ahead
     assert outcome.released == [] and len(outcome.applied) == 1
-    assert sync.waiting == {0}
+    assert sync.room.waiting == {0}
     outcome = sync.submit(grad(sync, 1, version=0))  # the slow worker catches up to clock 1
     assert sorted(outcome.released) == [0, 1]
 
@@ -102,9 +102,9 @@ def test_bsp_asp_bsp_returns_to_the_barrier_and_full_lr() -> None:
     sync = make_sync("bsp:0.25,asp:0.5,bsp", total=16 * BATCH)
     protocols = []
     seq = 0
-    while not sync.done:
+    while not sync.live.done:
         for worker in range(4):
-            if sync.done:
+            if sync.live.done:
                 break
             outcome = sync.submit(grad(sync, worker, seq=seq))
             protocols += [(r.protocol, r.lr, r.momentum) for r in outcome.applied]
@@ -140,7 +140,7 @@ def test_accounting_and_late_gradients_after_completion() -> None:
 def test_evaluation_points_follow_progress() -> None:
     sync = make_sync("asp", total=10 * BATCH, eval_every=0.25)
     fractions = []
-    while not sync.done:
+    while not sync.live.done:
         fractions += [p.fraction for p in sync.submit(grad(sync, 0)).evaluations]
     assert fractions == [0.25, 0.5, 0.75, 1.0]
 
@@ -165,16 +165,20 @@ def test_bsp_equals_single_process_sgd_on_the_concatenated_batch() -> None:
     for step in range(steps):
         batches = [(torch.randn(BATCH, 5), torch.randint(0, 3, (BATCH,))) for _ in range(workers)]
         for worker, (x, y) in enumerate(batches):
-            torch.nn.utils.vector_to_parameters(sync.weights.clone(), model.parameters())
+            torch.nn.utils.vector_to_parameters(sync.optimizer.weights.clone(), model.parameters())
             model.zero_grad()
             loss_fn(model(x), y).backward()
-            sync.submit(Gradient(worker, step, sync.version, flat_gradient(model), BATCH, 0.0, 0.0))
+            sync.submit(
+                Gradient(worker, step, sync.live.version, flat_gradient(model), BATCH, 0.0, 0.0)
+            )
         sgd.zero_grad()
         x = torch.cat([b[0] for b in batches])
         y = torch.cat([b[1] for b in batches])
         loss_fn(reference(x), y).backward()
         sgd.step()
-    torch.testing.assert_close(sync.weights, flatten_parameters(reference), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        sync.optimizer.weights, flatten_parameters(reference), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_excluding_the_worker_a_barrier_waits_for_completes_it() -> None:
@@ -195,7 +199,7 @@ def test_excluding_the_worker_a_barrier_waits_for_completes_it() -> None:
 def test_ssp_does_not_wait_for_an_excluded_worker() -> None:
     sync = make_sync("ssp-0", workers=2)
     sync.submit(grad(sync, 0, seq=0))
-    assert sync.waiting == {0}  # one step ahead of worker 1 with bound 0
+    assert sync.room.waiting == {0}  # one step ahead of worker 1 with bound 0
     assert sync.exclude(1).released == [0]
     assert sync.submit(grad(sync, 0, seq=1)).released == [0]
     sync.readmit(1)  # level with worker 0, not the many steps behind it really is
@@ -211,15 +215,15 @@ def test_bad_gradients_never_reach_the_weights_and_a_repeat_offender_is_quaranti
     short = grad(sync, 0)
     short.values = torch.ones(2)
     assert sync.submit(short).dropped[0].reason == "shape_mismatch"
-    assert torch.equal(sync.weights, torch.zeros(3)) and sync.version == 0
+    assert torch.equal(sync.optimizer.weights, torch.zeros(3)) and sync.live.version == 0
     inf = grad(sync, 0)
     inf.values = torch.tensor([float("inf"), 0.0, 0.0])
     outcome = sync.submit(inf)  # the third bad one in a row
-    assert [d.action for d in outcome.decisions] == ["quarantine"] and 0 in sync.excluded
+    assert [d.action for d in outcome.decisions] == ["quarantine"] and 0 in sync.live.excluded
     assert sync.submit(grad(sync, 0)).dropped[0].reason == "quarantined"
     assert sync.submit(grad(sync, 1)).applied  # the healthy worker trains on
-    assert sync.rejoin(0) > 0 and 0 not in sync.excluded  # restarted: admitted again
-    assert sync.submit(grad(sync, 0, seq=sync.ledger.next_sequence(0))).applied
+    assert sync.rejoin(0) > 0 and 0 not in sync.live.excluded  # restarted: admitted again
+    assert sync.submit(grad(sync, 0, seq=sync.gate.ledger.next_sequence(0))).applied
     acct = sync.accounting()
     assert acct.unaccounted == 0 and acct.dropped == {
         "non_finite": 2,
@@ -234,7 +238,7 @@ def test_a_retried_gradient_is_applied_once() -> None:
     assert sync.submit(first).applied
     outcome = sync.submit(grad(sync, 0, seq=7))
     assert outcome.dropped[0].reason == "duplicate" and outcome.released == [0]
-    assert sync.version == 1 and sync.accounting().sent == 2
+    assert sync.live.version == 1 and sync.accounting().sent == 2
 
 
 def test_a_snapshot_restores_into_a_new_synchronizer_exactly() -> None:
@@ -248,8 +252,8 @@ def test_a_snapshot_restores_into_a_new_synchronizer_exactly() -> None:
     assert taken.progress == pytest.approx(0.5) and taken.state.protocol == ASP
     fresh = make_sync("bsp:0.5,asp", total=16 * BATCH, checkpoint_every=0.25)
     fresh.restore(taken.state)
-    assert fresh.version == 2 and fresh.spec.name == "asp" and fresh.live.samples == 8 * BATCH
-    assert torch.equal(fresh.weights, taken.state.optimizer.weights)
+    assert fresh.live.version == 2 and fresh.live.spec.name == "asp" and fresh.live.samples == 8 * BATCH
+    assert torch.equal(fresh.optimizer.weights, taken.state.optimizer.weights)
     assert fresh.live.switches == sync.live.switches[:1] and fresh.accounting().unaccounted == 0
     assert fresh.rejoin(0) == 2  # worker 0 had sent sequences 0 and 1 before the snapshot
     assert fresh.submit(grad(fresh, 0, seq=2)).applied[0].protocol == "asp"
@@ -261,7 +265,7 @@ def test_roll_back_restores_weights_and_drops_what_was_computed_on_the_abandoned
     for step in range(2):
         snapshot = snapshot or next(iter(sync.submit(grad(sync, 0, seq=step)).snapshots), None)
     assert snapshot is not None and snapshot.version == 2
-    before = sync.version
+    before = sync.live.version
     stale = grad(sync, 1, version=before)  # computed on weights the rollback abandons
     outcome = sync.roll_back(
         snapshot.state,
@@ -271,10 +275,10 @@ def test_roll_back_restores_weights_and_drops_what_was_computed_on_the_abandoned
         reason="divergence",
     )
     assert [(s.to_protocol, s.reason) for s in outcome.switches] == [("bsp", "divergence")]
-    assert torch.equal(sync.weights, snapshot.state.optimizer.weights)
-    assert sync.version == before + 1 and sync.live.samples == snapshot.samples
+    assert torch.equal(sync.optimizer.weights, snapshot.state.optimizer.weights)
+    assert sync.live.version == before + 1 and sync.live.samples == snapshot.samples
     assert sync.submit(stale).dropped[0].reason == "rolled_back"
     sync.submit(grad(sync, 0))
     update = sync.submit(grad(sync, 1)).applied  # BSP now, at half the learning rate
     assert [r.staleness for r in update] == [0, 0] and update[0].lr == pytest.approx(0.2)
-    assert sync.pinned is not None and sync.spec.name == "bsp"
+    assert sync.live.pinned is not None and sync.live.spec.name == "bsp"

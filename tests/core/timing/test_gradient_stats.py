@@ -279,10 +279,11 @@ def test_the_synchronizer_measures_with_its_admission_checks_squares() -> None:
     for version in range(1, 7):
         values = [torch.randn(numel, generator=generator) for _ in range(workers)]
         sent = [
-            Gradient(w, version - 1, sync.version, v, 8, 0.0, 0.0) for w, v in enumerate(values)
+            Gradient(w, version - 1, sync.live.version, v, 8, 0.0, 0.0)
+            for w, v in enumerate(values)
         ]
         reported = [p for g in sent for p in sync.submit(g).partials]
-        assert sync.version == version
+        assert sync.live.version == version
         assert [g.squared_norm is not None for g in sent] == [version % every == 0] * workers
         mean = torch.stack([v / workers for v in values]).sum(dim=0)
         want = reference.observe(version, values, [8] * workers, mean)
