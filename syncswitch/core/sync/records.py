@@ -12,6 +12,10 @@ import torch
 from syncswitch.core.sync.protocol import ProtocolSpec
 from syncswitch.core.timing.gradient_stats import RoundPartials
 
+# The records core shares with the run directory's readers (torch-free, syncswitch.records).
+from syncswitch.records import Accounting as Accounting
+from syncswitch.records import Switch
+
 if TYPE_CHECKING:
     from syncswitch.core.sync.state import SynchronizerState
 
@@ -63,42 +67,9 @@ class DropRecord:
     time_s: float
 
 
-@dataclass(frozen=True)
-class SwitchEvent:
-    at_fraction: float
-    at_samples: int
-    version: int
-    from_protocol: str
-    to_protocol: str
-    time_s: float
-    overhead_s: float  # wall time to put the new rule in force, in place
-    reason: str
-
-    def to_summary(self) -> dict[str, Any]:
-        return {
-            "at_fraction": round(self.at_fraction, 6),
-            "at_samples": self.at_samples,
-            "version": self.version,
-            "from": self.from_protocol,
-            "to": self.to_protocol,
-            "time_s": round(self.time_s, 6),
-            "overhead_s": self.overhead_s,
-            "reason": self.reason,
-        }
-
-    @classmethod
-    def from_summary(cls, record: dict[str, Any]) -> SwitchEvent:
-        """Back from `to_summary()` (a checkpointed run record); raises on a malformed one."""
-        return cls(
-            at_fraction=float(record["at_fraction"]),
-            at_samples=int(record["at_samples"]),
-            version=int(record["version"]),
-            from_protocol=str(record["from"]),
-            to_protocol=str(record["to"]),
-            time_s=float(record["time_s"]),
-            overhead_s=float(record["overhead_s"]),
-            reason=str(record["reason"]),
-        )
+# A protocol switch, as the synchronizer reports it: the one switch record (syncswitch.records),
+# which checkpoints, events.jsonl and summary.json share.
+SwitchEvent = Switch
 
 
 @dataclass(frozen=True)
@@ -224,28 +195,6 @@ class Decision:
             worker=None if worker is None else int(worker),
             protocol=None if protocol is None else ProtocolSpec.parse(protocol),
         )
-
-
-@dataclass(frozen=True)
-class Accounting:
-    """Exactly-once accounting of one shard: sent = applied + dropped + waiting (+ unaccounted,
-    which is 0 unless there is a bug)."""
-
-    sent: int = 0
-    applied: int = 0
-    dropped: dict[str, int] = field(default_factory=dict)  # by reason, sorted
-    waiting: int = 0  # at a BSP barrier
-    unaccounted: int = 0
-
-    def to_record(self) -> dict[str, Any]:
-        """For summary.json's "gradients"."""
-        return {
-            "sent": self.sent,
-            "applied": self.applied,
-            "dropped": dict(self.dropped),
-            "waiting": self.waiting,
-            "unaccounted": self.unaccounted,
-        }
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -23,6 +23,7 @@ from syncswitch.core.sync.admission import DropReason, GradientLedger
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.protocol import ProtocolSpec, ScheduleError
 from syncswitch.core.sync.records import Outcome, Snapshot, SwitchEvent
+from syncswitch.records.switch import STATE_KEYS
 
 if TYPE_CHECKING:  # the synchronizer calls these functions; they only read and set its fields
     from syncswitch.core.sync.synchronizer import Synchronizer
@@ -85,7 +86,7 @@ class SynchronizerState:
             "phase_started_s": self.phase_started_s,
             "time_by_protocol": dict(self.time_by_protocol),
             "samples_by_protocol": dict(self.samples_by_protocol),
-            "switches": [asdict(e) for e in self.switches],
+            "switches": [e.to_state() for e in self.switches],
             "async_start": self.async_start,
             "phase_bsp_samples": self.phase_bsp_samples,
             "next_eval_index": self.next_eval_index,
@@ -285,11 +286,14 @@ class _Reader:
         value = self._get(name)
         if not isinstance(value, list | tuple) or not all(isinstance(e, Mapping) for e in value):
             raise self._wrong(name, value, "a list of switch records")
-        expected = {f.name for f in fields(SwitchEvent)}
-        for entry in value:
-            if set(entry) != expected:
-                raise self._wrong(name, entry, f"switch records with keys {sorted(expected)}")
-        return tuple(SwitchEvent(**entry) for entry in value)
+        switches = []
+        for entry in value:  # SwitchEvent.to_state()'s layout (or to_summary()'s)
+            try:
+                switches.append(SwitchEvent.from_summary(entry))
+            except (KeyError, TypeError, ValueError):
+                expected = f"switch records with keys {sorted(STATE_KEYS)}"
+                raise self._wrong(name, entry, expected) from None
+        return tuple(switches)
 
 
 # -- taking, restoring, rolling back ------------------------------------------------------------
