@@ -23,7 +23,14 @@ from syncswitch.config import (
     make_config,
 )
 from syncswitch.errors import RunDirError
-from syncswitch.rundir import LIBRARY_LOG, default_run_dir, names, read_config, read_events
+from syncswitch.rundir import (
+    LIBRARY_LOG,
+    default_run_dir,
+    events,
+    names,
+    read_config,
+    read_events,
+)
 from syncswitch.terminal import library_output_to
 
 _EXAMPLES = """examples:
@@ -354,7 +361,6 @@ def _logger_lines(config: TrainConfig, run_dir: Path) -> list[str]:
 
         lines.append(viewing_hint(config.tracking_uri or default_tracking_uri(run_dir)))
     if lines:
-        for event in read_events(run_dir):
-            if event.get("event") == "logger_failed":
-                lines.append(f"logger {event.get('logger')} failed mid-run: {event.get('reason')}")
+        for failed in events.of_kind(read_events(run_dir), events.LoggerFailed):
+            lines.append(f"logger {failed.logger} failed mid-run: {failed.reason}")
     return lines

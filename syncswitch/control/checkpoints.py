@@ -12,7 +12,7 @@ from syncswitch.control.run_state import RunCheckpoint
 from syncswitch.control.shard import ShardReport
 from syncswitch.core.reliability.checkpoints import CheckpointStore, LoadedCheckpoint
 from syncswitch.core.sync.records import Snapshot
-from syncswitch.rundir import RunWriter, names
+from syncswitch.rundir import RunWriter, events, names
 
 CHECKPOINT_DIR = names.CHECKPOINTS
 
@@ -73,7 +73,7 @@ class CheckpointKeeper:
         )
         record.checkpoints += 1
         self._last_at = self.clock()
-        self.writer.event("checkpoint", info.to_record())
+        self.writer.event(events.CheckpointWritten.from_payload(info.to_record()))
 
     def timed_due(self) -> bool:
         """A timed checkpoint is due (and counted as asked for, so it is asked for once)."""

@@ -68,7 +68,7 @@ from syncswitch.control.timing import OnlineTiming
 from syncswitch.core.reliability.checkpoints import CheckpointError, LoadedCheckpoint
 from syncswitch.core.sync.records import EvalPoint, Snapshot, WorkerStats
 from syncswitch.files import write_atomic
-from syncswitch.rundir import RunWriter, Summary, names
+from syncswitch.rundir import RunWriter, Summary, events, names
 
 __all__ = ["CHECKPOINT_DIR", "RunController", "RunPhase", "Step", "resume_point", "run_dir_in_use"]
 
@@ -250,7 +250,7 @@ class RunController:
             refused_checkpoints=tuple(f"{r.path.name}: {r.reason}" for r in loaded.refused),
         )
         self.record.failures.append(failure)
-        self.writer.event("server_failed", failure.to_record())
+        self.writer.event(events.ServerFailed.from_payload(failure.to_record()))
         servers = run_checkpoint(loaded).servers
         restore = RestoreServers(servers, loaded.info.path.name, reason)
         return Step(before, self.phase, [restore])
@@ -277,7 +277,7 @@ class RunController:
         kept for the summary, and logged whenever it changes (a restart on another node)."""
         if placement != self.placement:
             self.placement = placement
-            self.writer.event("placement", placement)
+            self.writer.event(events.Placement(placement))
         return Step(self.phase, self.phase)
 
     def on_tick(self) -> Step:
@@ -387,22 +387,21 @@ def announce(
         refused = tuple(f"{r.path.name}: {r.reason}" for r in resumed_from.refused)
         resumed = RunResumed(checkpoint=info.to_record(), refused_checkpoints=refused)
         record.failures.append(resumed)
-        writer.event("run_resumed", resumed.event())
+        writer.event(events.RunResumed(resumed.checkpoint, resumed.refused_checkpoints))
         return
     job = plan.job
     writer.event(
-        "run_started",
-        {
-            "workers": job.workers,
-            "servers": job.servers,
-            "schedule": job.schedule,
-            "total_samples": plan.total_samples,
-            "parameters": parameters,
-            "runtime": plan.runtime,
-            "emulation": plan.timing_label(),
-            "online": plan.online.describe() if plan.online else None,
-            "faults": plan.faults.describe() or None,
-        },
+        events.RunStarted(
+            workers=job.workers,
+            servers=job.servers,
+            schedule=job.schedule,
+            total_samples=plan.total_samples,
+            parameters=parameters,
+            runtime=plan.runtime,
+            emulation=plan.timing_label(),
+            online=plan.online.describe() if plan.online else None,
+            faults=plan.faults.describe() or None,
+        )
     )
 
 

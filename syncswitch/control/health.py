@@ -12,7 +12,7 @@ from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardState
 from syncswitch.core.sync.records import Action, WorkerStats
-from syncswitch.rundir import RunWriter
+from syncswitch.rundir import RunWriter, events
 
 
 @dataclass
@@ -64,7 +64,7 @@ class HealthChecks:
             recovery="restarted through the runtime; rejoins at the current version",
         )
         self.record.failures.append(failure)
-        self.writer.event("worker_failed", failure.to_record())
+        self.writer.event(events.WorkerFailed.from_payload(failure.to_record()))
         book.restarting.add(worker)
         return RestartWorker(worker, restart, reason)
 
@@ -98,8 +98,6 @@ class HealthChecks:
             if worker in book.hung or worker in book.finished:
                 continue
             book.hung.add(worker)
-            self.writer.event(
-                "worker_hung", {"worker": worker, "silent_s": silent_s, "timeout_s": timeout_s}
-            )
+            self.writer.event(events.WorkerHung(worker, silent_s, timeout_s))
             decisions.append(KillWorker(worker, f"silent {silent_s:.1f} s >= {timeout_s:g} s"))
         return decisions

@@ -6,7 +6,7 @@ from __future__ import annotations
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardReport
 from syncswitch.core.sync.records import Decision
-from syncswitch.rundir import RunWriter
+from syncswitch.rundir import RunWriter, events
 
 
 class RunJournal:
@@ -23,10 +23,10 @@ class RunJournal:
             self.record.add_update(update.protocol, update.staleness, update.loss)
         for switch in outcome.switches:
             self.record.switches.append(switch)
-            self.writer.event("switch", switch.to_summary())
+            self.writer.event(events.ProtocolSwitched(switch))
         for decision in outcome.decisions:  # the shard's own: quarantines
             self.log_decision(decision)
 
     def log_decision(self, decision: Decision) -> None:
         self.record.decisions.append(decision)
-        self.writer.event("decision", decision.to_record())
+        self.writer.event(events.DecisionMade.from_payload(decision.to_record()))

@@ -16,7 +16,7 @@ from syncswitch.control.evaluations import MetricsRow
 from syncswitch.control.failures import FailureEntry, failure_from_record
 from syncswitch.control.timing import TimingHistory
 from syncswitch.core.stragglers.detector import StragglerRecord
-from syncswitch.core.sync.records import Decision, SwitchEvent
+from syncswitch.core.sync.records import Decision, Switch
 
 
 @dataclass
@@ -38,7 +38,7 @@ class StalenessStats:
 @dataclass
 class RunRecord:
     metrics: list[MetricsRow] = field(default_factory=list)  # one row per evaluation
-    switches: list[SwitchEvent] = field(default_factory=list)
+    switches: list[Switch] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)  # policies, guard, admission
     straggler_events: list[StragglerRecord] = field(default_factory=list)
     failures: list[FailureEntry] = field(default_factory=list)  # and how each was recovered
@@ -86,7 +86,7 @@ class RunRecord:
         malformed one."""
         return cls(
             metrics=[MetricsRow.from_row(row) for row in state["metrics"]],
-            switches=[SwitchEvent.from_summary(entry) for entry in state["switches"]],
+            switches=[Switch.from_summary(entry) for entry in state["switches"]],
             decisions=[Decision.from_record(entry) for entry in state["decisions"]],
             straggler_events=[
                 StragglerRecord.from_record(entry) for entry in _mappings(state, "straggler_events")

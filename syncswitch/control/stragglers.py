@@ -13,7 +13,7 @@ from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.core.stragglers.monitor import StragglerMonitor
 from syncswitch.core.sync.protocol import ASP, ProtocolSpec
 from syncswitch.core.sync.records import Action, Decision
-from syncswitch.rundir import RunWriter
+from syncswitch.rundir import RunWriter, events
 
 
 @dataclass
@@ -78,8 +78,7 @@ class StragglerResponse:
             reaction = self.monitor.observe(step, view, view.assume)
             for event in reaction.straggler_events:
                 self.record.straggler_events.append(event)
-                payload = event.to_record()
-                self.writer.event(payload.pop("event"), payload)
+                self.writer.event(events.StragglerChanged.from_payload(event.to_record()))
             for decision in reaction.decisions:
                 self.log_decision(decision)
                 decisions.append(ApplyPolicyDecision(decision))

@@ -16,7 +16,7 @@ from syncswitch.control.shard import ShardState
 from syncswitch.core.stragglers.detector import EventKind
 from syncswitch.core.sync.records import Accounting, WorkerStats
 from syncswitch.core.timing.rules import TIMING_POLICY
-from syncswitch.rundir import GradientCounts, OnlineTimingSummary, Reliability, Summary, Switch
+from syncswitch.rundir import OnlineTimingSummary, Reliability, Summary
 
 
 def build_summary(
@@ -57,10 +57,10 @@ def build_summary(
         schedule_source=schedule_source,
         time_by_protocol=state.time_by_protocol,
         samples_by_protocol=state.samples_by_protocol,
-        switches=tuple(Switch.from_json(s.to_summary(), "a switch") for s in record.switches),
+        switches=tuple(s.rounded() for s in record.switches),  # as events.jsonl has them
         staleness=record.staleness_summary(),
         # No drain yet (a run that failed while starting): no gradient was sent.
-        gradients=GradientCounts(**(state.accounting or Accounting()).to_record()),
+        gradients=state.accounting or Accounting(),
         workers=plan.workers,
         worker_step_time_mean_s=(
             float(np.mean([w.step_time_mean_s for w in worker_stats])) if worker_stats else None

@@ -41,7 +41,7 @@ from syncswitch.core.timing.rules import (
     rule_threshold,
     uses_losses,
 )
-from syncswitch.rundir import RunWriter
+from syncswitch.rundir import RunWriter, events
 
 
 @dataclass
@@ -145,14 +145,13 @@ class OnlineTiming:
         self.history.decision = decision
         self.history.at = {"samples": state.samples, "time_s": state.time_s}
         self.writer.event(
-            "online_timing",
-            {
+            events.OnlineTimingDecided(
                 **decision.to_record(),
-                "samples": state.samples,
-                "time_s": state.time_s,
-                "to": self.next_protocol.name,
-                "describe": decision.describe(),
-            },
+                samples=state.samples,
+                time_s=state.time_s,
+                to=self.next_protocol.name,
+                describe=decision.describe(),
+            )
         )
         switch = EndOnlinePhase.at(
             reason=decision.describe(),

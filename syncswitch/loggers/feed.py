@@ -1,9 +1,10 @@
 """The feed: turns what the run directory writer receives into series for logger backends.
 
 RunWriter hands the feed the same streams it writes to disk (evaluation rows, applied and
-dropped gradients, events, worker statistics, the summary). Per-gradient figures are only
-folded into running totals as they arrive (a few additions per gradient, on the driver) and
-sent once per evaluation point, so a logger costs nothing per gradient on the wire:
+dropped gradients, events as their records (rundir/events.py), worker statistics, the
+summary). Per-gradient figures are only folded into running totals as they arrive (a few
+additions per gradient, on the driver) and sent once per evaluation point, so a logger costs
+nothing per gradient on the wire:
 
     test/accuracy, test/loss, train/loss, throughput/samples_per_s    per evaluation
     protocol/<name> (1 while in force)                                per evaluation
@@ -35,6 +36,13 @@ from syncswitch.core.sync.protocol import Schedule, ScheduleError
 from syncswitch.core.sync.records import DropRecord, UpdateRecord
 from syncswitch.errors import ConfigError
 from syncswitch.loggers.base import Point, RunLogger
+from syncswitch.records import Switch
+from syncswitch.rundir.events import (
+    OnlineTimingDecided,
+    ProtocolSwitched,
+    RunEvent,
+    StragglerChanged,
+)
 from syncswitch.rundir.summary import RUNNING, Summary
 
 log = logging.getLogger(__name__)
@@ -159,17 +167,16 @@ class LoggerFeed:
         names = ("signal", "threshold", "noise_trace", "grad_sq", "drift_sq", "noise_scale", "loss")
         self._send({f"timing/{name}": row.get(name) for name in names}, samples, self._time_s)
 
-    def event(self, kind: str, payload: dict[str, Any]) -> None:
-        if kind == "online_timing":
-            samples = int(payload.get("samples", self._samples))
-            time_s = float(payload.get("time_s", self._time_s))
-            self._send({"timing/switched_at": payload.get("progress")}, samples, time_s)
-            text = f"online timing: {payload.get('describe', '')}"
+    def event(self, event: RunEvent) -> None:
+        if isinstance(event, OnlineTimingDecided):
+            samples, time_s = event.samples, event.time_s
+            self._send({"timing/switched_at": event.progress}, samples, time_s)
+            text = f"online timing: {event.describe}"
             self._call("text", "online_timing", text, samples, self._wall(time_s))
-        elif kind == "switch":
-            self._switch(payload)
-        elif kind in ("straggler_detected", "straggler_recovered"):
-            self._straggler(kind, payload)
+        elif isinstance(event, ProtocolSwitched):
+            self._switch(event.switch.rounded())
+        elif isinstance(event, StragglerChanged):
+            self._straggler(event)
 
     def worker_stats(self, rows: list[dict[str, Any]]) -> None:
         values = {}
@@ -201,36 +208,32 @@ class LoggerFeed:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _switch(self, payload: dict[str, Any]) -> None:
-        samples = int(payload.get("at_samples", self._samples))
-        time_s = float(payload.get("time_s", self._time_s))
+    def _switch(self, switch: Switch) -> None:
+        samples, time_s = switch.at_samples, switch.time_s
         self._switches += 1
-        previous, protocol = str(payload.get("from", "")), str(payload.get("to", ""))
+        previous, protocol = switch.from_protocol, switch.to_protocol
         for name in (previous, protocol):
             if name and name not in self._protocols:
                 self._protocols.append(name)
         self._protocol = protocol
         self._send({"switches/count": self._switches}, samples, time_s)
-        at_fraction = float(payload.get("at_fraction", 0))
-        overhead_ms = 1000 * float(payload.get("overhead_s", 0))
+        overhead_ms = 1000 * switch.overhead_s
         text = (
-            f"{previous} -> {protocol} at {at_fraction:.1%} of samples "
-            f"({payload.get('reason', '')}; overhead {overhead_ms:.2f} ms)"
+            f"{previous} -> {protocol} at {switch.at_fraction:.1%} of samples "
+            f"({switch.reason}; overhead {overhead_ms:.2f} ms)"
         )
         self._call("text", "switches", text, samples, self._wall(time_s))
 
-    def _straggler(self, kind: str, payload: dict[str, Any]) -> None:
-        worker = int(payload.get("worker", -1))
-        time_s = float(payload.get("time_s", self._time_s))
-        if kind == "straggler_detected":
+    def _straggler(self, event: StragglerChanged) -> None:
+        worker, time_s = event.worker, event.time_s
+        if event.detected:
             self._detections += 1
             self._flagged.add(worker)
         else:
             self._flagged.discard(worker)
         values = {"stragglers/detected": self._detections, "stragglers/flagged": len(self._flagged)}
         self._send(values, self._samples, time_s)
-        what = "detected" if kind == "straggler_detected" else "recovered"
-        text = f"worker {worker} {what}: {payload.get('reason', '')}"
+        text = f"worker {worker} {event.kind}: {event.reason or ''}"
         self._call("text", "stragglers", text, self._samples, self._wall(time_s))
 
     def _at(self, samples: int, time_s: float) -> None:

@@ -8,13 +8,15 @@ goes through here (DESIGN.md, "One schema per thing"):
     print(summary.final_accuracy, run_dir / names.METRICS)
 
 Modules: `names` (files and CSV columns), `summary` (Summary and its parts, to/from JSON),
-`writer` (RunWriter: the files written as a run goes), `reader` (load_run for reports,
-read_summary, read_config, read_events), `timeline` (switches, straggler marks and episodes
-from events.jsonl and config.json), `parsing` (bounded file reading), `values` (checked
-fields).
+`writer` (RunWriter: the files written as a run goes), `events` (one record per kind of
+events.jsonl line, written and read there), `reader` (load_run for reports, read_summary,
+read_config, read_events), `timeline` (switches, straggler marks and episodes from
+events.jsonl and config.json), `parsing` (bounded file reading). The switch and gradient
+records and the checked field reads (`Fields`) are the leaf `syncswitch.records`, which the
+synchronizer shares.
 """
 
-from syncswitch.rundir import names
+from syncswitch.rundir import events, names
 from syncswitch.rundir.names import (
     ACTORS,
     CHECKPOINTS,
@@ -86,6 +88,7 @@ __all__ = [
     "TimingSignals",
     "create_run_dir",
     "default_run_dir",
+    "events",
     "has_results",
     "load_run",
     "names",

@@ -1,7 +1,8 @@
 """Reading a run directory back: only its files, never a runtime, and never trusting them.
 
 Every file is read through `syncswitch.rundir.parsing` (bounded, one-line errors) and its
-records are built by the classes that own their schema (`Summary`, `Switch`). Big files are
+records are built by the classes that own their schema (`Summary`, `Switch`, the event
+records of `syncswitch.rundir.events`). Big files are
 read lazily: updates.csv (one row per applied gradient) only when a staleness histogram or a
 killed run's per-worker view asks for it, and then streamed.
 """
@@ -232,7 +233,8 @@ def read_config(run_dir: str | Path, max_bytes: int = MAX_JSON_BYTES) -> dict[st
 
 
 def read_events(run_dir: str | Path) -> list[dict[str, Any]]:
-    """events.jsonl's events in order ([] when there is none; a torn last line is skipped)."""
+    """events.jsonl's lines in order, each a JSON object ([] when there is none; a torn last
+    line is skipped). `syncswitch.rundir.events.of_kind(lines, Kind)` makes records of them."""
     directory = Path(run_dir)
     with _naming(directory):
         return read_events_file(directory / names.EVENTS, [])

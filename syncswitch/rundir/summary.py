@@ -1,5 +1,8 @@
 """summary.json as a typed record: one attribute per key, its (de)serialisation beside it.
 
+Its switches and gradient counts are the synchronizer's own records (`Switch`, `Accounting`,
+here also named `GradientCounts`), from the torch-free leaf `syncswitch.records`.
+
 `Summary.to_json()` gives the dict that is written (same keys, same order as ever);
 `Summary.from_json()` checks what it reads (types, finiteness, ranges) and refuses a bad
 file in one `RunDirError` line naming the file, the field and what is allowed. Keys that
@@ -14,8 +17,8 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from syncswitch.records import Accounting, Fields, Switch
 from syncswitch.rundir import names
-from syncswitch.rundir.values import Fields
 
 RUNTIMES = ("ray", "sim")
 # The fields of the short, machine-readable summary (`syncswitch train --json`).
@@ -24,84 +27,8 @@ COMPLETE = "complete"
 RUNNING = "running"
 
 
-@dataclass(frozen=True)
-class Switch:
-    """A protocol switch, as events.jsonl and summary.json's `switches` record it."""
-
-    at_fraction: float
-    at_samples: int
-    from_protocol: str
-    to_protocol: str
-    time_s: float
-    overhead_s: float = 0.0  # wall time to put the new rule in force, in place
-    reason: str = ""
-    version: int | None = None  # weights version at the switch (absent in early runs)
-
-    def to_json(self) -> dict[str, Any]:
-        record: dict[str, Any] = {"at_fraction": self.at_fraction, "at_samples": self.at_samples}
-        if self.version is not None:
-            record["version"] = self.version
-        record.update(
-            {
-                "from": self.from_protocol,
-                "to": self.to_protocol,
-                "time_s": self.time_s,
-                "overhead_s": self.overhead_s,
-                "reason": self.reason,
-            }
-        )
-        return record
-
-    @classmethod
-    def from_json(cls, data: Any, where: str) -> Switch:
-        read = Fields(data, where)
-        return cls(
-            at_fraction=read.number("at_fraction", low=0.0),
-            at_samples=read.integer("at_samples"),
-            version=read.optional_integer("version", None),
-            from_protocol=read.text("from"),
-            to_protocol=read.text("to"),
-            time_s=read.number("time_s", low=0.0),
-            overhead_s=read.number("overhead_s", 0.0, low=0.0),
-            reason=read.text("reason", ""),
-        )
-
-
-@dataclass(frozen=True)
-class GradientCounts:
-    """Every gradient a worker sent: applied, dropped (by reason) or still waiting."""
-
-    sent: int
-    applied: int
-    dropped: dict[str, int] = field(default_factory=dict)
-    waiting: int = 0
-    unaccounted: int | None = None  # sent - applied - dropped - waiting (absent in early runs)
-
-    @property
-    def dropped_total(self) -> int:
-        return sum(self.dropped.values())
-
-    def to_json(self) -> dict[str, Any]:
-        record: dict[str, Any] = {
-            "sent": self.sent,
-            "applied": self.applied,
-            "dropped": self.dropped,
-            "waiting": self.waiting,
-        }
-        if self.unaccounted is not None:
-            record["unaccounted"] = self.unaccounted
-        return record
-
-    @classmethod
-    def from_json(cls, data: Any, where: str) -> GradientCounts:
-        read = Fields(data, where)
-        return cls(
-            sent=read.integer("sent"),
-            applied=read.integer("applied"),
-            dropped=read.numbers_by_name("dropped", {}, integers=True),
-            waiting=read.integer("waiting", 0),
-            unaccounted=read.optional_integer("unaccounted", None, low=-(2**62)),
-        )
+# summary.json's "gradients": the synchronizer's exactly-once accounting, the one record.
+GradientCounts = Accounting
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from typing import Any
 
 from syncswitch.errors import RunDirError
 from syncswitch.rundir import names
-from syncswitch.rundir.parsing import finite, optional_float, short
+from syncswitch.rundir.events import ProtocolSwitched, StragglerChanged, of_kind
+from syncswitch.rundir.parsing import optional_float, short
 from syncswitch.rundir.summary import Summary, Switch
 
 
@@ -49,41 +50,23 @@ class Episode:
 def switches_of(events: list[dict[str, Any]], summary: Summary | None) -> list[Switch]:
     # events.jsonl has every switch as it happened (also for a killed run); summary.json
     # only as of its last rewrite.
-    records = [e for e in events if e.get("event") == "switch"]
-    if not records and summary is not None:
+    switches = [event.switch for event in of_kind(events, ProtocolSwitched)]
+    if not switches and summary is not None:
         return list(summary.switches)
-    switches = []
-    for record in records:
-        try:
-            switches.append(Switch.from_json(record, "a switch"))
-        except RunDirError:
-            raise RunDirError(
-                f"{names.EVENTS}: a switch record is malformed: {short(record)}"
-            ) from None
     return switches
 
 
 def straggler_marks(events: list[dict[str, Any]]) -> list[StragglerMark]:
-    marks = []
-    for event in events:
-        kind = str(event.get("event", ""))
-        if kind not in ("straggler_detected", "straggler_recovered"):
-            continue
-        try:
-            marks.append(
-                StragglerMark(
-                    kind=kind.removeprefix("straggler_"),
-                    worker=int(event["worker"]),
-                    time_s=finite(event["time_s"]),
-                    progress=finite(event.get("progress", math.nan), allow_nan=True),
-                    false_detection=event.get("false_detection"),
-                )
-            )
-        except (KeyError, TypeError, ValueError):
-            raise RunDirError(
-                f"{names.EVENTS}: a straggler event is malformed: {short(event)}"
-            ) from None
-    return marks
+    return [
+        StragglerMark(
+            kind=event.kind,
+            worker=event.worker,
+            time_s=event.time_s,
+            progress=math.nan if event.progress is None else event.progress,
+            false_detection=event.false_detection,
+        )
+        for event in of_kind(events, StragglerChanged)
+    ]
 
 
 def episodes(config: dict[str, Any]) -> list[Episode]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from syncswitch.files import (
     write_json_atomic,
 )
 from syncswitch.rundir import names
+from syncswitch.rundir.events import LoggerFailed, RunEvent, to_line
 from syncswitch.rundir.summary import Summary
 
 if TYPE_CHECKING:  # the loggers import torch; a writer without loggers never needs them
@@ -148,11 +148,12 @@ class RunWriter:
         if self._feed:
             self._feed.timing_signal(row)
 
-    def event(self, kind: str, payload: dict[str, Any]) -> None:
-        self._events.write(json.dumps({"event": kind, **payload}) + "\n")
+    def event(self, event: RunEvent) -> None:
+        """One line of events.jsonl (syncswitch.rundir.events has every kind)."""
+        self._events.write(to_line(event))
         self._events.flush()
         if self._feed:
-            self._feed.event(kind, payload)
+            self._feed.event(event)
 
     def worker_stats(self, rows: list[dict[str, Any]]) -> None:
         text = io.StringIO()
@@ -179,7 +180,7 @@ class RunWriter:
         self._events.close()
 
     def _logger_failed(self, name: str, reason: str) -> None:
-        self.event("logger_failed", {"logger": name, "reason": reason})
+        self.event(LoggerFailed(name, reason))
 
 
 def create_run_dir(directory: Path) -> None:

@@ -43,6 +43,9 @@ CORE_LAYERS = ("timing", "sync", "stragglers", "reliability", "cluster")
 # import the runtime package, never its Ray part.
 RULES: dict[str, tuple[str, ...]] = {
     "core": (RAY, RUNTIMES, *LAYERS_ABOVE_CORE),
+    # The records core and rundir share (a switch, gradient counts): a leaf below both, which
+    # imports neither them nor torch or numpy (it imports syncswitch.errors only).
+    "records": (RAY, RUNTIMES, "torch", "numpy", "syncswitch.core", *LAYERS_ABOVE_CORE),
     "control": (RAY, RUNTIMES),
     "rundir": (RAY, RUNTIMES),
     "config": (RAY, RUNTIMES),

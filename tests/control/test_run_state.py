@@ -15,7 +15,7 @@ from syncswitch.control.run_state import STATE_VERSION, RunCheckpoint, run_check
 from syncswitch.core.reliability.checkpoints import CheckpointStore, RefusalKind
 from syncswitch.core.stragglers.detector import EventKind, StragglerRecord
 from syncswitch.core.sync.protocol import BSP
-from syncswitch.core.sync.records import Action, Decision, SwitchEvent
+from syncswitch.core.sync.records import Action, Decision, Switch
 from syncswitch.core.sync.state import StateFormatError
 from tests.control.scripted import ScriptedRun
 from tests.security.helpers import valid_state
@@ -82,7 +82,7 @@ def test_a_newer_format_is_refused_in_one_line_and_the_previous_checkpoint_used(
 
 
 def test_the_run_record_keeps_switches_and_decisions_typed_across_a_checkpoint():
-    switch = SwitchEvent(0.25, 100, 7, "bsp", "asp", 1.5, 0.001, "schedule")
+    switch = Switch(0.25, 100, 7, "bsp", "asp", 1.5, 0.001, "schedule")
     decision = Decision(Action.ROLLBACK, "divergence_guard", "loss rose", 2.0, 0.3, None, BSP)
     quarantine = Decision(Action.QUARANTINE, "gradient_admission", "nan", 2.5, 0.31, worker=3)
     record = RunRecord(switches=[switch], decisions=[decision, quarantine], rollbacks=1)

@@ -6,6 +6,8 @@ import pytest
 from syncswitch.core.sync.records import DropRecord, UpdateRecord
 from syncswitch.loggers.base import Point, RunLogger
 from syncswitch.loggers.feed import LoggerFeed
+from syncswitch.records import Switch
+from syncswitch.rundir.events import OnlineTimingDecided, ProtocolSwitched
 from tests.rundir.samples import sample_summary
 
 
@@ -78,16 +80,18 @@ def test_per_gradient_figures_are_folded_per_interval_and_series_stay_in_order()
     feed.start({"schedule": "bsp:0.5,asp"}, None)
     feed.updates([update(1, 0, 0, "bsp", 100, 1.0, 0.02), update(1, 1, 0, "bsp", 100, 1.0, 0.04)])
     feed.event(
-        "switch",
-        {
-            "at_samples": 100,
-            "time_s": 1.0,
-            "from": "bsp",
-            "to": "asp",
-            "at_fraction": 0.5,
-            "overhead_s": 0.0001,
-            "reason": "schedule",
-        },
+        ProtocolSwitched(
+            Switch(
+                at_samples=100,
+                time_s=1.0,
+                version=50,
+                from_protocol="bsp",
+                to_protocol="asp",
+                at_fraction=0.5,
+                overhead_s=0.0001,
+                reason="schedule",
+            )
+        )
     )
     feed.updates([update(2, 0, 1, "asp", 150, 1.5), update(3, 1, 3, "asp", 200, 2.0)])
     feed.drops([DropRecord(0, 9, 1, "training_complete", 2.1)])
@@ -143,8 +147,17 @@ def test_online_timing_signals_and_the_decision_reach_the_loggers() -> None:
     assert recorder.series("timing/threshold") == [(640, 0.35), (1280, 0.35)]
     assert recorder.series("timing/drift_sq") == []  # no value: no point
     feed.event(
-        "online_timing",
-        {"samples": 1280, "time_s": 2.0, "progress": 0.4, "describe": "switch at 0.400 (...)"},
+        OnlineTimingDecided(
+            switch=True,
+            reason="signal",
+            rule="noise_scale",
+            progress=0.4,
+            values={},
+            samples=1280,
+            time_s=2.0,
+            to="asp",
+            describe="switch at 0.400 (...)",
+        )
     )
     assert recorder.series("timing/switched_at") == [(1280, 0.4)]
     assert recorder.texts[-1] == ("online_timing", "online timing: switch at 0.400 (...)", 1280)

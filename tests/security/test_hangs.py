@@ -115,7 +115,7 @@ def big_run_dir(
     lines = []
     for i in range(switches):
         protocols = ("bsp", "asp") if i % 2 == 0 else ("asp", "bsp")
-        switch = Switch(i / switches, i, *protocols, time_s=10.0 * i / switches)
+        switch = Switch(i / switches, i, None, *protocols, time_s=10.0 * i / switches)
         lines.append(json.dumps({"event": "switch", **switch.to_json()}))
     for i in range(marks):
         kind = "straggler_detected" if i % 2 == 0 else "straggler_recovered"

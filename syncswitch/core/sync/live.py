@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from syncswitch.core.sync.events import SwitchEvent
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.protocol import ASP, ProtocolSpec
 from syncswitch.core.sync.state import LocalState, OptimizerState, SynchronizerState
 from syncswitch.core.timing.gradient_stats import RoundPartials
+from syncswitch.records import Switch
 
 
 def _seconds_by_name() -> defaultdict[str, float]:
@@ -51,7 +51,7 @@ class LiveState:
     version_floor: int = 0
     time_by_protocol: defaultdict[str, float] = field(default_factory=_seconds_by_name)
     samples_by_protocol: Counter[str] = field(default_factory=Counter)
-    switches: list[SwitchEvent] = field(default_factory=list)
+    switches: list[Switch] = field(default_factory=list)
     phase_bsp_samples: int = 0  # samples applied under BSP in the current phase
     phase_started_s: float = 0.0
     async_start: float = 0.0  # progress at which the asynchronous part began (momentum ramp)

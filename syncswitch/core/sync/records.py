@@ -9,13 +9,14 @@ from typing import Any
 import numpy as np
 import torch
 
-# SwitchEvent lives beside the state (a state holds the switches so far); named here too, as
-# one of the facts a runtime is handed.
-from syncswitch.core.sync.events import SwitchEvent as SwitchEvent
 from syncswitch.core.sync.protocol import ProtocolSpec
 from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.core.timing.gradient_stats import RoundPartials
 from syncswitch.core.timing.rules import TIMING_POLICY
+
+# The records core shares with the run directory's readers (torch-free, syncswitch.records).
+from syncswitch.records import Accounting as Accounting
+from syncswitch.records import Switch as Switch
 
 
 @dataclass
@@ -103,7 +104,7 @@ class Outcome:
     released: list[int] = field(default_factory=list)  # workers that may pull and go on
     applied: list[UpdateRecord] = field(default_factory=list)
     dropped: list[DropRecord] = field(default_factory=list)
-    switches: list[SwitchEvent] = field(default_factory=list)
+    switches: list[Switch] = field(default_factory=list)
     evaluations: list[EvalPoint] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)  # e.g. a quarantine, with its reason
     snapshots: list[Snapshot] = field(default_factory=list)  # states to checkpoint
@@ -216,28 +217,6 @@ class EndOnlinePhase(Decision):
             progress=progress,
             protocol=protocol,
         )
-
-
-@dataclass(frozen=True)
-class Accounting:
-    """Exactly-once accounting of one shard: sent = applied + dropped + waiting (+ unaccounted,
-    which is 0 unless there is a bug)."""
-
-    sent: int = 0
-    applied: int = 0
-    dropped: dict[str, int] = field(default_factory=dict)  # by reason, sorted
-    waiting: int = 0  # at a BSP barrier
-    unaccounted: int = 0
-
-    def to_record(self) -> dict[str, Any]:
-        """For summary.json's "gradients"."""
-        return {
-            "sent": self.sent,
-            "applied": self.applied,
-            "dropped": dict(self.dropped),
-            "waiting": self.waiting,
-            "unaccounted": self.unaccounted,
-        }
 
 
 @dataclass(frozen=True)

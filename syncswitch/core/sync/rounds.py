@@ -16,7 +16,7 @@ from syncswitch.core.sync.live import LiveState
 from syncswitch.core.sync.local_phase import LocalPhase
 from syncswitch.core.sync.milestones import Milestones
 from syncswitch.core.sync.protocol import Protocol, ProtocolSpec
-from syncswitch.core.sync.records import Outcome, SwitchEvent
+from syncswitch.core.sync.records import Outcome, Switch
 from syncswitch.core.sync.snapshots import Snapshots
 from syncswitch.core.sync.update import Updater
 from syncswitch.core.sync.waitroom import WaitRoom
@@ -115,7 +115,7 @@ class Rounds:
         else:
             outcome.released.extend(room.release_not_at_barrier())
         now_s = self.milestones.close_phase_time(live, old.name)
-        event = SwitchEvent(
+        event = Switch(
             at_fraction=cfg.progress(live.samples),
             at_samples=live.samples,
             version=live.version,

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from syncswitch.core.sync.events import SwitchEvent
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.protocol import ProtocolSpec, ScheduleError
+from syncswitch.records import Switch
+from syncswitch.records.switch import STATE_KEYS
 
 
 class StateFormatError(ValueError):
@@ -51,7 +52,7 @@ class SynchronizerState:
     phase_started_s: float
     time_by_protocol: Mapping[str, float]
     samples_by_protocol: Mapping[str, int]
-    switches: tuple[SwitchEvent, ...]
+    switches: tuple[Switch, ...]
     async_start: float  # progress at which the asynchronous part began (momentum ramp)
     phase_bsp_samples: int
     next_eval_index: int
@@ -81,7 +82,7 @@ class SynchronizerState:
             "phase_started_s": self.phase_started_s,
             "time_by_protocol": dict(self.time_by_protocol),
             "samples_by_protocol": dict(self.samples_by_protocol),
-            "switches": [asdict(e) for e in self.switches],
+            "switches": [e.to_state() for e in self.switches],
             "async_start": self.async_start,
             "phase_bsp_samples": self.phase_bsp_samples,
             "next_eval_index": self.next_eval_index,
@@ -277,12 +278,15 @@ class _Reader:
             allowed = ", ".join(p.value for p in MomentumPolicy)
             raise self._wrong(name, value, f"one of {allowed}") from None
 
-    def switches(self, name: str) -> tuple[SwitchEvent, ...]:
+    def switches(self, name: str) -> tuple[Switch, ...]:
         value = self._get(name)
         if not isinstance(value, list | tuple) or not all(isinstance(e, Mapping) for e in value):
             raise self._wrong(name, value, "a list of switch records")
-        expected = {f.name for f in fields(SwitchEvent)}
-        for entry in value:
-            if set(entry) != expected:
-                raise self._wrong(name, entry, f"switch records with keys {sorted(expected)}")
-        return tuple(SwitchEvent(**entry) for entry in value)
+        switches = []
+        for entry in value:  # Switch.to_state()'s layout (or to_summary()'s)
+            try:
+                switches.append(Switch.from_summary(entry))
+            except (KeyError, TypeError, ValueError):
+                expected = f"switch records with keys {sorted(STATE_KEYS)}"
+                raise self._wrong(name, entry, expected) from None
+        return tuple(switches)

@@ -156,7 +156,9 @@ def test_local_1_with_plain_averaging_equals_bsp(weight_decay: float) -> None:
         drive(sync, Problem(4))
         assert sync.live.done and sync.live.version == 40
         runs[schedule] = sync
-    assert torch.allclose(runs["bsp"].optimizer.weights, runs["local-1"].optimizer.weights, atol=1e-6, rtol=1e-5)
+    assert torch.allclose(
+        runs["bsp"].optimizer.weights, runs["local-1"].optimizer.weights, atol=1e-6, rtol=1e-5
+    )
     assert runs["local-1"].live.samples_by_protocol == {"local": 4 * BATCH * 40}
     assert not torch.equal(runs["bsp"].optimizer.weights, torch.zeros(DIM))  # it did train
 

@@ -201,3 +201,16 @@ def test_worker_stats_summarise_steps_and_leave_unmeasured_cells_empty() -> None
     assert row["wait_mean_s"] == pytest.approx(0.1)
     idle = WorkerStats.of_steps(0, [], [], [], compute_cpu_times=[])
     assert idle.steps == 0 and idle.step_time_mean_s == 0.0 and idle.compute_cpu_mean_s == 0.0
+
+
+def test_switches_are_written_in_the_state_layout_and_read_from_either() -> None:
+    sync = make_sync()
+    drive(sync, range(40))  # past the first switch
+    plain = sync.snapshot("test").state.to_plain()
+    assert plain["switches"] and plain["switches"] == [asdict(e) for e in sync.live.switches]
+    assert SynchronizerState.from_plain(plain).switches == tuple(sync.live.switches)
+    # The run record's layout (to_summary: "from", "to", rounded) reads too.
+    summary_layout = {**plain, "switches": [e.to_summary() for e in sync.live.switches]}
+    assert SynchronizerState.from_plain(summary_layout).switches == tuple(
+        e.rounded() for e in sync.live.switches
+    )

@@ -252,7 +252,11 @@ def test_a_snapshot_restores_into_a_new_synchronizer_exactly() -> None:
     assert taken.progress == pytest.approx(0.5) and taken.state.protocol == ASP
     fresh = make_sync("bsp:0.5,asp", total=16 * BATCH, checkpoint_every=0.25)
     fresh.restore(taken.state)
-    assert fresh.live.version == 2 and fresh.live.spec.name == "asp" and fresh.live.samples == 8 * BATCH
+    assert (
+        fresh.live.version == 2
+        and fresh.live.spec.name == "asp"
+        and fresh.live.samples == 8 * BATCH
+    )
     assert torch.equal(fresh.optimizer.weights, taken.state.optimizer.weights)
     assert fresh.live.switches == sync.live.switches[:1] and fresh.accounting().unaccounted == 0
     assert fresh.rejoin(0) == 2  # worker 0 had sent sequences 0 and 1 before the snapshot
