@@ -11,7 +11,7 @@ had; the kinds (and who writes them):
     worker_failed        WorkerFailed        HealthChecks, a worker died and is restarted
     worker_hung          WorkerHung          HealthChecks, a silent worker is killed
     server_failed        ServerFailed        the controller, servers restored from a checkpoint
-    straggler_detected   StragglerChanged    OnlinePolicy, the straggler detector
+    straggler_detected   StragglerChanged    StragglerResponse, the straggler detector
     straggler_recovered  StragglerChanged
     checkpoint           CheckpointWritten   CheckpointKeeper
     online_timing        OnlineTimingDecided OnlineTiming, where an online phase ends
@@ -248,7 +248,7 @@ class StragglerChanged(RunEvent):
 
 @dataclass(frozen=True)
 class OnlineTimingDecided(RunEvent):
-    """Where an online phase ends: the decision (TimingDecision.to_record()), then where the
+    """Where an online phase ends: the decision (OnlineSwitchDecision.to_record()), then where the
     run was, the protocol it switches to and the decision in one line."""
 
     EVENTS = ("online_timing",)

@@ -15,7 +15,7 @@ from syncswitch.core.reliability.checkpoints import CheckpointInfo
 from syncswitch.core.stragglers.detector import EventKind, StragglerRecord
 from syncswitch.core.sync.protocol import ASP
 from syncswitch.core.sync.records import Action, Decision
-from syncswitch.core.timing.rules import TimingDecision, TimingReason
+from syncswitch.core.timing.rules import OnlineSwitchDecision, TimingReason
 from syncswitch.errors import RunDirError
 from syncswitch.records import Switch
 from syncswitch.rundir import events
@@ -40,7 +40,7 @@ CHECKPOINT = CheckpointInfo(
     created_unix_s=1765000000.123456,
     meta={"progress": 0.25, "version": 80, "time_s": 1.5},
 )
-TIMING = TimingDecision(True, TimingReason.SIGNAL, "noise_scale", 0.4, {"noise_scale": 1.5})
+TIMING = OnlineSwitchDecision(True, TimingReason.SIGNAL, "noise_scale", 0.4, {"noise_scale": 1.5})
 STARTED: dict[str, Any] = {
     "workers": 4,
     "servers": 2,
