@@ -3,8 +3,12 @@ option's declaration, and must stay what they were when they were lists of their
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 from syncswitch.cli import train as train_cli
 from syncswitch.cli.train import FLAG_GROUPS
+from syncswitch.config import TrainConfig, config_fields
+from syncswitch.config.declare import JOB_GROUP, Identity, Resume, Role, flag_groups, role_of
 
 PINNED_GROUPS = {
     "job": {
@@ -47,3 +51,27 @@ def test_the_resume_overrides_are_todays() -> None:
     from_flags_only = train_cli._FROM_FLAGS_ONLY
     assert set(overrides) == {"progress", "ray_address", "faults", "logger", "tracking_uri"}
     assert set(from_flags_only) == {"ray_address", "faults", "tracking_uri", "logger"}
+
+
+def test_every_option_declares_its_role() -> None:
+    # A new option must be placed on purpose: group, identity and resume, in its field.
+    for f in config_fields():
+        assert isinstance(f.metadata.get("role"), Role), f"{f.name} declares no Role"
+
+
+def test_the_resume_refusal_names_the_declared_overrides() -> None:
+    flags = {
+        "--" + name.replace("_", "-") for name in train_cli._RESUME_OVERRIDES if name != "progress"
+    }
+    named = {flag.strip() for flag in train_cli._RESUME_ALLOWED.split(",")}
+    assert named == flags | {"--progress/--no-progress"}
+
+
+def test_a_field_that_declares_nothing_falls_back_as_before() -> None:
+    @dataclass(frozen=True)
+    class NewerConfig(TrainConfig):
+        future_knob: float = 1.0
+
+    f = next(f for f in fields(NewerConfig) if f.name == "future_knob")
+    assert role_of(f) == Role(JOB_GROUP, Identity.WHEN_SET, Resume.FIXED)
+    assert flag_groups(fields(NewerConfig))[JOB_GROUP][-1] == "future_knob"
