@@ -19,10 +19,6 @@ where a directory of the search should be is refused in one line.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import stat
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -41,10 +37,17 @@ from syncswitch.core.timing.search import (
     next_step,
     schedule_for,
 )
-from syncswitch.errors import RunDirError, UserError
-from syncswitch.files import UnsafeFileError, read_regular, write_json_atomic
+from syncswitch.errors import RunDirError
+from syncswitch.files import write_json_atomic
 from syncswitch.recurring.report import TraceWriter, write_report
 from syncswitch.recurring.results import SearchResult, time_saved, trial_from_summary
+from syncswitch.recurring.search_dirs import (
+    TRIAL_MARKER,
+    claim_job_dir,
+    clear_unfinished,
+    lstat_or_none,
+    require_plain_dir,
+)
 from syncswitch.registry import (
     JobRecord,
     Registry,
@@ -63,15 +66,6 @@ MAX_PARALLEL_TRIALS = 64
 
 class SearchError(RuntimeError):
     """A trial failed; finished trials are stored, so rerunning the command resumes."""
-
-
-class SearchDirError(UserError):
-    """A search directory or trial directory this job did not make, or not a directory."""
-
-
-JOB_MARKER = "job.json"  # in the job's search directory: whose it is
-TRIAL_MARKER = "trial.json"  # in each trial directory: which job and trial made it
-_MARKER_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -327,7 +321,7 @@ class _Search:
 
     def _start(self, pool: ThreadPoolExecutor, key: TrialKey) -> None:
         directory = trial_dir(self.search_dir, key)
-        _clear_unfinished(directory, self._source(key))
+        clear_unfinished(directory, self._source(key))
         directory.mkdir()
         write_json_atomic(directory / TRIAL_MARKER, self._source(key))
         started = threading.Event()
@@ -366,8 +360,8 @@ class _Search:
     def _recover(self, key: TrialKey) -> TrialRecord | None:
         """A trial that finished on disk but was not stored (stopped in between): keep it."""
         directory = trial_dir(self.search_dir, key)
-        if _lstat(directory) is not None:
-            _require_plain_dir(directory, "trial directory")
+        if lstat_or_none(directory) is not None:
+            require_plain_dir(directory, "trial directory")
         try:
             # Checked as it is read; a summary that does not read is no finished trial.
             summary = read_summary(directory)
@@ -395,71 +389,3 @@ class _Search:
             self.known[run.key] = run
         self.trace.append(run)
         listener.trial_finished(run)
-
-
-def claim_job_dir(directory: Path, job_fp: str) -> Path:
-    """Make (or check) the job's search directory: a real directory whose `job.json` names this
-    job; one that belongs to another job, or is a link or a file, is refused in one line."""
-    if _lstat(directory) is None:
-        directory.mkdir(parents=True, exist_ok=True)
-    _require_plain_dir(directory, "search directory")
-    marker = directory / JOB_MARKER
-    if _lstat(marker) is None:
-        # A directory of this name from before markers existed is adopted: its trials are
-        # still read (recovered) but never deleted, as they have no trial.json.
-        write_json_atomic(marker, {"fingerprint": job_fp})
-        return directory
-    owner = _read_marker(marker).get("fingerprint")
-    if owner != job_fp:
-        raise SearchDirError(
-            f"{str(directory)!r} belongs to another job ({str(owner)[:64]!r}); move it away or "
-            "choose another --search-dir"
-        )
-    return directory
-
-
-def _clear_unfinished(directory: Path, source: dict[str, Any]) -> None:
-    """Remove what an interrupted attempt of this trial left (its files append, not replace),
-    but only a directory whose `trial.json` says this job's search made it for this trial."""
-    if _lstat(directory) is None:
-        return
-    _require_plain_dir(directory, "trial directory")
-    marker = directory / TRIAL_MARKER
-    owner = _read_marker(marker) if _lstat(marker) is not None else None
-    if owner != source:
-        raise SearchDirError(
-            f"{str(directory)!r} exists and was not made by this trial of this job's search "
-            f"(no matching {TRIAL_MARKER}); move it away so that the trial can be run there"
-        )
-    shutil.rmtree(directory)
-
-
-def _lstat(path: Path) -> os.stat_result | None:
-    try:
-        return os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        raise SearchDirError(f"{str(path)!r} cannot be read: {error.strerror}") from None
-
-
-def _require_plain_dir(path: Path, what: str) -> None:
-    """A directory, not a link to one (never followed: it could point anywhere)."""
-    info = _lstat(path)
-    if info is None or not stat.S_ISDIR(info.st_mode):
-        found = (
-            "missing"
-            if info is None
-            else ("a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a directory")
-        )
-        raise SearchDirError(f"{what} {str(path)!r} is {found}; it must be a plain directory")
-
-
-def _read_marker(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(read_regular(path, _MARKER_BYTES, follow_symlinks=False))
-    except (UnsafeFileError, OSError, ValueError, RecursionError) as error:
-        raise SearchDirError(f"{str(path)!r} cannot be read as a search marker: {error}") from None
-    if not isinstance(value, dict):
-        raise SearchDirError(f"{str(path)!r} must hold a JSON object (a search marker)")
-    return value
