@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -48,7 +48,7 @@ def timed_costs(job: TrainConfig, dataset: ArrayDataset) -> tuple[float, float]:
     torch.manual_seed(job.seed)
     model = build_model(job.model_name, dataset)
     weights = flatten_parameters(model).numpy()
-    asp = replace(job, schedule="asp", runtime="sim", cluster=None, out=None)
+    asp = job.with_schedule("asp", runtime="sim", cluster=None, out=None)
     plan = RunPlan.resolve(asp, len(dataset.y_train))
     shard = ServerShard(plan.sync, weights.copy(), job.weight_decay)
     shard.begin()

@@ -22,6 +22,19 @@ from syncswitch.config import (
     load_list_file,
     make_config,
 )
+from syncswitch.config.declare import (
+    JOB_GROUP,
+    OUTPUT_GROUP,
+    SCHEDULE_GROUP,
+    flag_groups,
+    from_flags_only,
+    resume_overrides,
+)
+from syncswitch.config.validation import (
+    SWITCH_OPTIONS,
+    SwitchOptionsError,
+    switch_options_problem,
+)
 from syncswitch.errors import RunDirError
 from syncswitch.rundir import (
     LIBRARY_LOG,
@@ -82,44 +95,10 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     return parser
 
 
-# `--help` shows the flags in these groups, in this order; a field named in none of them
-# (a new one) is listed under the first, so that it still has a flag.
-JOB_GROUP = "job"
-SCHEDULE_GROUP = "schedule & switch"
-LOCAL_GROUP = "local phases"
-EMULATION_GROUP = "emulation & stragglers"
-RELIABILITY_GROUP = "reliability"
-RUNTIME_GROUP = "runtime & cluster"
-OUTPUT_GROUP = "output & loggers"
-FLAG_GROUPS: dict[str, tuple[str, ...]] = {
-    JOB_GROUP: (
-        "workers", "epochs", "batch_size", "lr", "momentum", "weight_decay", "lr_schedule",
-        "warmup", "lr_milestones", "lr_gamma", "dataset", "data_dir", "model",
-        "mnist1d_samples", "seed", "eval_every",
-    ),
-    SCHEDULE_GROUP: (
-        "schedule", "momentum_at_switch", "momentum_ramp", "switch_rule", "switch_threshold",
-        "switch_floor", "switch_ceiling",
-    ),
-    LOCAL_GROUP: (
-        "outer_optimizer", "outer_lr", "outer_momentum", "local_lr_factor", "local_steps_rule",
-        "local_inner_state", "local_server_momentum",
-    ),
-    EMULATION_GROUP: (
-        "step_time_ms", "speed_factors", "jitter_sigma", "stragglers", "online_policy",
-        "greedy_return", "straggler_threshold", "straggler_recover_threshold",
-        "straggler_window",
-    ),
-    RELIABILITY_GROUP: (
-        "checkpoint_every", "checkpoint_every_s", "divergence_guard", "rollback_lr_factor",
-        "worker_timeout_s", "max_worker_restarts", "faults",
-    ),
-    RUNTIME_GROUP: (
-        "runtime", "cluster", "ray_address", "servers", "device", "evaluator_device",
-        "server_device", "gpus_per_worker", "placement",
-    ),
-    OUTPUT_GROUP: ("out", "progress", "logger", "tracking_uri"),
-}  # fmt: skip
+# `--help` shows the flags in the groups their fields declare (config/declare.py), in
+# GROUPS' order; a field that declares none (a subclass's own) is listed under the first, so
+# that it still has a flag.
+FLAG_GROUPS: dict[str, tuple[str, ...]] = flag_groups(config_fields())
 
 
 def flag_group(field_name: str) -> str:
@@ -184,13 +163,14 @@ def config_values(args: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
-# What a resumed run takes from the command line. The cluster address, the fault plan and the
-# tracking URI are taken only from there: a run directory can come from anywhere (see
-# docs/security.md), and its config.json must not choose where the job connects, nor inject
-# faults.
-_RESUME_OVERRIDES = ("progress", "ray_address", "faults", "logger", "tracking_uri")
-# The loggers too: they choose where the run's figures are sent (a database, a server).
-_FROM_FLAGS_ONLY = ("ray_address", "faults", "tracking_uri", "logger")
+# What a resumed run takes from the command line, as each field declares it (`Resume`). The
+# cluster address, the fault plan, the loggers and the tracking URI are taken only from there:
+# a run directory can come from anywhere (see docs/security.md), and its config.json must not
+# choose where the job connects or its figures are sent, nor inject faults.
+_RESUME_OVERRIDES = resume_overrides(config_fields())
+_FROM_FLAGS_ONLY = from_flags_only(config_fields())
+# Said in one line when other flags are given beside --resume (and in --resume's help).
+_RESUME_ALLOWED = "--progress/--no-progress, --ray-address, --faults, --logger, --tracking-uri"
 
 
 def config_for_resume(args: argparse.Namespace) -> TrainConfig:
@@ -205,7 +185,7 @@ def config_for_resume(args: argparse.Namespace) -> TrainConfig:
         flags = ", ".join(given + (["--config"] if args.config else []))
         raise ConfigError(
             f"--resume continues the job as it was started; drop {flags} (allowed beside it: "
-            "--progress/--no-progress, --ray-address, --faults, --logger, --tracking-uri)"
+            f"{_RESUME_ALLOWED})"
         )
     saved = read_saved_config(run_dir)
     known = {f.name for f in config_fields()}
@@ -220,13 +200,20 @@ def config_for_resume(args: argparse.Namespace) -> TrainConfig:
             "syncswitch: the run directory's config.json names loggers; they are not used "
             "(a resumed run logs to TensorBoard or MLflow only when --logger says so)"
         )
-    for name in _RESUME_OVERRIDES:
-        given_value = getattr(args, name, None)
-        if given_value is None:
+    for f in config_fields():
+        given_value = getattr(args, f.name, None)
+        if f.name not in _RESUME_OVERRIDES or given_value is None:
             continue
-        values[name] = load_list_file(given_value, name) if name == "faults" else given_value
+        from_file = f.metadata.get("from_file")
+        values[f.name] = load_list_file(given_value, f.name) if from_file else given_value
     values["out"] = str(run_dir)
-    return make_config(values)
+    try:
+        return make_config(values)
+    except SwitchOptionsError:
+        # Switch options the run's fixed schedule makes moot (kept from `--schedule auto`
+        # before they were set aside, or given through the Python API) were not used: they
+        # are left out, as a new run leaves them out.
+        return make_config({k: v for k, v in values.items() if k not in SWITCH_OPTIONS})
 
 
 def read_saved_config(run_dir: Path) -> dict[str, Any]:
@@ -250,46 +237,50 @@ def run(args: argparse.Namespace) -> int:
     # The job is built (and so validated) once, with its final schedule and run directory;
     # `schedule: auto` first builds the job as given, whose fingerprint finds the schedule.
     values = config_values(args)
+    given = [name for name in SWITCH_OPTIONS if name in values]
     schedule_source = None
+    set_aside: list[str] = []
     if _is_auto(values.get("schedule")):
         from syncswitch.recurring.auto import auto_schedule, describe_source
 
         values["schedule"], schedule_source = auto_schedule(make_config(values), args.registry)
         print(f"syncswitch: {describe_source(schedule_source)}", file=sys.stderr)
+        if schedule_source["kind"] == "registry":
+            # A stored decision is a fixed share: the switch options are moot, so set aside.
+            set_aside = given
+            values = {k: v for k, v in values.items() if k not in set_aside}
     if values.get("out") is None and isinstance(values.get("schedule", ""), str):
         # The run directory is fixed before the run starts: the library log goes into it.
         schedule = values.get("schedule") or _default("schedule")
         values["out"] = str(default_run_dir(schedule))
-    config = make_config(values)
-    _check_switch_options(values, config, from_registry=schedule_source is not None)
+    config = _config_with_switch_options(values, given)
+    if set_aside:
+        print(
+            f"syncswitch: {_flags(set_aside)} not used: the stored decision fixes the BSP "
+            f"share ({config.schedule})",
+            file=sys.stderr,
+        )
     return _train_and_report(args, config, schedule_source=schedule_source)
 
 
-# The options that tune how an online phase decides; they do nothing without one.
-_SWITCH_OPTIONS = ("switch_rule", "switch_threshold", "switch_floor", "switch_ceiling")
+def _config_with_switch_options(values: dict[str, Any], given: list[str]) -> TrainConfig:
+    """The job; switch options given (flags or --config) for a schedule with no online phase
+    are refused, naming each one given (validation names those set to other than their
+    defaults: it cannot know which were given)."""
+    given = [name for name in given if name in values]
+    try:
+        config = make_config(values)
+    except SwitchOptionsError as error:
+        if not given:
+            raise
+        raise ConfigError(switch_options_problem(given, error.schedule)) from None
+    if given and config.parsed_schedule().online_index is None:
+        raise ConfigError(switch_options_problem(given, config.schedule))
+    return config
 
 
-def _check_switch_options(
-    values: dict[str, Any], config: TrainConfig, *, from_registry: bool
-) -> None:
-    """Switch options given (flags or --config) for a schedule with no online phase are a
-    mistake; under `--schedule auto` a stored fixed share makes them moot, which is said."""
-    given = [name for name in _SWITCH_OPTIONS if name in values]
-    if not given or config.parsed_schedule().online_index is not None:
-        return
-    flags = ", ".join("--" + name.replace("_", "-") for name in given)
-    if from_registry:
-        print(
-            f"syncswitch: {flags} not used: the stored decision fixes the BSP share "
-            f"({config.schedule})",
-            file=sys.stderr,
-        )
-        return
-    verb = "apply" if len(given) > 1 else "applies"
-    raise ConfigError(
-        f"{flags} {verb} to a schedule with an online END (--schedule online, or e.g. "
-        f"bsp:online,asp); schedule {config.schedule!r} has none: drop them or make it online"
-    )
+def _flags(names: list[str]) -> str:
+    return ", ".join("--" + name.replace("_", "-") for name in names)
 
 
 def _is_auto(schedule: object) -> bool:

@@ -1,6 +1,10 @@
 """The training job's configuration.
 
 - `job`: `TrainConfig`, the frozen job, validated once when it is built;
+- `options`: its fields, each declaring its help, checks and role (`TrainOptions`);
+- `declare`: what a role says (`--help` group, part in the job's identity, what `--resume`
+  does with it) and what is derived from the roles (`flag_groups`, `resume_overrides`, ...);
+- `validation`: what relates options to each other, checked once, and what that parses;
 - `checks`: the per-option checks (type, size, choices, `Range`) that fields declare;
 - `limits`: the choices and the bounds of every size a user may ask for;
 - `files`: reading YAML/TOML job, cluster and list files safely;

@@ -8,7 +8,6 @@ schedule and where it came from are returned together, for summary.json's
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from syncswitch.config import TrainConfig
@@ -27,11 +26,12 @@ def resolve_auto_schedule(
     workload: Workload | None = None,
 ) -> tuple[TrainConfig, dict[str, Any]]:
     """Replace `schedule: auto` by the stored decision (or the default); say which it was.
-    `workload` names a Python-API job's own dataset and model (see fingerprint)."""
+    `workload` names a Python-API job's own dataset and model (see fingerprint). Switch
+    options a stored fixed share makes moot are set aside (`TrainConfig.with_schedule`)."""
     if not config.schedule_is_auto:
         return config, {"kind": "given"}
     schedule, source = auto_schedule(config, registry, workload)
-    return replace(config, schedule=schedule), source
+    return config.with_schedule(schedule), source
 
 
 def auto_schedule(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -305,9 +305,9 @@ class _Search:
         }
 
     def _trial_config(self, key: TrialKey) -> TrainConfig:
-        return replace(
-            self.config,
-            schedule=schedule_for(key.fraction),
+        # A trial's share is fixed: switch options are set aside (`with_schedule`).
+        return self.config.with_schedule(
+            schedule_for(key.fraction),
             seed=key.seed,
             out=str(trial_dir(self.search_dir, key)),
             progress=False,

@@ -22,75 +22,37 @@ from enum import Enum
 from typing import Any
 
 from syncswitch.config import TrainConfig
+from syncswitch.config.declare import Identity, role_of, with_identity
 from syncswitch.workloads.identity import Workload
 
 FINGERPRINT_VERSION = 1
 
-# The job: what is trained on what, by how many workers, with which optimizer settings and
-# how much work, on which (emulated) cluster. Emulation is part of the job: the speed of the
-# workers shapes the staleness ASP sees, and so the accuracy after the switch.
-JOB_FIELDS: tuple[str, ...] = (
-    "model",
-    "dataset",
-    "mnist1d_samples",
-    "workers",
-    "servers",
-    "batch_size",
-    "epochs",
-    "lr",
-    "momentum",
-    "momentum_at_switch",
-    "momentum_ramp",
-    "weight_decay",
-    "lr_schedule",
-    "warmup",
-    "lr_milestones",
-    "lr_gamma",
-    "step_time_ms",
-    "speed_factors",
-    "jitter_sigma",
+# Each TrainConfig field declares its part in the job's identity (config/declare.py,
+# `Identity`); these lists are derived from the declarations, in the fields' order.
+# JOB_FIELDS: the job: what is trained on what, by how many workers, with which optimizer
+# settings and how much work, on which (emulated) cluster. Emulation is part of the job: the
+# speed of the workers shapes the staleness ASP sees, and so the accuracy after the switch.
+# A description lists them in version 1's order (`syncswitch jobs --show` prints it so); a
+# field can join them only with a new FINGERPRINT_VERSION, so that order never grows.
+_V1_ORDER = (
+    "model", "dataset", "mnist1d_samples", "workers", "servers", "batch_size", "epochs", "lr",
+    "momentum", "momentum_at_switch", "momentum_ramp", "weight_decay", "lr_schedule", "warmup",
+    "lr_milestones", "lr_gamma", "step_time_ms", "speed_factors", "jitter_sigma",
+)  # fmt: skip
+JOB_FIELDS: tuple[str, ...] = tuple(
+    sorted(
+        with_identity(fields(TrainConfig), Identity.JOB),
+        key=lambda name: _V1_ORDER.index(name) if name in _V1_ORDER else len(_V1_ORDER),
+    )
 )
-
-# Fields added to TrainConfig after fingerprint version 1 (the emulated stragglers and the
-# online straggler policies). They are part of the job only when set to something other than
-# their default, so that jobs stored before a field existed keep their fingerprint. Any
-# TrainConfig field named in neither list is treated the same way: a field nobody classified
+# Fields added to TrainConfig after fingerprint version 1 (the emulated stragglers, the online
+# straggler policies, ...). They are part of the job only when set to something other than
+# their default, so that jobs stored before a field existed keep their fingerprint. A field
+# that declares nothing (a subclass's own) is treated the same way: a field nobody classified
 # is assumed to change the job, so a decision is never reused for a job it was not made for.
-LATER_JOB_FIELDS: tuple[str, ...] = (
-    "stragglers",
-    "online_policy",
-    "greedy_return",
-    "straggler_threshold",
-    "straggler_recover_threshold",
-    "straggler_window",
-    "divergence_guard",  # a rollback changes the training that follows it
-    "rollback_lr_factor",
-    "faults",  # injected faults: a test of reliability, not the recurring job itself
-)
-
-NOT_JOB_FIELDS: tuple[str, ...] = (
-    "schedule",
-    # How an online schedule decides its switch point: the decision, not the job.
-    "switch_rule",
-    "switch_threshold",
-    "switch_floor",
-    "switch_ceiling",
-    "seed",
-    "out",
-    "progress",
-    "ray_address",
-    "data_dir",
-    "eval_every",
-    # How a run is kept safe, not what it computes (names of fields that may not exist yet
-    # are harmless here).
-    "checkpoint_every",
-    "checkpoint_every_s",
-    "worker_timeout_s",
-    "max_worker_restarts",
-    # Where the figures are also sent (TensorBoard, MLflow), not what is trained.
-    "logger",
-    "tracking_uri",
-)
+LATER_JOB_FIELDS: tuple[str, ...] = with_identity(fields(TrainConfig), Identity.WHEN_SET)
+# What the search decides, how a run is watched and where its figures go, how it is kept safe.
+NOT_JOB_FIELDS: tuple[str, ...] = with_identity(fields(TrainConfig), Identity.NONE)
 
 
 def describe_job(config: TrainConfig, workload: Workload | None = None) -> dict[str, Any]:
@@ -105,10 +67,8 @@ def describe_job(config: TrainConfig, workload: Workload | None = None) -> dict[
         if name in by_name:
             job[name] = _normalise(getattr(config, name), str(by_name[name].type))
     for name, f in by_name.items():
-        if name in JOB_FIELDS or name in NOT_JOB_FIELDS:
-            continue
         value = getattr(config, name)
-        if value != _default_of(f):
+        if role_of(f).identity is Identity.WHEN_SET and value != _default_of(f):
             job[name] = _normalise(value, str(f.type))
     # The model the run actually builds, whether or not it was named.
     job["model"] = config.model_name

@@ -1,0 +1,188 @@
+"""What relates a job's options to each other, checked once when the job is built, and the
+parts that checking parses (the schedule, the straggler scenario, the fault plan), kept so
+that nothing parses them again.
+
+Each option's own checks are its declaration's (options.py, checks.py); these are the rest.
+Every refusal is one ConfigError line naming the value and what is allowed. The Python API
+and the command line get the same checks: a TrainConfig is validated when it is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+from syncswitch.cluster_address import parse_cluster_address
+from syncswitch.config.declare import online_only
+from syncswitch.config.limits import CIFAR_TRAIN_SAMPLES, MAX_TOTAL_SAMPLES
+from syncswitch.config.options import TrainOptions
+from syncswitch.core.cluster.emulation import EmulationConfig
+from syncswitch.core.cluster.model import ClusterModel
+from syncswitch.core.reliability.faults import FaultPlan, parse_faults
+from syncswitch.core.stragglers.policies import StragglerPolicyKind
+from syncswitch.core.stragglers.scenarios import StragglerScenario, build_scenario
+from syncswitch.core.sync.hyperparams import LrSchedule, LrScheduleKind
+from syncswitch.core.sync.protocol import Protocol, Schedule, ScheduleError
+from syncswitch.errors import ConfigError
+from syncswitch.loggers import LOGGERS
+from syncswitch.loggers import missing_packages as missing_logger_packages
+
+if TYPE_CHECKING:
+    from syncswitch.config.job import TrainConfig
+
+# The options that tune how an online phase decides (declared `online_only`).
+SWITCH_OPTIONS: tuple[str, ...] = online_only(fields(TrainOptions))
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """What validating a config parsed, kept so that nothing parses it again."""
+
+    schedule: Schedule | None  # None: 'auto', still to be resolved
+    lr_schedule: LrSchedule
+    scenario: StragglerScenario
+    emulation: EmulationConfig
+    faults: FaultPlan
+    cluster: ClusterModel | None  # the simulator's; None on Ray
+
+
+class SwitchOptionsError(ConfigError):
+    """Switch options set for a schedule with no online END; `schedule` is that schedule."""
+
+    def __init__(self, names: list[str], schedule: str) -> None:
+        super().__init__(switch_options_problem(names, schedule))
+        self.schedule = schedule
+
+
+def validate_job(config: TrainConfig, build_cluster: Callable[[], ClusterModel]) -> Parsed:
+    """Every check that relates options to each other, in order; the parsed parts."""
+    _check_workload_size(config)
+    if config.ray_address is not None:
+        parse_cluster_address(config.ray_address)
+    cluster = _check_cluster(config, build_cluster)
+    _check_gpus(config)
+    if config.greedy_return and config.online_policy != StragglerPolicyKind.GREEDY:
+        raise ConfigError(
+            f"greedy_return applies to online_policy greedy, not {config.online_policy!r}"
+        )
+    _check_loggers(config)
+    if config.speed_factors and len(config.speed_factors) != config.workers:
+        raise ConfigError(
+            f"speed_factors has {len(config.speed_factors)} values but workers is "
+            f"{config.workers}: give one factor per worker"
+        )
+    if config.switch_floor > config.switch_ceiling:
+        raise ConfigError(
+            f"switch_floor = {config.switch_floor:g} is above switch_ceiling = "
+            f"{config.switch_ceiling:g}: the online phase could never end in between"
+        )
+    try:
+        schedule = None if config.schedule_is_auto else Schedule.parse(config.schedule)
+        if schedule is not None:
+            schedule = schedule.with_online_ceiling(config.switch_ceiling)
+        scenario = _build_scenario(config, schedule)
+        parsed = Parsed(
+            schedule=schedule,
+            lr_schedule=_build_lr_schedule(config),
+            scenario=scenario,
+            emulation=EmulationConfig(
+                step_time_ms=config.step_time_ms,
+                speed_factors=tuple(config.speed_factors or ()),
+                jitter_sigma=config.jitter_sigma,
+                stragglers=scenario,
+            ),
+            faults=parse_faults(config.faults, config.workers),
+            cluster=cluster,
+        )
+        config.detector_config()  # its own checks of the thresholds
+    except (ScheduleError, ValueError, TypeError, OverflowError) as error:
+        raise ConfigError(str(error)) from None
+    if schedule is not None and schedule.online_index is None:
+        defaults = {f.name: f.default for f in fields(config)}
+        moot = [name for name in SWITCH_OPTIONS if getattr(config, name) != defaults[name]]
+        if moot:
+            raise SwitchOptionsError(moot, config.schedule)
+    return parsed
+
+
+def switch_options_problem(names: list[str], schedule: str) -> str:
+    """The line refusing switch options `names` for `schedule`, which has no online END."""
+    flags = ", ".join("--" + name.replace("_", "-") for name in names)
+    verb = "apply" if len(names) > 1 else "applies"
+    return (
+        f"{flags} {verb} to a schedule with an online END (--schedule online, or e.g. "
+        f"bsp:online,asp); schedule {schedule!r} has none: drop them or make it online"
+    )
+
+
+def _check_workload_size(config: TrainConfig) -> None:
+    """epochs x training samples is the total workload; bounded so that run lengths,
+    schedules and evaluation points stay exact integers of a sane size."""
+    train_samples = config.mnist1d_samples if config.dataset == "mnist1d" else CIFAR_TRAIN_SAMPLES
+    total = config.epochs * train_samples
+    if total > MAX_TOTAL_SAMPLES:
+        raise ConfigError(
+            f"epochs = {config.epochs:g} over up to {train_samples} training samples is "
+            f"{total:.3g} samples; at most {MAX_TOTAL_SAMPLES:.0e} allowed"
+        )
+
+
+def _check_gpus(config: TrainConfig) -> None:
+    gpus = config.gpus_per_worker
+    if gpus > 1 and not float(gpus).is_integer():
+        raise ConfigError(
+            f"gpus_per_worker = {gpus:g} is not allowed; above 1 it must be "
+            "a whole number of GPUs (Ray shares a GPU only in fractions of one)"
+        )
+    if gpus > 0 and all(d == "cpu" for d in config.role_devices().values()):
+        raise ConfigError(
+            f"gpus_per_worker = {gpus:g} asks for GPUs, but every device is "
+            "cpu; use --device cuda or auto, or drop --gpus-per-worker"
+        )
+
+
+def _check_cluster(
+    config: TrainConfig, build_cluster: Callable[[], ClusterModel]
+) -> ClusterModel | None:
+    if config.runtime == "sim":
+        return build_cluster()
+    if config.cluster is not None:
+        raise ConfigError(
+            f"cluster {config.cluster!r} applies to --runtime sim (the simulator); a Ray "
+            "run's timing is the real one (or --step-time-ms emulation)"
+        )
+    return None
+
+
+def _check_loggers(config: TrainConfig) -> None:
+    for name in config.logger or ():
+        if name not in LOGGERS:
+            raise ConfigError(f"logger {name!r} is not allowed; choose from {', '.join(LOGGERS)}")
+        missing = missing_logger_packages(name, config.tracking_uri)
+        if missing:
+            raise ConfigError(
+                f"logger {name!r} needs {', '.join(missing)}, which is not installed: "
+                f"pip install 'syncswitch[{name}]'"
+            )
+    if config.tracking_uri is not None and "mlflow" not in (config.logger or ()):
+        raise ConfigError("tracking_uri applies to logger mlflow: add --logger mlflow")
+
+
+def _build_lr_schedule(config: TrainConfig) -> LrSchedule:
+    milestones = tuple(config.lr_milestones) if config.lr_milestones else (0.5, 0.75)
+    return LrSchedule(
+        kind=LrScheduleKind(config.lr_schedule),
+        warmup_fraction=config.warmup,
+        milestones=milestones,
+        gamma=config.lr_gamma,
+    )
+
+
+def _build_scenario(config: TrainConfig, schedule: Schedule | None) -> StragglerScenario:
+    if not config.stragglers:
+        return StragglerScenario()
+    # Generated stragglers are placed in the first BSP phase (none while 'auto').
+    phases = schedule.phases if schedule is not None else ()
+    bsp_end = next((p.end for p in phases if p.spec.protocol is Protocol.BSP), None)
+    return build_scenario(config.stragglers, workers=config.workers, bsp_end=bsp_end)
