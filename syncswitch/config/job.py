@@ -17,12 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from syncswitch.config.checks import check_field
 from syncswitch.config.files import read_structured_file
-from syncswitch.config.limits import AUTO_SCHEDULE, DEFAULT_MODEL
+from syncswitch.config.limits import DEFAULT_MODEL
 from syncswitch.config.options import TrainOptions
 from syncswitch.config.validation import (
     SWITCH_OPTIONS,
     Parsed,
     SwitchOptionsError,
+    detector_config,
+    is_auto,
+    role_devices,
     validate_job,
 )
 from syncswitch.core.cluster.emulation import EmulationConfig
@@ -76,17 +79,8 @@ class TrainConfig(TrainOptions):
     # -- what validation built, and views derived from the fields -----------------------------
 
     def role_devices(self) -> dict[str, str]:
-        """Each role's device as asked ('auto' still to be resolved against the cluster);
-        the evaluator's and servers' 'auto' follows --device."""
-
-        def follow(value: str) -> str:
-            return self.device if value == "auto" else value
-
-        return {
-            "worker": self.device,
-            "evaluator": follow(self.evaluator_device),
-            "server": follow(self.server_device),
-        }
+        """Each role's device as asked ('auto' still to be resolved against the cluster)."""
+        return role_devices(self)
 
     @property
     def model_name(self) -> str:
@@ -94,7 +88,7 @@ class TrainConfig(TrainOptions):
 
     @property
     def schedule_is_auto(self) -> bool:
-        return self.schedule.strip().lower() == AUTO_SCHEDULE
+        return is_auto(self.schedule)
 
     def parsed_schedule(self) -> Schedule:
         if self._parsed.schedule is None:
@@ -135,12 +129,7 @@ class TrainConfig(TrainOptions):
         )
 
     def detector_config(self) -> DetectorConfig:
-        return DetectorConfig(
-            window=self.straggler_window,
-            threshold=self.straggler_threshold,
-            recover_threshold=self.straggler_recover_threshold,
-            min_steps=min(DetectorConfig.min_steps, self.straggler_window),
-        )
+        return detector_config(self)
 
     def online(self) -> StragglerMonitorConfig:
         return StragglerMonitorConfig(

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
 
 from syncswitch.cluster_address import parse_cluster_address
 from syncswitch.config.declare import online_only
-from syncswitch.config.limits import CIFAR_TRAIN_SAMPLES, MAX_TOTAL_SAMPLES
+from syncswitch.config.limits import AUTO_SCHEDULE, CIFAR_TRAIN_SAMPLES, MAX_TOTAL_SAMPLES
 from syncswitch.config.options import TrainOptions
 from syncswitch.core.cluster.emulation import EmulationConfig
 from syncswitch.core.cluster.model import ClusterModel
 from syncswitch.core.reliability.faults import FaultPlan, parse_faults
+from syncswitch.core.stragglers.detector import DetectorConfig
 from syncswitch.core.stragglers.policies import StragglerPolicyKind
 from syncswitch.core.stragglers.scenarios import StragglerScenario, build_scenario
 from syncswitch.core.sync.hyperparams import LrSchedule, LrScheduleKind
@@ -27,9 +27,6 @@ from syncswitch.core.sync.protocol import Protocol, Schedule, ScheduleError
 from syncswitch.errors import ConfigError
 from syncswitch.loggers import LOGGERS
 from syncswitch.loggers import missing_packages as missing_logger_packages
-
-if TYPE_CHECKING:
-    from syncswitch.config.job import TrainConfig
 
 # The options that tune how an online phase decides (declared `online_only`).
 SWITCH_OPTIONS: tuple[str, ...] = online_only(fields(TrainOptions))
@@ -55,7 +52,7 @@ class SwitchOptionsError(ConfigError):
         self.schedule = schedule
 
 
-def validate_job(config: TrainConfig, build_cluster: Callable[[], ClusterModel]) -> Parsed:
+def validate_job(config: TrainOptions, build_cluster: Callable[[], ClusterModel]) -> Parsed:
     """Every check that relates options to each other, in order; the parsed parts."""
     _check_workload_size(config)
     if config.ray_address is not None:
@@ -78,7 +75,7 @@ def validate_job(config: TrainConfig, build_cluster: Callable[[], ClusterModel])
             f"{config.switch_ceiling:g}: the online phase could never end in between"
         )
     try:
-        schedule = None if config.schedule_is_auto else Schedule.parse(config.schedule)
+        schedule = None if is_auto(config.schedule) else Schedule.parse(config.schedule)
         if schedule is not None:
             schedule = schedule.with_online_ceiling(config.switch_ceiling)
         scenario = _build_scenario(config, schedule)
@@ -95,7 +92,7 @@ def validate_job(config: TrainConfig, build_cluster: Callable[[], ClusterModel])
             faults=parse_faults(config.faults, config.workers),
             cluster=cluster,
         )
-        config.detector_config()  # its own checks of the thresholds
+        detector_config(config)  # its own checks of the thresholds
     except (ScheduleError, ValueError, TypeError, OverflowError) as error:
         raise ConfigError(str(error)) from None
     if schedule is not None and schedule.online_index is None:
@@ -116,7 +113,7 @@ def switch_options_problem(names: list[str], schedule: str) -> str:
     )
 
 
-def _check_workload_size(config: TrainConfig) -> None:
+def _check_workload_size(config: TrainOptions) -> None:
     """epochs x training samples is the total workload; bounded so that run lengths,
     schedules and evaluation points stay exact integers of a sane size."""
     train_samples = config.mnist1d_samples if config.dataset == "mnist1d" else CIFAR_TRAIN_SAMPLES
@@ -128,14 +125,14 @@ def _check_workload_size(config: TrainConfig) -> None:
         )
 
 
-def _check_gpus(config: TrainConfig) -> None:
+def _check_gpus(config: TrainOptions) -> None:
     gpus = config.gpus_per_worker
     if gpus > 1 and not float(gpus).is_integer():
         raise ConfigError(
             f"gpus_per_worker = {gpus:g} is not allowed; above 1 it must be "
             "a whole number of GPUs (Ray shares a GPU only in fractions of one)"
         )
-    if gpus > 0 and all(d == "cpu" for d in config.role_devices().values()):
+    if gpus > 0 and all(d == "cpu" for d in role_devices(config).values()):
         raise ConfigError(
             f"gpus_per_worker = {gpus:g} asks for GPUs, but every device is "
             "cpu; use --device cuda or auto, or drop --gpus-per-worker"
@@ -143,7 +140,7 @@ def _check_gpus(config: TrainConfig) -> None:
 
 
 def _check_cluster(
-    config: TrainConfig, build_cluster: Callable[[], ClusterModel]
+    config: TrainOptions, build_cluster: Callable[[], ClusterModel]
 ) -> ClusterModel | None:
     if config.runtime == "sim":
         return build_cluster()
@@ -155,7 +152,7 @@ def _check_cluster(
     return None
 
 
-def _check_loggers(config: TrainConfig) -> None:
+def _check_loggers(config: TrainOptions) -> None:
     for name in config.logger or ():
         if name not in LOGGERS:
             raise ConfigError(f"logger {name!r} is not allowed; choose from {', '.join(LOGGERS)}")
@@ -169,7 +166,7 @@ def _check_loggers(config: TrainConfig) -> None:
         raise ConfigError("tracking_uri applies to logger mlflow: add --logger mlflow")
 
 
-def _build_lr_schedule(config: TrainConfig) -> LrSchedule:
+def _build_lr_schedule(config: TrainOptions) -> LrSchedule:
     milestones = tuple(config.lr_milestones) if config.lr_milestones else (0.5, 0.75)
     return LrSchedule(
         kind=LrScheduleKind(config.lr_schedule),
@@ -179,10 +176,39 @@ def _build_lr_schedule(config: TrainConfig) -> LrSchedule:
     )
 
 
-def _build_scenario(config: TrainConfig, schedule: Schedule | None) -> StragglerScenario:
+def _build_scenario(config: TrainOptions, schedule: Schedule | None) -> StragglerScenario:
     if not config.stragglers:
         return StragglerScenario()
     # Generated stragglers are placed in the first BSP phase (none while 'auto').
     phases = schedule.phases if schedule is not None else ()
     bsp_end = next((p.end for p in phases if p.spec.protocol is Protocol.BSP), None)
     return build_scenario(config.stragglers, workers=config.workers, bsp_end=bsp_end)
+
+
+def role_devices(options: TrainOptions) -> dict[str, str]:
+    """Each role's device as asked ('auto' still to be resolved against the cluster); the
+    evaluator's and servers' 'auto' follows --device."""
+
+    def follow(value: str) -> str:
+        return options.device if value == "auto" else value
+
+    return {
+        "worker": options.device,
+        "evaluator": follow(options.evaluator_device),
+        "server": follow(options.server_device),
+    }
+
+
+def detector_config(options: TrainOptions) -> DetectorConfig:
+    """The straggler detector's settings (its own checks run as it is built)."""
+    return DetectorConfig(
+        window=options.straggler_window,
+        threshold=options.straggler_threshold,
+        recover_threshold=options.straggler_recover_threshold,
+        min_steps=min(DetectorConfig.min_steps, options.straggler_window),
+    )
+
+
+def is_auto(schedule: str) -> bool:
+    """Whether a schedule is 'auto' (a recurring job's stored decision, still to be read)."""
+    return schedule.strip().lower() == AUTO_SCHEDULE

@@ -53,7 +53,6 @@ from syncswitch.control.decisions import (
 )
 from syncswitch.control.divergence import DivergenceWatch
 from syncswitch.control.evaluations import EvaluationAssembly
-from syncswitch.control.failures import RunResumed, ServerFailure
 from syncswitch.control.health import HealthChecks, WorkerBook
 from syncswitch.control.journal import RunJournal
 from syncswitch.control.phases import PhaseEvent, PhaseMachine, RunPhase, Step
@@ -68,6 +67,7 @@ from syncswitch.control.timing import OnlineTiming
 from syncswitch.core.reliability.checkpoints import CheckpointError, LoadedCheckpoint
 from syncswitch.core.sync.records import EvalPoint, Snapshot, WorkerStats
 from syncswitch.files import write_atomic
+from syncswitch.records.failures import Resumption, ServerFailure
 from syncswitch.rundir import RunWriter, Summary, events, names
 
 __all__ = ["CHECKPOINT_DIR", "RunController", "RunPhase", "Step", "resume_point", "run_dir_in_use"]
@@ -250,7 +250,7 @@ class RunController:
             refused_checkpoints=tuple(f"{r.path.name}: {r.reason}" for r in loaded.refused),
         )
         self.record.failures.append(failure)
-        self.writer.event(events.ServerFailed.from_payload(failure.to_record()))
+        self.writer.event(events.ServerFailed(failure))
         servers = run_checkpoint(loaded).servers
         restore = RestoreServers(servers, loaded.info.path.name, reason)
         return Step(before, self.phase, [restore])
@@ -385,9 +385,9 @@ def announce(
     if resumed_from is not None:
         info = resumed_from.info
         refused = tuple(f"{r.path.name}: {r.reason}" for r in resumed_from.refused)
-        resumed = RunResumed(checkpoint=info.to_record(), refused_checkpoints=refused)
+        resumed = Resumption(checkpoint=info.to_record(), refused_checkpoints=refused)
         record.failures.append(resumed)
-        writer.event(events.RunResumed(resumed.checkpoint, resumed.refused_checkpoints))
+        writer.event(events.RunResumed(resumed))
         return
     job = plan.job
     writer.event(

@@ -7,11 +7,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from syncswitch.control.decisions import KillWorker, RestartWorker, Stop
-from syncswitch.control.failures import WorkerFailure
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardState
 from syncswitch.core.sync.records import Action, WorkerStats
+from syncswitch.records.failures import WorkerFailure
 from syncswitch.rundir import RunWriter, events
 
 
@@ -64,7 +64,7 @@ class HealthChecks:
             recovery="restarted through the runtime; rejoins at the current version",
         )
         self.record.failures.append(failure)
-        self.writer.event(events.WorkerFailed.from_payload(failure.to_record()))
+        self.writer.event(events.WorkerFailed(failure))
         book.restarting.add(worker)
         return RestartWorker(worker, restart, reason)
 

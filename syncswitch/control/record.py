@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from syncswitch.control.evaluations import MetricsRow
-from syncswitch.control.failures import FailureEntry, failure_from_record
 from syncswitch.control.timing import TimingHistory
 from syncswitch.core.stragglers.detector import StragglerRecord
 from syncswitch.core.sync.records import Decision, Switch
+from syncswitch.records.failures import FailureEntry, failure_from_record
 
 
 @dataclass

@@ -7,6 +7,10 @@ share one class per record:
                  of its two layouts), an events.jsonl line's payload, summary.json's `switches`
     Accounting   exactly-once gradient counts: the synchronizer's accounting and
                  summary.json's "gradients" (`GradientCounts` in syncswitch.rundir)
+    WorkerFailure, ServerFailure, Resumption (failures.py)
+                 the run record's failure entries: summary.json's reliability.failures, a
+                 checkpoint's run record, and the worker_failed / server_failed / run_resumed
+                 events' payloads
     Fields       checked reads of one JSON object's fields, for the classes that read files
 """
 

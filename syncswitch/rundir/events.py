@@ -34,6 +34,7 @@ from typing import Any, ClassVar, Self, TypeVar, cast
 
 from syncswitch.errors import RunDirError
 from syncswitch.records import Switch
+from syncswitch.records.failures import Resumption, ServerFailure, WorkerFailure
 from syncswitch.rundir import names
 from syncswitch.rundir.parsing import finite, short
 
@@ -109,20 +110,18 @@ class RunStarted(RunEvent):
 
 @dataclass(frozen=True)
 class RunResumed(RunEvent):
+    """The run went on from a checkpoint: the failure entry's payload, without its kind."""
+
     EVENTS = ("run_resumed",)
 
-    checkpoint: dict[str, Any]  # the checkpoint's manifest entry
-    refused_checkpoints: tuple[str, ...]  # newer checkpoints passed over: "file: why"
+    resumption: Resumption
 
     def payload(self) -> dict[str, Any]:
-        return {
-            "checkpoint": self.checkpoint,
-            "refused_checkpoints": list(self.refused_checkpoints),
-        }
+        return self.resumption.event()
 
     @classmethod
     def from_payload(cls, record: Mapping[str, Any]) -> Self:
-        return cls(dict(record["checkpoint"]), tuple(record["refused_checkpoints"]))
+        return cls(Resumption.from_record(dict(record)))
 
 
 @dataclass(frozen=True)
@@ -269,17 +268,18 @@ class OnlineTimingDecided(RunEvent):
 
 @dataclass(frozen=True)
 class WorkerFailed(RunEvent):
-    """A worker died or hung and is restarted (WorkerFailure.to_record())."""
+    """A worker died or hung and is restarted: the failure entry, its kind included."""
 
     EVENTS = ("worker_failed",)
 
-    kind: str  # "worker": the failure entry's kind
-    worker: int
-    reason: str
-    restart: int
-    at_fraction: float
-    time_s: float
-    recovery: str
+    failure: WorkerFailure
+
+    def payload(self) -> dict[str, Any]:
+        return self.failure.to_record()
+
+    @classmethod
+    def from_payload(cls, record: Mapping[str, Any]) -> Self:
+        return cls(WorkerFailure.from_record(dict(record)))
 
 
 @dataclass(frozen=True)
@@ -293,17 +293,19 @@ class WorkerHung(RunEvent):
 
 @dataclass(frozen=True)
 class ServerFailed(RunEvent):
-    """The servers were lost and restored from a checkpoint (ServerFailure.to_record())."""
+    """The servers were lost and restored from a checkpoint: the failure entry, its kind
+    included."""
 
     EVENTS = ("server_failed",)
 
-    kind: str  # "server": the failure entry's kind
-    reason: str
-    at_fraction: float
-    recovery: str
-    checkpoint_samples: int
-    samples_lost: int
-    refused_checkpoints: list[str]
+    failure: ServerFailure
+
+    def payload(self) -> dict[str, Any]:
+        return self.failure.to_record()
+
+    @classmethod
+    def from_payload(cls, record: Mapping[str, Any]) -> Self:
+        return cls(ServerFailure.from_record(dict(record)))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ import torch
 
 from syncswitch.control.controller import CHECKPOINT_DIR
 from syncswitch.control.evaluations import MetricsRow
-from syncswitch.control.failures import RunResumed, ServerFailure, WorkerFailure
 from syncswitch.control.record import RunRecord
 from syncswitch.control.run_state import STATE_VERSION, RunCheckpoint, run_checkpoint
 from syncswitch.core.reliability.checkpoints import CheckpointStore, RefusalKind
@@ -17,6 +16,7 @@ from syncswitch.core.stragglers.detector import EventKind, StragglerRecord
 from syncswitch.core.sync.protocol import BSP
 from syncswitch.core.sync.records import Action, Decision, Switch
 from syncswitch.core.sync.state import StateFormatError
+from syncswitch.records.failures import Resumption, ServerFailure, WorkerFailure
 from tests.control.scripted import ScriptedRun
 from tests.security.helpers import valid_state
 
@@ -127,7 +127,7 @@ def _typed_record() -> RunRecord:
         failures=[
             WorkerFailure(2, "died (killed)", 1, 0.2, 0.18, "restarted"),
             ServerFailure("servers died", 0.6375, "restored from c-6.pt", 768, 48, ("c-7.pt: x",)),
-            RunResumed({"file": "c-6.pt", "samples": 768, "meta": {"progress": 0.6}}, ()),
+            Resumption({"file": "c-6.pt", "samples": 768, "meta": {"progress": 0.6}}, ()),
         ],
     )
 

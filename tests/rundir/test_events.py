@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from syncswitch.control.failures import RunResumed, ServerFailure, WorkerFailure
 from syncswitch.core.reliability.checkpoints import CheckpointInfo
 from syncswitch.core.stragglers.detector import EventKind, StragglerRecord
 from syncswitch.core.sync.protocol import ASP
@@ -18,6 +17,7 @@ from syncswitch.core.sync.records import Action, Decision
 from syncswitch.core.timing.rules import OnlineSwitchDecision, TimingReason
 from syncswitch.errors import RunDirError
 from syncswitch.records import Switch
+from syncswitch.records.failures import Resumption, ServerFailure, WorkerFailure
 from syncswitch.rundir import events
 
 SWITCH = Switch(0.250000123, 8000, 250, "bsp", "asp", 5.0000004, 0.0004, "scheduled")
@@ -28,7 +28,7 @@ STRAGGLERS = [
 ]
 WORKER = WorkerFailure(2, "died (killed)", 1, 0.2, 0.18, "restarted")
 SERVER = ServerFailure("servers died", 0.6375, "restored from c-6.pt", 768, 48, ("c-7.pt: x",))
-RESUMED = RunResumed({"file": "c-6.pt", "samples": 768, "meta": {"progress": 0.6}}, ("c: y",))
+RESUMED = Resumption({"file": "c-6.pt", "samples": 768, "meta": {"progress": 0.6}}, ("c: y",))
 CHECKPOINT = CheckpointInfo(
     sequence=4,
     path=Path("ckpt/c-4.pt"),
@@ -68,7 +68,7 @@ def _legacy_lines() -> list[tuple[events.RunEvent, str]]:
     pairs: list[tuple[events.RunEvent, tuple[str, dict[str, Any]]]] = [
         (events.RunStarted(**STARTED), ("run_started", STARTED)),
         (
-            events.RunResumed(RESUMED.checkpoint, RESUMED.refused_checkpoints),
+            events.RunResumed(RESUMED),
             ("run_resumed", RESUMED.event()),
         ),
         (events.ProtocolSwitched(SWITCH), ("switch", SWITCH.to_summary())),
@@ -77,7 +77,7 @@ def _legacy_lines() -> list[tuple[events.RunEvent, str]]:
             ("decision", DECISION.to_record()),
         ),
         (
-            events.WorkerFailed.from_payload(WORKER.to_record()),
+            events.WorkerFailed(WORKER),
             ("worker_failed", WORKER.to_record()),
         ),
         (
@@ -85,7 +85,7 @@ def _legacy_lines() -> list[tuple[events.RunEvent, str]]:
             ("worker_hung", {"worker": 1, "silent_s": 31.5, "timeout_s": 30.0}),
         ),
         (
-            events.ServerFailed.from_payload(SERVER.to_record()),
+            events.ServerFailed(SERVER),
             ("server_failed", SERVER.to_record()),
         ),
         *straggler_lines,

@@ -1,6 +1,7 @@
-"""What went wrong in a run and how the controller recovered: the entries of RunRecord.failures
-(summary.json's reliability.failures, and the worker_failed / server_failed / run_resumed
-events). Each kind's plain form is written and read here and nowhere else."""
+"""What went wrong in a run and how the controller recovered: the entries of the run record's
+failures (summary.json's reliability.failures, a checkpoint's run record, and the payloads of
+the worker_failed / server_failed / run_resumed events). Each kind's plain form is written and
+read here and nowhere else."""
 
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ class ServerFailure:
 
 
 @dataclass(frozen=True)
-class RunResumed:
+class Resumption:
     """The run went on from a checkpoint (after a crash, a kill or a stop)."""
 
     checkpoint: dict[str, Any]  # the checkpoint's manifest record (CheckpointInfo.to_record())
@@ -87,26 +88,26 @@ class RunResumed:
         return {"kind": "resumed", **self.event()}
 
     def event(self) -> dict[str, Any]:
-        """The run_resumed event's payload (the entry without its kind)."""
+        """The run_resumed event's payload: the entry without its kind."""
         return {
             "checkpoint": self.checkpoint,
             "refused_checkpoints": list(self.refused_checkpoints),
         }
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> RunResumed:
+    def from_record(cls, record: dict[str, Any]) -> Resumption:
         checkpoint = record["checkpoint"]
         if not isinstance(checkpoint, dict):
             raise ValueError(f"a resumed entry's checkpoint is a {type(checkpoint).__name__}")
         return cls(checkpoint=checkpoint, refused_checkpoints=_texts(record, "refused_checkpoints"))
 
 
-FailureEntry = WorkerFailure | ServerFailure | RunResumed
+FailureEntry = WorkerFailure | ServerFailure | Resumption
 
-_KINDS: dict[str, type[WorkerFailure] | type[ServerFailure] | type[RunResumed]] = {
+_KINDS: dict[str, type[WorkerFailure] | type[ServerFailure] | type[Resumption]] = {
     "worker": WorkerFailure,
     "server": ServerFailure,
-    "resumed": RunResumed,
+    "resumed": Resumption,
 }
 
 
