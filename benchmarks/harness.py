@@ -206,8 +206,8 @@ def save_json(path: Path, data: Any, *, indent: int | None = 1) -> None:
 def jsonable(value: Any) -> Any:
     """What JSON holds for a value it has no form of: a typed record of the package as its
     own JSON form (or its fields), an enum as its value, anything else as text."""
-    if hasattr(value, "to_json"):
-        return value.to_json()
+    if hasattr(value, "to_plain"):
+        return value.to_plain()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     if isinstance(value, Enum):

@@ -137,7 +137,7 @@ def bsp_share(summary: Summary) -> float | None:
 
 
 def row_of(table: str, case: str, config: TrainConfig, summary: Summary, host_s: float) -> EvalRow:
-    record = summary.to_json()
+    record = summary.to_plain()
     timing = record.get("online_timing")
     reason = next((s.reason for s in summary.switches if s.to_protocol == "asp"), "")
     if timing:  # the online decision in one line: rule, reason, signal values
@@ -238,7 +238,7 @@ class Runner:
                 and row.case in ("bsp", "asp", "bsp:0.25,asp", "search", "search-trial")
             ):
                 reused = row.extra.get("reused_from")
-                return Cached(Summary.from_json(row.summary), row.host_time_s or 0.0, reused)
+                return Cached(Summary.from_plain(row.summary), row.host_time_s or 0.0, reused)
         record = self.scale.get((schedule, workers, seed))
         template = next((r.summary for r in self.rows if r.summary is not None), None)
         if record is None or template is None:
@@ -246,7 +246,7 @@ class Runner:
         # The search reads a trial's final accuracy and (simulated) time only; the rest of this
         # stand-in summary is another run's and is not used.
         stand_in = dataclasses.replace(
-            Summary.from_json(template),
+            Summary.from_plain(template),
             final_accuracy=record[FINAL_ACCURACY],
             best_accuracy=record["best_accuracy"],
             wall_time_s=record["sim_time_s"],

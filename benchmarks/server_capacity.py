@@ -91,7 +91,7 @@ def measure(numel: int, clients: int, warmup_s: float, window_s: float) -> dict:
     for process in processes:
         process.start()
     deadline = time.time() + 120
-    while server.shard.sync.version < 10 * clients:  # every client started (imports take s)
+    while server.shard.sync.live.version < 10 * clients:  # every client started (imports take s)
         if time.time() > deadline:
             raise RuntimeError("the clients did not start within 120 s")
         time.sleep(0.1)
@@ -103,7 +103,7 @@ def measure(numel: int, clients: int, warmup_s: float, window_s: float) -> dict:
         server.drain()
         now = time.time()
         if now >= window_started and (not marks or now >= window_started + window_s - 0.1):
-            marks.append((now, time.process_time(), server.shard.sync.version))
+            marks.append((now, time.process_time(), server.shard.sync.live.version))
     stop.set()
     for process in processes:
         process.join(timeout=30)

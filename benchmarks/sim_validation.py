@@ -132,7 +132,7 @@ def main() -> None:
             {
                 "runs": report["runs"],
                 "worst_error": report["worst_error"],
-                "replays": [r.to_dict() for r in report["replays"]],
+                "replays": [r.to_plain() for r in report["replays"]],
                 "host_cpu_ms": report["host_cpu_ms"],
                 "refine_rounds": report["refine_rounds"],
             },
@@ -158,7 +158,7 @@ def main() -> None:
             cluster.write_text(cluster_yaml(jittered))
         config = TrainConfig(
             **{
-                **config.to_dict(),
+                **config.to_plain(),
                 "runtime": "sim",
                 "cluster": str(cluster),
                 "step_time_ms": 0.0,

@@ -42,7 +42,7 @@ class Replay:
         key = max(errors, key=lambda k: abs(errors[k]))
         return key, errors[key]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {
             "run": self.run,
             "workers": self.workers,

@@ -143,7 +143,7 @@ class TrainConfig(TrainOptions):
         """Whether the run detects stragglers: a policy acts on them or they are emulated."""
         return self.online_policy != StragglerPolicyKind.NONE or bool(self.stragglers)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return asdict(self)
 
     # -- the simulator's cluster (built once, from _validate) ---------------------------------

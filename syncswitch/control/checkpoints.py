@@ -73,7 +73,7 @@ class CheckpointKeeper:
         )
         record.checkpoints += 1
         self._last_at = self.clock()
-        self.writer.event(events.CheckpointWritten.from_payload(info.to_record()))
+        self.writer.event(events.CheckpointWritten.from_plain(info.to_plain()))
 
     def timed_due(self) -> bool:
         """A timed checkpoint is due (and counted as asked for, so it is asked for once)."""

@@ -196,7 +196,7 @@ class RunController:
             if self.timing is not None:
                 self.timing.add_loss(float(row.fraction), float(row.test_loss))
             self.record.metrics.append(row)
-            self.writer.metric(row.to_row())
+            self.writer.metric(row.to_plain())
             self.writer.summary(self.summary([], status="running"))
         self._maybe_finishing()
         return Step(before, self.phase)
@@ -300,7 +300,7 @@ class RunController:
     ) -> Summary:
         """The last checkpoint, worker statistics, final weights and summary."""
         assert self.phase is RunPhase.FINISHING and not self.evaluations.outstanding, self.phase
-        rows = [stats.to_row() for stats in worker_stats]
+        rows = [stats.to_plain() for stats in worker_stats]
         self.writer.worker_stats(rows)
         self.checkpoints.write(final_snapshots)
         summary = self.summary(worker_stats, status="complete")
@@ -385,7 +385,7 @@ def announce(
     if resumed_from is not None:
         info = resumed_from.info
         refused = tuple(f"{r.path.name}: {r.reason}" for r in resumed_from.refused)
-        resumed = Resumption(checkpoint=info.to_record(), refused_checkpoints=refused)
+        resumed = Resumption(checkpoint=info.to_plain(), refused_checkpoints=refused)
         record.failures.append(resumed)
         writer.event(events.RunResumed(resumed))
         return

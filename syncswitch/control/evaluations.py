@@ -19,7 +19,7 @@ from syncswitch.core.sync.records import EvalPoint
 @dataclass(frozen=True)
 class MetricsRow:
     """One evaluation point as the run records it: a row of metrics.csv and of
-    RunRecord.metrics (checkpointed in the plain form of `to_row()`)."""
+    RunRecord.metrics (checkpointed in the plain form of `to_plain()`)."""
 
     time_s: float
     samples: int
@@ -31,7 +31,7 @@ class MetricsRow:
     train_loss: float  # mean since the previous point (nan when there was no update)
     samples_per_s: float | None  # None at time 0 (an empty cell)
 
-    def to_row(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {
             "time_s": self.time_s,
             "samples": self.samples,
@@ -45,8 +45,8 @@ class MetricsRow:
         }
 
     @classmethod
-    def from_row(cls, row: Any) -> MetricsRow:
-        """Back from `to_row()` (a checkpointed run record), each value as it was saved;
+    def from_plain(cls, row: Any) -> MetricsRow:
+        """Back from `to_plain()` (a checkpointed run record), each value as it was saved;
         raises, in one line, on a malformed one."""
         if not isinstance(row, dict):
             raise ValueError("a metrics row is not a mapping")

@@ -29,4 +29,4 @@ class RunJournal:
 
     def log_decision(self, decision: Decision) -> None:
         self.record.decisions.append(decision)
-        self.writer.event(events.DecisionMade.from_payload(decision.to_record()))
+        self.writer.event(events.DecisionMade.from_plain(decision.to_plain()))

@@ -64,32 +64,32 @@ class RunRecord:
 
     # -- checkpoints ----------------------------------------------------------------------------
 
-    def to_state(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {
-            "metrics": [row.to_row() for row in self.metrics],
-            "switches": [switch.to_summary() for switch in self.switches],
-            "decisions": [decision.to_record() for decision in self.decisions],
-            "straggler_events": [event.to_record() for event in self.straggler_events],
-            "failures": [failure.to_record() for failure in self.failures],
+            "metrics": [row.to_plain() for row in self.metrics],
+            "switches": [switch.to_plain() for switch in self.switches],
+            "decisions": [decision.to_plain() for decision in self.decisions],
+            "straggler_events": [event.to_plain() for event in self.straggler_events],
+            "failures": [failure.to_plain() for failure in self.failures],
             "checkpoints": self.checkpoints,
             "staleness": {
                 name: [s.gradients, s.total, s.max] for name, s in self.staleness.items()
             },
             "rollbacks": self.rollbacks,
             "guard_initial_level": self.guard_initial_level,
-            "timing": self.timing.to_state(),
+            "timing": self.timing.to_plain(),
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> RunRecord:
-        """Back from `to_state()` (a checkpoint, untrusted); raises, in one line, on a
+    def from_plain(cls, state: dict[str, Any]) -> RunRecord:
+        """Back from `to_plain()` (a checkpoint, untrusted); raises, in one line, on a
         malformed one."""
         return cls(
-            metrics=[MetricsRow.from_row(row) for row in state["metrics"]],
-            switches=[Switch.from_summary(entry) for entry in state["switches"]],
-            decisions=[Decision.from_record(entry) for entry in state["decisions"]],
+            metrics=[MetricsRow.from_plain(row) for row in state["metrics"]],
+            switches=[Switch.from_plain(entry) for entry in state["switches"]],
+            decisions=[Decision.from_plain(entry) for entry in state["decisions"]],
             straggler_events=[
-                StragglerRecord.from_record(entry) for entry in _mappings(state, "straggler_events")
+                StragglerRecord.from_plain(entry) for entry in _mappings(state, "straggler_events")
             ],
             failures=[failure_from_record(entry) for entry in _mappings(state, "failures")],
             checkpoints=int(state["checkpoints"]),
@@ -100,7 +100,7 @@ class RunRecord:
             rollbacks=int(state["rollbacks"]),
             guard_initial_level=state.get("guard_initial_level"),
             timing=(  # absent in checkpoints of runs before online timing
-                TimingHistory.from_state(state["timing"]) if "timing" in state else TimingHistory()
+                TimingHistory.from_plain(state["timing"]) if "timing" in state else TimingHistory()
             ),
         )
 

@@ -46,7 +46,7 @@ class RunCheckpoint:
         plain: dict[str, Any] = {
             "format_version": STATE_VERSION,
             "servers": [state.to_plain() for state in self.servers],
-            "controller": self.record.to_state(),
+            "controller": self.record.to_plain(),
         }
         if self.total_samples is not None:
             plain["total_samples"] = self.total_samples
@@ -77,7 +77,7 @@ class RunCheckpoint:
         if not isinstance(record, Mapping):
             raise StateFormatError("it has no controller record")
         try:
-            run_record = RunRecord.from_state(dict(record))
+            run_record = RunRecord.from_plain(dict(record))
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             detail = f"missing {error}" if isinstance(error, KeyError) else str(error)
             raise StateFormatError(f"controller record: {detail}") from None

@@ -78,7 +78,7 @@ class StragglerResponse:
             reaction = self.monitor.observe(step, view, view.assume)
             for event in reaction.straggler_events:
                 self.record.straggler_events.append(event)
-                self.writer.event(events.StragglerChanged.from_payload(event.to_record()))
+                self.writer.event(events.StragglerChanged.from_plain(event.to_plain()))
             for decision in reaction.decisions:
                 self.log_decision(decision)
                 decisions.append(ApplyPolicyDecision(decision))

@@ -71,14 +71,14 @@ def build_summary(
         online_timing=_timing_summary(plan, record),
         reliability=Reliability(
             checkpoints=record.checkpoints,
-            failures=[failure.to_record() for failure in record.failures],
+            failures=[failure.to_plain() for failure in record.failures],
             rollbacks=record.rollbacks,
             pinned_protocol=state.pinned.name if state.pinned else None,
             lr_scale=state.lr_scale,
             guard_initial_loss=record.guard_initial_level,
             # Quarantines, rollbacks: every decision but the online policy's.
             decisions=[
-                d.to_record() for d in record.decisions if d.policy not in (policy, TIMING_POLICY)
+                d.to_plain() for d in record.decisions if d.policy not in (policy, TIMING_POLICY)
             ],
             faults_injected=plan.faults.describe(),
         ),
@@ -160,6 +160,6 @@ def _online_summary(plan: RunPlan, record: RunRecord, state: ShardState) -> dict
         ),
         "detection_delay_s_median": float(np.median(delays)) if delays else None,
         "excluded_at_end": list(state.excluded),
-        "decisions": [d.to_record() for d in record.decisions if d.policy == plan.policy_name],
-        "straggler_events": [e.to_record() for e in events],
+        "decisions": [d.to_plain() for d in record.decisions if d.policy == plan.policy_name],
+        "straggler_events": [e.to_plain() for e in events],
     }

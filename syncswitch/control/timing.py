@@ -56,26 +56,26 @@ class TimingHistory:
     at: dict[str, Any] = field(default_factory=dict)  # samples, time_s of the decision
     checks: int = 0  # times the rule was asked
 
-    def to_state(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {
-            "estimator": self.estimator.to_state() if self.estimator is not None else None,
+            "estimator": self.estimator.to_plain() if self.estimator is not None else None,
             "points": [asdict(p) for p in self.points],
             "losses": [asdict(p) for p in self.losses],
             "next_check": self.next_check,
-            "decision": self.decision.to_record() if self.decision is not None else None,
+            "decision": self.decision.to_plain() if self.decision is not None else None,
             "at": self.at,
             "checks": self.checks,
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> TimingHistory:
+    def from_plain(cls, state: dict[str, Any]) -> TimingHistory:
         estimator, decision = state["estimator"], state["decision"]
         return cls(
-            estimator=None if estimator is None else GradientStatsEstimator.from_state(estimator),
+            estimator=None if estimator is None else GradientStatsEstimator.from_plain(estimator),
             points=[GradientPoint(**p) for p in state["points"]],
             losses=[LossPoint(**p) for p in state["losses"]],
             next_check=float(state["next_check"]),
-            decision=None if decision is None else OnlineSwitchDecision.from_record(decision),
+            decision=None if decision is None else OnlineSwitchDecision.from_plain(decision),
             at=dict(state["at"]),
             checks=int(state.get("checks", 0)),
         )
@@ -146,7 +146,7 @@ class OnlineTiming:
         self.history.at = {"samples": state.samples, "time_s": state.time_s}
         self.writer.event(
             events.OnlineTimingDecided(
-                **decision.to_record(),
+                **decision.to_plain(),
                 samples=state.samples,
                 time_s=state.time_s,
                 to=self.next_protocol.name,

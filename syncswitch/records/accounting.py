@@ -27,7 +27,7 @@ class Accounting:
     def dropped_total(self) -> int:
         return sum(self.dropped.values())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         """summary.json's "gradients" (the key order it has always had)."""
         record: dict[str, Any] = {
             "sent": self.sent,
@@ -39,13 +39,9 @@ class Accounting:
             record["unaccounted"] = self.unaccounted
         return record
 
-    def to_record(self) -> dict[str, Any]:
-        """The same plain form, under the name the synchronizer's records use."""
-        return self.to_json()
-
     @classmethod
-    def from_json(cls, data: Any, where: str) -> Accounting:
-        """Back from `to_json()`, checked: one RunDirError line naming `where` otherwise."""
+    def from_plain(cls, data: Any, where: str) -> Accounting:
+        """Back from `to_plain()`, checked: one RunDirError line naming `where` otherwise."""
         read = Fields(data, where)
         return cls(
             sent=read.integer("sent"),

@@ -20,7 +20,7 @@ class WorkerFailure:
     time_s: float
     recovery: str
 
-    def to_record(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {
             "kind": "worker",
             "worker": self.worker,
@@ -32,7 +32,7 @@ class WorkerFailure:
         }
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> WorkerFailure:
+    def from_plain(cls, record: dict[str, Any]) -> WorkerFailure:
         return cls(
             worker=int(record["worker"]),
             reason=str(record["reason"]),
@@ -54,7 +54,7 @@ class ServerFailure:
     samples_lost: int
     refused_checkpoints: tuple[str, ...]  # newer checkpoints passed over: "file: why"
 
-    def to_record(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {
             "kind": "server",
             "reason": self.reason,
@@ -66,7 +66,7 @@ class ServerFailure:
         }
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> ServerFailure:
+    def from_plain(cls, record: dict[str, Any]) -> ServerFailure:
         return cls(
             reason=str(record["reason"]),
             at_fraction=float(record["at_fraction"]),
@@ -81,10 +81,10 @@ class ServerFailure:
 class Resumption:
     """The run went on from a checkpoint (after a crash, a kill or a stop)."""
 
-    checkpoint: dict[str, Any]  # the checkpoint's manifest record (CheckpointInfo.to_record())
+    checkpoint: dict[str, Any]  # the checkpoint's manifest record (CheckpointInfo.to_plain())
     refused_checkpoints: tuple[str, ...]  # newer checkpoints passed over: "file: why"
 
-    def to_record(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {"kind": "resumed", **self.event()}
 
     def event(self) -> dict[str, Any]:
@@ -95,7 +95,7 @@ class Resumption:
         }
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> Resumption:
+    def from_plain(cls, record: dict[str, Any]) -> Resumption:
         checkpoint = record["checkpoint"]
         if not isinstance(checkpoint, dict):
             raise ValueError(f"a resumed entry's checkpoint is a {type(checkpoint).__name__}")
@@ -112,12 +112,12 @@ _KINDS: dict[str, type[WorkerFailure] | type[ServerFailure] | type[Resumption]] 
 
 
 def failure_from_record(record: dict[str, Any]) -> FailureEntry:
-    """Back from an entry's `to_record()` (a checkpointed run record); raises on a malformed
+    """Back from an entry's `to_plain()` (a checkpointed run record); raises on a malformed
     one."""
     kind = record["kind"]
     if not isinstance(kind, str) or kind not in _KINDS:
         raise ValueError(f"a failure entry has kind = {kind!r}")
-    return _KINDS[kind].from_record(record)
+    return _KINDS[kind].from_plain(record)
 
 
 def _texts(record: dict[str, Any], key: str) -> tuple[str, ...]:

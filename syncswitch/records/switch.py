@@ -3,14 +3,15 @@ summary.json, with every plain form it has ever had written and read here.
 
 Two layouts exist, both kept byte for byte:
 
-- the summary layout (`to_summary()` / `to_json()`): "from" and "to" for the protocols. A
-  checkpoint's run record, events.jsonl's switch lines and summary.json's `switches` hold it;
-  `to_summary()` rounds the fraction and the time to 6 places, as those have always been.
-- the state layout (`to_state()`): the attribute names, unrounded. A shard's state in a
-  checkpoint holds it.
+- the summary layout (`to_plain()`): "from" and "to" for the protocols. A checkpoint's run
+  record, events.jsonl's switch lines and summary.json's `switches` hold it; the first two
+  round the fraction and the time to 6 places, as they always have (`rounded=False` for
+  summary.json).
+- the state layout (`to_plain(state_layout=True)`): the attribute names, unrounded. A shard's
+  state in a checkpoint holds it.
 
-`from_summary()` reads either layout from a checkpoint (raising on a malformed entry);
-`from_json()` reads one from a run directory, checked (one RunDirError line).
+`from_plain()` reads either layout: from a checkpoint raising on a malformed entry, from a run
+directory (`where` given) checked, in one RunDirError line.
 """
 
 from __future__ import annotations
@@ -49,41 +50,37 @@ class Switch:
         """As the run's records show it: fraction and time to 6 places."""
         return replace(self, at_fraction=round(self.at_fraction, 6), time_s=round(self.time_s, 6))
 
-    # -- the summary layout ------------------------------------------------------------------
+    # -- its plain forms -------------------------------------------------------------------
 
-    def to_json(self) -> dict[str, Any]:
-        """The summary layout as it is (summary.json's `switches`)."""
-        record: dict[str, Any] = {"at_fraction": self.at_fraction, "at_samples": self.at_samples}
+    def to_plain(self, *, rounded: bool = True, state_layout: bool = False) -> dict[str, Any]:
+        """The summary layout, rounded (a checkpoint's run record, events.jsonl), or as it is
+        (`rounded=False`: summary.json's `switches`); `state_layout=True`: the state layout (a
+        shard's state in a checkpoint)."""
+        if state_layout:
+            return {key: getattr(self, key) for key in STATE_KEYS}
+        switch = self.rounded() if rounded else self
+        record: dict[str, Any] = {"at_fraction": switch.at_fraction, "at_samples": self.at_samples}
         if self.version is not None:
             record["version"] = self.version
         record.update(
             {
                 "from": self.from_protocol,
                 "to": self.to_protocol,
-                "time_s": self.time_s,
+                "time_s": switch.time_s,
                 "overhead_s": self.overhead_s,
                 "reason": self.reason,
             }
         )
         return record
 
-    def to_summary(self) -> dict[str, Any]:
-        """The summary layout, rounded (a checkpoint's run record, events.jsonl)."""
-        return self.rounded().to_json()
-
-    # -- the state layout --------------------------------------------------------------------
-
-    def to_state(self) -> dict[str, Any]:
-        """The state layout (a shard's state in a checkpoint)."""
-        return {key: getattr(self, key) for key in STATE_KEYS}
-
-    # -- reading -----------------------------------------------------------------------------
-
     @classmethod
-    def from_summary(cls, record: Mapping[str, Any]) -> Switch:
-        """Back from a checkpoint: the summary layout (its run record) or the state layout (a
-        shard's state), every key present; raises KeyError, TypeError or ValueError on a
-        malformed entry."""
+    def from_plain(cls, record: Any, where: str | None = None) -> Switch:
+        """Back from either layout. From a checkpoint (`where` None) every key must be there,
+        and a malformed entry raises KeyError, TypeError or ValueError; from a run directory
+        (`where` names the place) `version`, `overhead_s` and `reason` may be absent, as in
+        early runs, and a malformed one is one RunDirError line naming `where`."""
+        if where is not None:
+            return cls._read_checked(Fields(record, where))
         source, target = _protocol_keys(record)
         return cls(
             at_fraction=float(record["at_fraction"]),
@@ -97,10 +94,7 @@ class Switch:
         )
 
     @classmethod
-    def from_json(cls, data: Any, where: str) -> Switch:
-        """Back from a run directory (either layout; `version`, `overhead_s` and `reason`
-        may be absent, as in early runs), checked: one RunDirError line naming `where`."""
-        read = Fields(data, where)
+    def _read_checked(cls, read: Fields) -> Switch:
         source, target = _protocol_keys(read.data)
         return cls(
             at_fraction=read.number("at_fraction", low=0.0),

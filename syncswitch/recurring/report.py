@@ -56,7 +56,7 @@ class TraceWriter:
 
     def append(self, run: TrialRecord) -> None:
         self.rows.append(run)
-        row = run.to_row()
+        row = run.to_plain()
         with open_append(self.dir / "trace.csv") as handle:  # refuses a planted symlink
             csv.writer(handle).writerow([_cell(row[c]) for c in TRACE_COLUMNS])
         self.write_json()
@@ -64,7 +64,7 @@ class TraceWriter:
     def write_json(self, **final: Any) -> None:
         write_json_atomic(
             self.dir / "trace.json",
-            {**self.header, "trials": [r.to_row() for r in self.rows], **final},
+            {**self.header, "trials": [r.to_plain() for r in self.rows], **final},
         )
 
 
@@ -73,8 +73,8 @@ def write_report(result: SearchResult, trace: TraceWriter) -> dict[str, str]:
     decision = result.decision
     saved = result.time_saved
     trace.write_json(
-        decision={**decision.to_record(), "id": result.stored.id},
-        time_saved=saved.to_record() if saved else None,
+        decision={**decision.to_plain(), "id": result.stored.id},
+        time_saved=saved.to_plain() if saved else None,
         parallel_slots=result.slots,
     )
     table = trace_table(result)

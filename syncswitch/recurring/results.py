@@ -34,7 +34,7 @@ class TimeSaved:
     def speedup(self) -> float:
         return self.bsp_wall_s / self.chosen_wall_s if self.chosen_wall_s > 0 else math.nan
 
-    def to_record(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {
             "bsp_wall_s": self.bsp_wall_s,
             "chosen_wall_s": self.chosen_wall_s,

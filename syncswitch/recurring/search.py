@@ -192,7 +192,7 @@ def run_search(
         tolerance=decision.tolerance_points,
         repeats=decision.repeats,
         evidence={
-            **decision.to_record(),
+            **decision.to_plain(),
             "resolution": spec.resolution,
             "max_trials": spec.max_trials,
             "seeds": list(spec.seeds),

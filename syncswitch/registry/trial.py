@@ -24,7 +24,7 @@ class TrialSource:
     DISK = "disk"  # finished on disk but never stored (the search was stopped in between)
 
 
-# The search trace's columns (trace.csv), in order: `TrialRecord.to_row()` gives them.
+# The search trace's columns (trace.csv), in order: `TrialRecord.to_plain()` gives them.
 TRACE_COLUMNS = (
     "fraction",
     "label",
@@ -65,7 +65,7 @@ class TrialRecord:
         """Its wall time is comparable with others' only when no other trial shared the CPUs."""
         return (self.concurrent or 1) <= 1
 
-    def to_row(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         """One row of the search trace (TRACE_COLUMNS)."""
         row = {name: getattr(self, name, None) for name in TRACE_COLUMNS}
         row["label"] = format_fraction(self.fraction)

@@ -19,7 +19,7 @@ had; the kinds (and who writes them):
     logger_failed        LoggerFailed        RunWriter, a logger backend switched off
 
 Several payloads are the plain form of a record a layer above owns (a failure, a decision,
-a checkpoint's manifest entry): their event is built from that form (`from_payload`), so the
+a checkpoint's manifest entry): their event is built from that form (`from_plain`), so the
 line holds exactly what the record writes. Readers ask for the kinds they use
 (`of_kind(lines, ProtocolSwitched)`); a malformed line of such a kind is one RunDirError line,
 and kinds nobody asks for are never parsed, so a run directory of any earlier version reads.
@@ -50,11 +50,11 @@ class RunEvent:
         """The line's "event" value."""
         return self.EVENTS[0]
 
-    def payload(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(cast(Any, self))}
 
     @classmethod
-    def from_payload(cls, record: Mapping[str, Any]) -> Self:
+    def from_plain(cls, record: Mapping[str, Any]) -> Self:
         """Back from a line (or from the plain form the payload is made of); raises KeyError,
         TypeError or ValueError on a malformed one."""
         return cast(
@@ -71,7 +71,7 @@ E = TypeVar("E", bound=RunEvent)
 
 def to_line(event: RunEvent) -> str:
     """The event's line in events.jsonl, newline included."""
-    return json.dumps({"event": event.name, **event.payload()}) + "\n"
+    return json.dumps({"event": event.name, **event.to_plain()}) + "\n"
 
 
 def of_kind(lines: Iterable[Mapping[str, Any]], kind: type[E]) -> list[E]:
@@ -82,7 +82,7 @@ def of_kind(lines: Iterable[Mapping[str, Any]], kind: type[E]) -> list[E]:
         if line.get("event") not in kind.EVENTS:
             continue
         try:
-            found.append(kind.from_payload(line))
+            found.append(kind.from_plain(line))
         except (KeyError, TypeError, ValueError, RunDirError):
             raise RunDirError(
                 f"{names.EVENTS}: {kind.noun()} is malformed: {short(line)}"
@@ -116,12 +116,12 @@ class RunResumed(RunEvent):
 
     resumption: Resumption
 
-    def payload(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return self.resumption.event()
 
     @classmethod
-    def from_payload(cls, record: Mapping[str, Any]) -> Self:
-        return cls(Resumption.from_record(dict(record)))
+    def from_plain(cls, record: Mapping[str, Any]) -> Self:
+        return cls(Resumption.from_plain(dict(record)))
 
 
 @dataclass(frozen=True)
@@ -132,17 +132,17 @@ class Placement(RunEvent):
 
     placement: dict[str, Any]
 
-    def payload(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return dict(self.placement)
 
     @classmethod
-    def from_payload(cls, record: Mapping[str, Any]) -> Self:
+    def from_plain(cls, record: Mapping[str, Any]) -> Self:
         return cls({k: v for k, v in record.items() if k != "event"})
 
 
 @dataclass(frozen=True)
 class CheckpointWritten(RunEvent):
-    """A checkpoint written: its manifest entry (CheckpointInfo.to_record())."""
+    """A checkpoint written: its manifest entry (CheckpointInfo.to_plain())."""
 
     EVENTS = ("checkpoint",)
 
@@ -168,17 +168,17 @@ class ProtocolSwitched(RunEvent):
 
     switch: Switch
 
-    def payload(self) -> dict[str, Any]:
-        return self.switch.to_summary()
+    def to_plain(self) -> dict[str, Any]:
+        return self.switch.to_plain()
 
     @classmethod
-    def from_payload(cls, record: Mapping[str, Any]) -> Self:
-        return cls(Switch.from_json(dict(record), "a switch"))
+    def from_plain(cls, record: Mapping[str, Any]) -> Self:
+        return cls(Switch.from_plain(dict(record), "a switch"))
 
 
 @dataclass(frozen=True)
 class DecisionMade(RunEvent):
-    """A policy's, the guard's or admission's decision (Decision.to_record())."""
+    """A policy's, the guard's or admission's decision (Decision.to_plain())."""
 
     EVENTS = ("decision",)
 
@@ -193,7 +193,7 @@ class DecisionMade(RunEvent):
 
 @dataclass(frozen=True)
 class StragglerChanged(RunEvent):
-    """A straggler detection or recovery (StragglerRecord.to_record(), its name the line's
+    """A straggler detection or recovery (StragglerRecord.to_plain(), its name the line's
     "event"). The scores are there only where the stragglers were emulated; a reader needs
     only the worker and the time."""
 
@@ -219,13 +219,13 @@ class StragglerChanged(RunEvent):
     def detected(self) -> bool:
         return self.kind == "detected"
 
-    def payload(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         order = ("worker", "ratio", "time_s", "progress", "reason", "episode")
         keys = (*order, "false_detection", "delay_s", "delay_fraction")
         return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
 
     @classmethod
-    def from_payload(cls, record: Mapping[str, Any]) -> Self:
+    def from_plain(cls, record: Mapping[str, Any]) -> Self:
         name = str(record["event"])
         false_detection = record.get("false_detection")
         if false_detection is not None and type(false_detection) is not bool:
@@ -247,7 +247,7 @@ class StragglerChanged(RunEvent):
 
 @dataclass(frozen=True)
 class OnlineTimingDecided(RunEvent):
-    """Where an online phase ends: the decision (OnlineSwitchDecision.to_record()), then where the
+    """Where an online phase ends: the decision (OnlineSwitchDecision.to_plain()), then where the
     run was, the protocol it switches to and the decision in one line."""
 
     EVENTS = ("online_timing",)
@@ -274,12 +274,12 @@ class WorkerFailed(RunEvent):
 
     failure: WorkerFailure
 
-    def payload(self) -> dict[str, Any]:
-        return self.failure.to_record()
+    def to_plain(self) -> dict[str, Any]:
+        return self.failure.to_plain()
 
     @classmethod
-    def from_payload(cls, record: Mapping[str, Any]) -> Self:
-        return cls(WorkerFailure.from_record(dict(record)))
+    def from_plain(cls, record: Mapping[str, Any]) -> Self:
+        return cls(WorkerFailure.from_plain(dict(record)))
 
 
 @dataclass(frozen=True)
@@ -300,12 +300,12 @@ class ServerFailed(RunEvent):
 
     failure: ServerFailure
 
-    def payload(self) -> dict[str, Any]:
-        return self.failure.to_record()
+    def to_plain(self) -> dict[str, Any]:
+        return self.failure.to_plain()
 
     @classmethod
-    def from_payload(cls, record: Mapping[str, Any]) -> Self:
-        return cls(ServerFailure.from_record(dict(record)))
+    def from_plain(cls, record: Mapping[str, Any]) -> Self:
+        return cls(ServerFailure.from_plain(dict(record)))
 
 
 @dataclass(frozen=True)
@@ -318,7 +318,7 @@ class LoggerFailed(RunEvent):
     reason: str
 
     @classmethod
-    def from_payload(cls, record: Mapping[str, Any]) -> Self:
+    def from_plain(cls, record: Mapping[str, Any]) -> Self:
         # As read before it had a record: whatever the line says, shown as text.
         return cls(str(record.get("logger")), str(record.get("reason")))
 

@@ -257,7 +257,7 @@ def read_summary_if_any(run_dir: str | Path) -> Summary | None:
 
 
 def _summary(path: Path) -> Summary:
-    return Summary.from_json(read_json_object(path), path.name)
+    return Summary.from_plain(read_json_object(path), path.name)
 
 
 @contextmanager

@@ -3,8 +3,8 @@
 Its switches and gradient counts are the synchronizer's own records (`Switch`, `Accounting`,
 here also named `GradientCounts`), from the torch-free leaf `syncswitch.records`.
 
-`Summary.to_json()` gives the dict that is written (same keys, same order as ever);
-`Summary.from_json()` checks what it reads (types, finiteness, ranges) and refuses a bad
+`Summary.to_plain()` gives the dict that is written (same keys, same order as ever);
+`Summary.from_plain()` checks what it reads (types, finiteness, ranges) and refuses a bad
 file in one `RunDirError` line naming the file, the field and what is allowed. Keys that
 runs of earlier versions did not write (runtime, host_time_s, schedule_source,
 samples_by_protocol, cluster, online, online_timing, reliability, placement) read as their
@@ -44,11 +44,11 @@ class Reliability:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     faults_injected: list[dict[str, Any]] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_json(cls, data: Any, where: str) -> Reliability:
+    def from_plain(cls, data: Any, where: str) -> Reliability:
         read = Fields(data, where)
         return cls(
             checkpoints=read.integer("checkpoints"),
@@ -82,11 +82,11 @@ class OnlineTimingSummary:
     values: dict[str, float | None] = field(default_factory=dict)  # None: not finite
     checks: int = 0  # times the rule was asked
 
-    def to_json(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_json(cls, data: Any, where: str) -> OnlineTimingSummary:
+    def from_plain(cls, data: Any, where: str) -> OnlineTimingSummary:
         read = Fields(data, where)
         values = read.mapping("values", {})
         if not all(v is None or (_is_finite(v)) for v in values.values()):
@@ -171,7 +171,7 @@ class Summary:
 
     def headline(self) -> dict[str, Any]:
         """The short summary's keys and values, in the file's order (`train --json`)."""
-        record = self.to_json()
+        record = self.to_plain()
         return {name: record[name] for name in HEADLINE_KEYS}
 
     def __getitem__(self, key: str) -> Any:
@@ -179,27 +179,27 @@ class Summary:
         Prefer the attribute (`summary.final_accuracy`)."""
         if key not in _KEYS:
             raise KeyError(key)
-        return self.to_json()[key]
+        return self.to_plain()[key]
 
     def get(self, key: str, default: Any = None) -> Any:
         """`summary.get("final_accuracy")`, as for the dict this class replaced."""
-        return self.to_json()[key] if key in _KEYS else default
+        return self.to_plain()[key] if key in _KEYS else default
 
     # -- (de)serialisation ----------------------------------------------------------------
 
-    def to_json(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         record: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "switches":
-                value = [s.to_json() for s in value]
-            elif hasattr(value, "to_json"):
-                value = value.to_json()
+                value = [s.to_plain(rounded=False) for s in value]
+            elif hasattr(value, "to_plain"):
+                value = value.to_plain()
             record[f.name] = value
         return record
 
     @classmethod
-    def from_json(cls, data: Any, where: str = names.SUMMARY) -> Summary:
+    def from_plain(cls, data: Any, where: str = names.SUMMARY) -> Summary:
         read = Fields(data, where)
         accuracy: dict[str, Any] = {"low": 0.0, "high": 1.0, "optional": True}
         rate: dict[str, Any] = {"low": 0.0, "optional": True}
@@ -224,10 +224,10 @@ class Summary:
             time_by_protocol=read.numbers_by_name("time_by_protocol"),
             samples_by_protocol=read.numbers_by_name("samples_by_protocol", {}, integers=True),
             switches=tuple(
-                Switch.from_json(s, f"{where}: switches[{i}]") for i, s in enumerate(switches)
+                Switch.from_plain(s, f"{where}: switches[{i}]") for i, s in enumerate(switches)
             ),
             staleness=_objects_by_name(read, "staleness"),
-            gradients=GradientCounts.from_json(read.mapping("gradients"), f"{where}: gradients"),
+            gradients=GradientCounts.from_plain(read.mapping("gradients"), f"{where}: gradients"),
             workers=read.integer("workers", low=1),
             worker_step_time_mean_s=read.number("worker_step_time_mean_s", **rate),
             emulation=read.mapping("emulation"),
@@ -236,12 +236,12 @@ class Summary:
             online_timing=(
                 None
                 if timing is None
-                else OnlineTimingSummary.from_json(timing, f"{where}: online_timing")
+                else OnlineTimingSummary.from_plain(timing, f"{where}: online_timing")
             ),
             reliability=(
                 None
                 if reliability is None
-                else Reliability.from_json(reliability, f"{where}: reliability")
+                else Reliability.from_plain(reliability, f"{where}: reliability")
             ),
             placement=read.mapping("placement", None, optional=True),
             traffic=read.mapping("traffic", None, optional=True),

@@ -167,7 +167,7 @@ class RunWriter:
             self._feed.worker_stats(rows)
 
     def summary(self, summary: Summary) -> None:
-        write_json_atomic(self.dir / names.SUMMARY, summary.to_json())
+        write_json_atomic(self.dir / names.SUMMARY, summary.to_plain())
         if self._feed:
             self._feed.summary(summary)
 

@@ -123,7 +123,7 @@ def _train(
         refuse_used_run_dir(run_dir)
     writer = RunWriter(
         run_dir,
-        {**config.to_dict(), **workload.config_entries()},
+        {**config.to_plain(), **workload.config_entries()},
         plan.timing_label(),
         simulated=plan.simulated,
         faults=plan.faults.describe(),

@@ -90,7 +90,7 @@ def test_the_python_apis_auto_sets_switch_options_aside_for_a_stored_share(tmp_p
 
 def test_resume_leaves_out_switch_options_a_fixed_schedule_made_moot(tmp_path: Path) -> None:
     # A run started under `--schedule auto` before they were set aside kept them.
-    saved = {**TrainConfig(schedule="bsp:0.5,asp").to_dict(), "switch_threshold": 0.3}
+    saved = {**TrainConfig(schedule="bsp:0.5,asp").to_plain(), "switch_threshold": 0.3}
     (tmp_path / "config.json").write_text(json.dumps(saved))
     args = build_parser().parse_args(["train", "--resume", str(tmp_path)])
     config = config_for_resume(args)

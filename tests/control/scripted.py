@@ -109,7 +109,7 @@ class ScriptedRun:
             resumed = CheckpointStore(tmp / CHECKPOINT_DIR).load_latest()
         self.writer = RunWriter(
             tmp,
-            self.config.to_dict(),
+            self.config.to_plain(),
             self.plan.emulation.describe(),
             resume_at=resume_point(resumed),
         )

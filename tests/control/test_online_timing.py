@@ -54,8 +54,8 @@ class SyntheticSignal:
             drift_sq=ratio / (8 * 3**DEFAULT_RULE.staleness_exponent),
         )
 
-    def to_state(self) -> dict:
-        return GradientStatsEstimator(1.0).to_state()  # a checkpoint holds a real one
+    def to_plain(self) -> dict:
+        return GradientStatsEstimator(1.0).to_plain()  # a checkpoint holds a real one
 
 
 def timing_switches(run: ScriptedRun) -> list:

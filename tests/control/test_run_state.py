@@ -86,10 +86,10 @@ def test_the_run_record_keeps_switches_and_decisions_typed_across_a_checkpoint()
     decision = Decision(Action.ROLLBACK, "divergence_guard", "loss rose", 2.0, 0.3, None, BSP)
     quarantine = Decision(Action.QUARANTINE, "gradient_admission", "nan", 2.5, 0.31, worker=3)
     record = RunRecord(switches=[switch], decisions=[decision, quarantine], rollbacks=1)
-    back = RunRecord.from_state(torch.load(_saved(record.to_state()), weights_only=True))
+    back = RunRecord.from_plain(torch.load(_saved(record.to_plain()), weights_only=True))
     assert back.switches == [switch] and back.decisions == [decision, quarantine]
     assert back.decisions[0].protocol == BSP and back.decisions[1].action is Action.QUARANTINE
-    assert back.to_state() == record.to_state()
+    assert back.to_plain() == record.to_plain()
 
 
 def _saved(plain):
@@ -230,16 +230,16 @@ _PLAIN = {
 
 def test_rows_events_and_failures_keep_their_plain_layout_across_a_checkpoint():
     record = _typed_record()
-    state = record.to_state()
+    state = record.to_plain()
     for name, plain in _PLAIN.items():
         assert state[name] == plain, name
         assert [list(entry) for entry in state[name]] == [list(entry) for entry in plain], name
-    back = RunRecord.from_state(torch.load(_saved(state), weights_only=True))
+    back = RunRecord.from_plain(torch.load(_saved(state), weights_only=True))
     assert back.metrics == record.metrics
     assert back.straggler_events == record.straggler_events
     assert back.failures == record.failures
     assert back.final_metric() == record.metrics[-1]
-    assert repr(back.to_state()) == repr(state)  # values and their types, as saved
+    assert repr(back.to_plain()) == repr(state)  # values and their types, as saved
 
 
 @pytest.mark.parametrize(
@@ -265,7 +265,7 @@ def test_rows_events_and_failures_keep_their_plain_layout_across_a_checkpoint():
     ],
 )
 def test_a_malformed_record_entry_is_refused_in_one_line(name, damage, message):
-    controller = _typed_record().to_state()
+    controller = _typed_record().to_plain()
     controller[name] = damage(controller[name])
     with pytest.raises(StateFormatError) as raised:
         RunCheckpoint.from_plain({**valid_state(), "controller": controller})

@@ -69,7 +69,7 @@ class ScriptedTrainer:
                 schedule_source=source,
                 run_dir=str(out),
             )
-            (out / names.SUMMARY).write_text(json.dumps(summary.to_json()))
+            (out / names.SUMMARY).write_text(json.dumps(summary.to_plain()))
             return summary
         finally:
             with self._lock:

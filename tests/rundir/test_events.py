@@ -58,10 +58,10 @@ def _legacy_lines() -> list[tuple[events.RunEvent, str]]:
     """Each event beside the line RunWriter.event(kind, payload) wrote for it before."""
     straggler_lines = []
     for record in STRAGGLERS:
-        payload = record.to_record()
+        payload = record.to_plain()
         straggler_lines.append(
             (
-                events.StragglerChanged.from_payload(record.to_record()),
+                events.StragglerChanged.from_plain(record.to_plain()),
                 (payload.pop("event"), payload),
             )
         )
@@ -71,14 +71,14 @@ def _legacy_lines() -> list[tuple[events.RunEvent, str]]:
             events.RunResumed(RESUMED),
             ("run_resumed", RESUMED.event()),
         ),
-        (events.ProtocolSwitched(SWITCH), ("switch", SWITCH.to_summary())),
+        (events.ProtocolSwitched(SWITCH), ("switch", SWITCH.to_plain())),
         (
-            events.DecisionMade.from_payload(DECISION.to_record()),
-            ("decision", DECISION.to_record()),
+            events.DecisionMade.from_plain(DECISION.to_plain()),
+            ("decision", DECISION.to_plain()),
         ),
         (
             events.WorkerFailed(WORKER),
-            ("worker_failed", WORKER.to_record()),
+            ("worker_failed", WORKER.to_plain()),
         ),
         (
             events.WorkerHung(1, 31.5, 30.0),
@@ -86,21 +86,21 @@ def _legacy_lines() -> list[tuple[events.RunEvent, str]]:
         ),
         (
             events.ServerFailed(SERVER),
-            ("server_failed", SERVER.to_record()),
+            ("server_failed", SERVER.to_plain()),
         ),
         *straggler_lines,
         (
-            events.CheckpointWritten.from_payload(CHECKPOINT.to_record()),
-            ("checkpoint", CHECKPOINT.to_record()),
+            events.CheckpointWritten.from_plain(CHECKPOINT.to_plain()),
+            ("checkpoint", CHECKPOINT.to_plain()),
         ),
         (
             events.OnlineTimingDecided(
-                **TIMING.to_record(), samples=1280, time_s=2.0, to="asp", describe=TIMING.describe()
+                **TIMING.to_plain(), samples=1280, time_s=2.0, to="asp", describe=TIMING.describe()
             ),
             (
                 "online_timing",
                 {
-                    **TIMING.to_record(),
+                    **TIMING.to_plain(),
                     "samples": 1280,
                     "time_s": 2.0,
                     "to": "asp",
@@ -142,7 +142,7 @@ def test_every_kind_the_writers_use_has_a_legacy_line() -> None:
 def test_a_reader_gets_only_the_kind_it_asks_for_and_skips_the_others_unparsed() -> None:
     lines = [
         {"event": "checkpoint", "file": 3},  # malformed, but no one asked for checkpoints
-        {"event": "switch", **SWITCH.to_summary()},
+        {"event": "switch", **SWITCH.to_plain()},
         {"event": "something_newer", "x": 1},
         {"event": "straggler_detected", "worker": 1, "time_s": 0.5},  # an early run's line
     ]

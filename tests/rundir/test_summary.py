@@ -34,21 +34,21 @@ def write_summary(run_dir, data: object) -> None:
 
 def test_to_json_and_from_json_round_trip() -> None:
     summary = sample_summary()
-    record = summary.to_json()
+    record = summary.to_plain()
     assert tuple(record) == SUMMARY_KEYS  # the file's keys, in the file's order
-    assert Summary.from_json(json.loads(json.dumps(record))) == summary
+    assert Summary.from_plain(json.loads(json.dumps(record))) == summary
 
 
 def test_a_diverged_run_keeps_its_non_finite_loss() -> None:
     summary = sample_summary(final_test_loss=math.inf, final_accuracy=0.1)
-    again = Summary.from_json(json.loads(json.dumps(summary.to_json())))
+    again = Summary.from_plain(json.loads(json.dumps(summary.to_plain())))
     assert again.final_test_loss == math.inf and again.final_accuracy == 0.1
 
 
 def test_a_run_writes_its_summary_as_the_record_serialises_it(tmp_path) -> None:
     run = ScriptedRun(tmp_path, schedule="bsp:0.5,asp").run()
     written = json.loads((tmp_path / names.SUMMARY).read_text())
-    assert written == run.summary.to_json() and tuple(written) == SUMMARY_KEYS
+    assert written == run.summary.to_plain() and tuple(written) == SUMMARY_KEYS
     read = read_summary(tmp_path)
     assert read == run.summary
     assert read.complete and read.switches[0].to_protocol == "asp"
@@ -95,7 +95,7 @@ def test_a_summary_written_before_the_later_keys_existed_still_reads(tmp_path) -
     # online, reliability or placement; a switch without its version; no unaccounted count.
     old = {
         key: value
-        for key, value in sample_summary().to_json().items()
+        for key, value in sample_summary().to_plain().items()
         if key
         not in (
             "runtime",
@@ -134,7 +134,7 @@ def test_a_summary_written_before_the_later_keys_existed_still_reads(tmp_path) -
     ],
 )
 def test_a_hostile_summary_is_refused_in_one_line(tmp_path, change, fragment) -> None:
-    data = sample_summary().to_json()
+    data = sample_summary().to_plain()
     change(data)
     write_summary(tmp_path, data)
     with pytest.raises(RunDirError) as refused:
@@ -157,7 +157,7 @@ def test_a_summary_that_is_no_json_object_is_one_line(tmp_path, content, fragmen
 
 def test_a_summary_that_is_a_symlink_is_not_followed(tmp_path) -> None:
     elsewhere = tmp_path / "elsewhere.json"
-    elsewhere.write_text(json.dumps(sample_summary().to_json()))
+    elsewhere.write_text(json.dumps(sample_summary().to_plain()))
     run_dir = tmp_path / "run"
     write_summary(run_dir, {})
     (run_dir / names.SUMMARY).unlink()
@@ -167,7 +167,7 @@ def test_a_summary_that_is_a_symlink_is_not_followed(tmp_path) -> None:
 
 
 def test_the_report_command_refuses_a_hostile_summary_in_one_line(tmp_path, capsys) -> None:
-    data = sample_summary().to_json()
+    data = sample_summary().to_plain()
     data["best_accuracy"] = float("nan")
     write_summary(tmp_path, data)
     error = one_line_error(capsys, ["report", str(tmp_path)])

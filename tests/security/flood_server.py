@@ -40,7 +40,7 @@ def main() -> None:
     address, token = server.endpoint()
     print(address, token.hex(), flush=True)
     deadline = time.monotonic() + 60
-    while not server.shard.sync.done and time.monotonic() < deadline:
+    while not server.shard.sync.live.done and time.monotonic() < deadline:
         server.drain()
         time.sleep(0.05)
     time.sleep(0.5)  # the last replies go out
@@ -49,8 +49,8 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "done": server.shard.sync.done,
-                "accounting": accounting.to_record(),
+                "done": server.shard.sync.live.done,
+                "accounting": accounting.to_plain(),
                 "rejected": server.rejected_messages(),
                 "failure": None if failure is None else repr(failure),
             }

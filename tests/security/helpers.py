@@ -70,7 +70,7 @@ def valid_state(job: dict[str, Any] = SMALL_JOB) -> dict[str, Any]:
     in the unversioned layout (format 1) that checkpoints had before format_version 2."""
     plan = RunPlan.resolve(make_config(job), train_samples=160)
     sync = Synchronizer(plan.sync, FlatSGD(torch.zeros(model_parameters(job))))
-    record = RunRecord().to_state()
+    record = RunRecord().to_plain()
     return {"servers": [sync.snapshot("periodic").state.to_plain()], "controller": record}
 
 

@@ -110,13 +110,13 @@ def big_run_dir(
     run_dir = root / name
     run_dir.mkdir()
     summary = sample_summary(schedule="bsp:0.5,asp $\\frac{ [/]", switches=())
-    (run_dir / "summary.json").write_text(json.dumps(summary.to_json()))
+    (run_dir / "summary.json").write_text(json.dumps(summary.to_plain()))
     (run_dir / "config.json").write_text(json.dumps({"workers": workers}))
     lines = []
     for i in range(switches):
         protocols = ("bsp", "asp") if i % 2 == 0 else ("asp", "bsp")
         switch = Switch(i / switches, i, None, *protocols, time_s=10.0 * i / switches)
-        lines.append(json.dumps({"event": "switch", **switch.to_json()}))
+        lines.append(json.dumps({"event": "switch", **switch.to_plain()}))
     for i in range(marks):
         kind = "straggler_detected" if i % 2 == 0 else "straggler_recovered"
         lines.append(json.dumps({"event": kind, "worker": i % workers, "time_s": i / marks}))

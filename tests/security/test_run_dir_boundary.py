@@ -106,7 +106,7 @@ def test_a_finished_run_is_not_resumed(tmp_path, capsys):
     summary = sample_summary(final_accuracy=0.9)
     assert summary.complete
     run_dir = make_run_dir(
-        tmp_path, [valid_state()], files={"summary.json": json.dumps(summary.to_json())}
+        tmp_path, [valid_state()], files={"summary.json": json.dumps(summary.to_plain())}
     )
     before = (run_dir / "summary.json").read_bytes()
     err = resume(capsys, run_dir)

@@ -156,7 +156,7 @@ class Divergence:
     # checkpoint taken at or before this point: a later one may hold already-diverging weights.
     healthy_progress: float | None = None
 
-    def to_record(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {
             "kind": str(self.kind),
             "reason": self.reason,

@@ -68,7 +68,7 @@ class CheckpointInfo:
     format_version: int = FORMAT_VERSION
     meta: dict[str, Any] = field(default_factory=dict)  # small JSON facts given to save()
 
-    def to_record(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         """For events.jsonl and summary.json."""
         return {
             "file": self.path.name,

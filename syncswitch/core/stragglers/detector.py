@@ -218,7 +218,7 @@ class StragglerRecord:
         """The event's name in events.jsonl: straggler_detected or straggler_recovered."""
         return f"straggler_{self.kind.value}"
 
-    def to_record(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         record: dict[str, Any] = {
             "event": self.name,
             "worker": self.worker,
@@ -237,8 +237,8 @@ class StragglerRecord:
         return record
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> StragglerRecord:
-        """Back from `to_record()` (a checkpointed run record); raises on a malformed one."""
+    def from_plain(cls, record: dict[str, Any]) -> StragglerRecord:
+        """Back from `to_plain()` (a checkpointed run record); raises on a malformed one."""
         name = record["event"]
         if not isinstance(name, str) or not name.startswith("straggler_"):
             raise ValueError(f"a straggler event is named {name!r}")

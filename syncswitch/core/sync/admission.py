@@ -294,7 +294,7 @@ class GradientLedger:
 
     # -- checkpoints -------------------------------------------------------------------------
 
-    def to_state(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         """Plain data for a checkpoint (str keys, lists)."""
         return {
             "first_sequence": self.first_sequence,
@@ -316,10 +316,10 @@ class GradientLedger:
         }
 
     @classmethod
-    def from_state(
+    def from_plain(
         cls, data: dict[str, Any], in_flight_reason: DropReason | str = DropReason.ROLLED_BACK
     ) -> GradientLedger:
-        """Rebuild from `to_state`. Gradients in flight when the checkpoint was taken are not
+        """Rebuild from `to_plain`. Gradients in flight when the checkpoint was taken are not
         in its weights and their server is gone, so they are counted dropped with
         `in_flight_reason`. New worker incarnations should start at `next_sequence(w)`.
         """

@@ -166,7 +166,7 @@ class Decision:
     worker: int | None = None
     protocol: ProtocolSpec | None = None  # the protocol a switch, return or rollback puts in force
 
-    def to_record(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {
             "action": self.action.value,
             "policy": self.policy,
@@ -178,8 +178,8 @@ class Decision:
         }
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> Decision:
-        """Back from `to_record()` (a checkpointed run record); raises on a malformed one."""
+    def from_plain(cls, record: dict[str, Any]) -> Decision:
+        """Back from `to_plain()` (a checkpointed run record); raises on a malformed one."""
         worker, protocol = record["worker"], record["protocol"]
         return cls(
             action=Action(record["action"]),
@@ -259,6 +259,6 @@ class WorkerStats:
             wait_mean_s=float(np.mean(wait_times or [0.0])),
         )
 
-    def to_row(self) -> dict[str, int | float]:
+    def to_plain(self) -> dict[str, int | float]:
         """A row of worker_steps.csv (a value not measured is left out, so its cell is empty)."""
         return {k: v for k, v in asdict(self).items() if v is not None}

@@ -39,7 +39,7 @@ class Snapshots:
         state = live.capture(
             optimizer=OptimizerState(optimizer["weights"], optimizer["momentum_buffer"]),
             clocks=self.room.clocks,
-            ledger=self.gate.ledger.to_state(),
+            ledger=self.gate.ledger.to_plain(),
             outer_buffer=self.local.outer_buffer(),
             time_s=now_s,
         )

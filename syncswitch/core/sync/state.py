@@ -61,7 +61,7 @@ class SynchronizerState:
     momentum_policy: MomentumPolicy
     pinned: ProtocolSpec | None  # set by a divergence rollback
     version_floor: int
-    ledger: Mapping[str, Any]  # GradientLedger.to_state(): its own plain form
+    ledger: Mapping[str, Any]  # GradientLedger.to_plain(): its own plain form
     local: LocalState = field(default_factory=lambda: LocalState())
 
     # -- the checkpoint's plain form ---------------------------------------------------------
@@ -82,7 +82,7 @@ class SynchronizerState:
             "phase_started_s": self.phase_started_s,
             "time_by_protocol": dict(self.time_by_protocol),
             "samples_by_protocol": dict(self.samples_by_protocol),
-            "switches": [e.to_state() for e in self.switches],
+            "switches": [e.to_plain(state_layout=True) for e in self.switches],
             "async_start": self.async_start,
             "phase_bsp_samples": self.phase_bsp_samples,
             "next_eval_index": self.next_eval_index,
@@ -283,9 +283,9 @@ class _Reader:
         if not isinstance(value, list | tuple) or not all(isinstance(e, Mapping) for e in value):
             raise self._wrong(name, value, "a list of switch records")
         switches = []
-        for entry in value:  # Switch.to_state()'s layout (or to_summary()'s)
+        for entry in value:  # the state layout (or the summary layout)
             try:
-                switches.append(Switch.from_summary(entry))
+                switches.append(Switch.from_plain(entry))
             except (KeyError, TypeError, ValueError):
                 expected = f"switch records with keys {sorted(STATE_KEYS)}"
                 raise self._wrong(name, entry, expected) from None

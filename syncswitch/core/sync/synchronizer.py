@@ -262,7 +262,7 @@ class Synchronizer:
         counted as training time. Every worker must `rejoin` before it trains again.
         """
         self.snapshots.load(state)
-        self.gate.ledger = GradientLedger.from_state(dict(state.ledger))
+        self.gate.ledger = GradientLedger.from_plain(dict(state.ledger))
         self.live = self.live.restored(state, started_at=self._clock() - state.time_s)
 
     def roll_back(

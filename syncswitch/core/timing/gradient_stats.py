@@ -179,7 +179,7 @@ class GradientStatsEstimator:
 
     # -- resume: the history a resumed run needs is the EMAs and the last round -----------
 
-    def to_state(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {
             "half_life_rounds": self.half_life_rounds,
             "noise": [self._noise.value, self._noise.weight],
@@ -192,7 +192,7 @@ class GradientStatsEstimator:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> GradientStatsEstimator:
+    def from_plain(cls, state: dict[str, Any]) -> GradientStatsEstimator:
         estimator = cls(float(state["half_life_rounds"]))
         emas = {"noise": estimator._noise, "grad": estimator._grad, "drift": estimator._drift}
         for key, ema in emas.items():

@@ -79,7 +79,7 @@ class OnlineSwitchDecision:
     progress: float
     values: Mapping[str, float] = field(default_factory=dict)
 
-    def to_record(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {
             "switch": self.switch,
             "reason": self.reason.value,
@@ -89,8 +89,8 @@ class OnlineSwitchDecision:
         }
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> OnlineSwitchDecision:
-        """Back from `to_record()` (a checkpointed run record); raises on a malformed one."""
+    def from_plain(cls, record: dict[str, Any]) -> OnlineSwitchDecision:
+        """Back from `to_plain()` (a checkpointed run record); raises on a malformed one."""
         return cls(
             switch=bool(record["switch"]),
             reason=TimingReason(record["reason"]),

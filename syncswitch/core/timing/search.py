@@ -116,7 +116,7 @@ class FractionEvidence:
     holds: bool
     below_bsp_points: float  # BSP mean minus this mean, in points (negative: above BSP)
 
-    def to_record(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {
             "fraction": self.fraction,
             "label": format_fraction(self.fraction),
@@ -146,7 +146,7 @@ class SearchDecision:
     def schedule(self) -> str:
         return schedule_for(self.fraction)
 
-    def to_record(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         return {
             "fraction": self.fraction,
             "label": format_fraction(self.fraction),
@@ -159,7 +159,7 @@ class SearchDecision:
             "repeats": self.repeats,
             "trials_used": self.trials_used,
             "baseline": list(self.baseline),
-            "tried": [e.to_record() for e in self.evidence],
+            "tried": [e.to_plain() for e in self.evidence],
         }
 
 

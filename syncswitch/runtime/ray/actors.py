@@ -60,7 +60,7 @@ class ActorDirectory:
             {
                 **self.pids,
                 **described,
-                "actors": {name: where.to_record() for name, where in self.where.items()},
+                "actors": {name: where.to_plain() for name, where in self.where.items()},
                 "by_node": nodes,
             },
         )

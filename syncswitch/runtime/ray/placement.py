@@ -55,7 +55,7 @@ class ActorPlace:
     host: str
     device: str
 
-    def to_record(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, Any]:
         """For actors.json."""
         return asdict(self)
 

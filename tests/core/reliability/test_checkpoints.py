@@ -183,7 +183,7 @@ def test_round_trip_of_a_realistic_state(tmp_path: Path) -> None:
     _assert_same(loaded.state, state)
     assert loaded.info == info
     assert loaded.refused == []
-    assert info.to_record()["file"] == "checkpoint-000001.pt"
+    assert info.to_plain()["file"] == "checkpoint-000001.pt"
     manifest = json.loads(info.manifest_path.read_text())
     assert manifest["sha256"] == hashlib.sha256(info.path.read_bytes()).hexdigest()
     assert manifest["bytes"] == info.path.stat().st_size

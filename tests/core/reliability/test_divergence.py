@@ -190,7 +190,7 @@ def test_first_rollback_continues_under_bsp_with_half_the_learning_rate() -> Non
     assert decision.reason.startswith("training loss diverged")
     assert "continuing under BSP with learning rate x0.5" in decision.reason
     assert "(rollback 1 of at most 2)" in decision.reason
-    record = decision.to_decision().to_record()
+    record = decision.to_decision().to_plain()
     assert record["action"] == "rollback" and record["policy"] == "divergence_guard"
     assert record["protocol"] == "bsp" and record["progress"] == 0.6
 
@@ -218,7 +218,7 @@ def test_gives_up_after_the_allowed_rollbacks() -> None:
     decision = rollback_decision(_verdict(), 0.25, MomentumPolicy.SCALE, config, rollbacks_done=2)
     assert isinstance(decision, GiveUp)
     assert decision.reason.endswith("giving up: 2 rollbacks done, limit 2")
-    assert decision.to_decision().to_record()["action"] == "give_up"
+    assert decision.to_decision().to_plain()["action"] == "give_up"
     never = rollback_decision(_verdict(), 1.0, MomentumPolicy.SCALE, RollbackConfig(0))
     assert isinstance(never, GiveUp)
 

@@ -23,8 +23,8 @@ def _online_sync() -> Synchronizer:
 def test_end_online_phase_is_recorded_as_the_timing_switch_it_was() -> None:
     end = EndOnlinePhase.at("switch at 0.300 (staleness_noise: signal)", 1.5, 0.3, ASP)
     plain = Decision(Action.SWITCH, TIMING_POLICY, end.reason, 1.5, 0.3, protocol=ASP)
-    assert end.to_record() == plain.to_record()
-    assert end.to_record()["policy"] == "online_timing" and end.to_record()["action"] == "switch"
+    assert end.to_plain() == plain.to_plain()
+    assert end.to_plain()["policy"] == "online_timing" and end.to_plain()["action"] == "switch"
 
 
 def test_end_online_phase_is_only_a_timing_switch() -> None:

@@ -176,12 +176,12 @@ def test_detections_are_scored_against_the_emulated_scenario():
     assert recovered.delay_s is not None and recovered.delay_s > 0
     # The results' layout: the detector's facts, then the scores it has, in this order.
     facts = ["event", "worker", "ratio", "time_s", "progress", "reason"]
-    assert list(detected.to_record()) == [
+    assert list(detected.to_plain()) == [
         *facts,
         *["episode", "false_detection", "delay_s", "delay_fraction"],
     ]
-    assert list(recovered.to_record()) == [*facts, "episode", "delay_s"]
-    assert recovered.to_record()["event"] == "straggler_recovered"
+    assert list(recovered.to_plain()) == [*facts, "episode", "delay_s"]
+    assert recovered.to_plain()["event"] == "straggler_recovered"
     assert run.monitor.audit is not None and run.monitor.audit.false_detections == 0
 
 

@@ -245,7 +245,7 @@ def test_the_data_position_counts_a_local_rounds_batches_once_and_survives_a_che
     ledger.record_arrival(0, 2, batches=4)
     assert ledger.next_sequence(0) == 3 and ledger.data_position(0) == 9
     assert ledger.data_position(5) == 0  # never heard of: from the start
-    before = ledger.to_state()
+    before = ledger.to_plain()
     assert before["workers"]["0"]["extra_batches"] == 6
     assert ledger.restart_worker(0) == 3 and ledger.data_position(0) == 9
     # A late delta of the replaced incarnation is not drawn by the new one: not counted.
@@ -253,14 +253,14 @@ def test_the_data_position_counts_a_local_rounds_batches_once_and_survives_a_che
     ledger.restart_worker(0)
     assert ledger.record_arrival(0, 5, batches=4) == DropReason.WORKER_DIED
     assert ledger.data_position(0) == 8 + 9
-    restored = GradientLedger.from_state(ledger.to_state())
+    restored = GradientLedger.from_plain(ledger.to_plain())
     assert restored.data_position(0) == ledger.data_position(0)
     # A checkpoint without the key (every run before local phases) reads as one per sequence.
     del before["workers"]["0"]["extra_batches"]
-    assert GradientLedger.from_state(before).data_position(0) == 3
+    assert GradientLedger.from_plain(before).data_position(0) == 3
     before["workers"]["0"]["extra_batches"] = -1
     with pytest.raises(ValueError, match="extra_batches must be >= 0"):
-        GradientLedger.from_state(before)
+        GradientLedger.from_plain(before)
 
 
 def test_state_round_trip_is_plain_and_drops_what_was_in_flight() -> None:
@@ -271,9 +271,9 @@ def test_state_round_trip_is_plain_and_drops_what_was_in_flight() -> None:
     ledger.record_dropped(0, 1, DropReason.NON_FINITE)
     ledger.record_arrival(2, 0)
     ledger.record_applied(2, 0)
-    state = ledger.to_state()
+    state = ledger.to_plain()
     check_plain({"ledger": state})
-    restored = GradientLedger.from_state(state)
+    restored = GradientLedger.from_plain(state)
     assert restored.sent == 4 and restored.applied == 2 and restored.in_flight == 0
     assert restored.dropped_by_reason == {"non_finite": 1, "rolled_back": 1}
     assert restored.seen(0, 3) and not restored.seen(0, 2)
@@ -281,7 +281,7 @@ def test_state_round_trip_is_plain_and_drops_what_was_in_flight() -> None:
     _identity_holds(restored)
     state["sent"] = 99
     with pytest.raises(LedgerError, match="does not add up: sent 99"):
-        GradientLedger.from_state(state)
+        GradientLedger.from_plain(state)
 
 
 # -- quarantine ------------------------------------------------------------------------------
@@ -306,7 +306,7 @@ def test_three_bad_in_a_row_quarantine_once_and_name_what_was_sent() -> None:
     # Stays quarantined, and quiet, however it behaves; the policy never releases by itself.
     assert [policy.observe(5, v) for v in [None, None, "non_finite"] * 5] == [None] * 15
     assert policy.is_quarantined(5)
-    record = decision.to_decision(time_s=1.5, progress=0.25).to_record()
+    record = decision.to_decision(time_s=1.5, progress=0.25).to_plain()
     assert record["action"] == "quarantine" and record["worker"] == 5
     assert record["reason"] == decision.reason
 

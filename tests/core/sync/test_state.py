@@ -149,7 +149,7 @@ def _unversioned_snapshot_state(sync: Synchronizer) -> dict[str, Any]:
         "momentum_policy": sync.live.momentum_policy.value,
         "pinned": sync.live.pinned.name if sync.live.pinned else None,
         "version_floor": sync.live.version_floor,
-        "ledger": sync.gate.ledger.to_state(),
+        "ledger": sync.gate.ledger.to_plain(),
     }
 
 
@@ -196,7 +196,7 @@ def test_worker_stats_summarise_steps_and_leave_unmeasured_cells_empty() -> None
     stats = WorkerStats.of_steps(2, [0.1, 0.3, 0.2], [0.05, 0.15, 0.1], [0.0, 0.1, 0.2])
     assert stats.steps == 3 and stats.step_time_p50_s == pytest.approx(0.2)
     assert stats.step_time_max_s == pytest.approx(0.3) and stats.compute_cpu_mean_s is None
-    row = stats.to_row()
+    row = stats.to_plain()
     assert "compute_cpu_mean_s" not in row and row["worker"] == 2
     assert row["wait_mean_s"] == pytest.approx(0.1)
     idle = WorkerStats.of_steps(0, [], [], [], compute_cpu_times=[])
@@ -209,8 +209,8 @@ def test_switches_are_written_in_the_state_layout_and_read_from_either() -> None
     plain = sync.snapshot("test").state.to_plain()
     assert plain["switches"] and plain["switches"] == [asdict(e) for e in sync.live.switches]
     assert SynchronizerState.from_plain(plain).switches == tuple(sync.live.switches)
-    # The run record's layout (to_summary: "from", "to", rounded) reads too.
-    summary_layout = {**plain, "switches": [e.to_summary() for e in sync.live.switches]}
+    # The run record's layout (to_plain: "from", "to", rounded) reads too.
+    summary_layout = {**plain, "switches": [e.to_plain() for e in sync.live.switches]}
     assert SynchronizerState.from_plain(summary_layout).switches == tuple(
         e.rounded() for e in sync.live.switches
     )

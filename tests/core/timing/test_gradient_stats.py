@@ -163,7 +163,7 @@ def test_resumed_estimator_continues_exactly():
     rounds = [oracle.round(t, batches) for t in range(1, 41)]
     for t, (grads, mean) in enumerate(rounds[:20], start=1):
         first.add(acc.observe(t, grads, batches, mean))  # type: ignore[arg-type]
-    resumed = GradientStatsEstimator.from_state(first.to_state())
+    resumed = GradientStatsEstimator.from_plain(first.to_plain())
     for t, (grads, mean) in enumerate(rounds[20:], start=21):
         partials = acc.observe(t, grads, batches, mean)
         first.add(partials)  # type: ignore[arg-type]

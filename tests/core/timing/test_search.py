@@ -140,7 +140,7 @@ def test_decision_record_is_json_ready() -> None:
     import json
 
     decision, _ = drive(SearchSpec(repeats=1, resolution=1 / 8), threshold(0.2))
-    record = json.loads(json.dumps(decision.to_record()))
+    record = json.loads(json.dumps(decision.to_plain()))
     assert record["label"] == "1/4" and record["stop"] == "bracket"
     assert [t["label"] for t in record["tried"]] == ["1/2", "1/4", "1/8"]
 
