@@ -1,7 +1,7 @@
 """Records that cross a process, a file or a module boundary, each with its plain form beside
-it (DESIGN.md, "One schema per thing"). A leaf: torch-free and importing nothing of the package
-but `syncswitch.errors`, so the synchronizer (core) and the run-directory readers (rundir)
-share one class per record:
+it (docs/architecture.md, "One schema per thing"). A leaf: torch-free and importing nothing of
+the package but `syncswitch.errors`, so the synchronizer (core) and the run-directory readers
+(rundir) share one class per record:
 
     Switch       a protocol switch: the synchronizer's event, a checkpoint's entry (either
                  of its two layouts), an events.jsonl line's payload, summary.json's `switches`

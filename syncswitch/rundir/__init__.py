@@ -1,7 +1,7 @@
 """The run directory: its file names and columns, the summary's schema, its writer and reader.
 
 Everything in the package, the CLI and the benchmarks that reads or writes a run directory
-goes through here (DESIGN.md, "One schema per thing"):
+goes through here (docs/architecture.md, "One schema per thing"):
 
     from syncswitch.rundir import names, read_summary
     summary = read_summary(run_dir)            # a typed Summary, checked as it is read
