@@ -30,10 +30,11 @@ import harness
 import torch
 
 from syncswitch.control.plan import STATS_COORDINATES
+from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import Schedule
 from syncswitch.core.sync.records import Gradient
-from syncswitch.core.sync.synchronizer import SyncConfig, Synchronizer
+from syncswitch.core.sync.synchronizer import Synchronizer
 from syncswitch.core.timing.gradient_stats import RoundStatsAccumulator
 
 SIZES = {"cnn1d": 5_210, "resnet20": 269_722}

@@ -71,8 +71,8 @@ from harness import (
 )
 from server_capacity import BATCH, parameter_count
 
+from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.protocol import Schedule
-from syncswitch.core.sync.synchronizer import SyncConfig
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.ray.server import ParameterServer
 from syncswitch.runtime.shards import ShardSpec

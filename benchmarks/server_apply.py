@@ -51,10 +51,10 @@ from harness import (
 
 import syncswitch
 from syncswitch.control.shard import ServerShard
+from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import ASP, Schedule
 from syncswitch.core.sync.records import Gradient
-from syncswitch.core.sync.synchronizer import SyncConfig
 from syncswitch.workloads import build_model, load_dataset
 from syncswitch.workloads.models import resnet20
 

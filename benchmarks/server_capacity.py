@@ -39,8 +39,8 @@ from harness import (
     save_text,
 )
 
+from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.protocol import ASP, Schedule
-from syncswitch.core.sync.synchronizer import SyncConfig
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.ray.server import ParameterServer
 from syncswitch.runtime.shards import ShardSpec

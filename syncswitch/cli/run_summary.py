@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from syncswitch.rundir import GradientCounts, OnlineTimingSummary, Summary, Switch, names
+from syncswitch.records import Accounting
+from syncswitch.rundir import OnlineTimingSummary, Summary, Switch, names
 
 
 def summary_json(summary: Summary, run_dir: Path) -> str:
@@ -131,7 +132,7 @@ def online_timing_line(timing: OnlineTimingSummary) -> str:
     )
 
 
-def _dropped(gradients: GradientCounts) -> str:
+def _dropped(gradients: Accounting) -> str:
     count = gradients.dropped_total
     reasons = ", ".join(f"{n} {reason}" for reason, n in gradients.dropped.items()) if count else ""
     text = f"{count} of {gradients.sent:,} gradients" if gradients.sent else str(count)

@@ -17,9 +17,9 @@ from syncswitch.core.cluster.model import ClusterModel
 from syncswitch.core.reliability.divergence import RollbackConfig
 from syncswitch.core.reliability.faults import FaultPlan
 from syncswitch.core.stragglers.monitor import StragglerMonitorConfig
+from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.protocol import Protocol, Schedule
-from syncswitch.core.sync.synchronizer import SyncConfig
 from syncswitch.core.timing.rules import Rule, ShareBounds, make_rule, rule_threshold, uses_losses
 
 

@@ -15,7 +15,8 @@ import numpy as np
 from syncswitch.control.evaluations import MetricsRow
 from syncswitch.control.timing import TimingHistory
 from syncswitch.core.stragglers.detector import StragglerRecord
-from syncswitch.core.sync.records import Decision, Switch
+from syncswitch.core.sync.records import Decision
+from syncswitch.records import Switch
 from syncswitch.records.failures import FailureEntry, failure_from_record
 
 

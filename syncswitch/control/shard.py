@@ -18,13 +18,12 @@ import numpy as np
 import torch
 
 from syncswitch.core.stragglers.monitor import carry_out
-from syncswitch.core.sync.config import check_worker
+from syncswitch.core.sync.config import SyncConfig, check_worker
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.local import LocalRound
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import ProtocolSpec
 from syncswitch.core.sync.records import (
-    Accounting,
     Decision,
     Gradient,
     Outcome,
@@ -32,7 +31,8 @@ from syncswitch.core.sync.records import (
     StepObservation,
 )
 from syncswitch.core.sync.state import SynchronizerState
-from syncswitch.core.sync.synchronizer import SyncConfig, Synchronizer
+from syncswitch.core.sync.synchronizer import Synchronizer
+from syncswitch.records import Accounting
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardState
 from syncswitch.core.stragglers.detector import EventKind
-from syncswitch.core.sync.records import Accounting, WorkerStats
+from syncswitch.core.sync.records import WorkerStats
 from syncswitch.core.timing.rules import TIMING_POLICY
+from syncswitch.records import Accounting
 from syncswitch.rundir import OnlineTimingSummary, Reliability, Summary
 
 

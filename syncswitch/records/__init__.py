@@ -6,7 +6,7 @@ the package but `syncswitch.errors`, so the synchronizer (core) and the run-dire
     Switch       a protocol switch: the synchronizer's event, a checkpoint's entry (either
                  of its two layouts), an events.jsonl line's payload, summary.json's `switches`
     Accounting   exactly-once gradient counts: the synchronizer's accounting and
-                 summary.json's "gradients" (`GradientCounts` in syncswitch.rundir)
+                 summary.json's "gradients"
     WorkerFailure, ServerFailure, Resumption (failures.py)
                  the run record's failure entries: summary.json's reliability.failures, a
                  checkpoint's run record, and the worker_failed / server_failed / run_resumed

@@ -50,7 +50,6 @@ from syncswitch.rundir.reader import (
 )
 from syncswitch.rundir.summary import (
     SUMMARY_KEYS,
-    GradientCounts,
     OnlineTimingSummary,
     Reliability,
     Summary,
@@ -76,7 +75,6 @@ __all__ = [
     "WORKER_COLUMNS",
     "WORKER_STEPS",
     "Episode",
-    "GradientCounts",
     "Metrics",
     "OnlineTimingSummary",
     "Reliability",

@@ -1,7 +1,7 @@
 """summary.json as a typed record: one attribute per key, its (de)serialisation beside it.
 
-Its switches and gradient counts are the synchronizer's own records (`Switch`, `Accounting`,
-here also named `GradientCounts`), from the torch-free leaf `syncswitch.records`.
+Its switches and gradient counts are the synchronizer's own records (`Switch`, `Accounting`),
+from the torch-free leaf `syncswitch.records`.
 
 `Summary.to_plain()` gives the dict that is written (same keys, same order as ever);
 `Summary.from_plain()` checks what it reads (types, finiteness, ranges) and refuses a bad
@@ -28,7 +28,6 @@ RUNNING = "running"
 
 
 # summary.json's "gradients": the synchronizer's exactly-once accounting, the one record.
-GradientCounts = Accounting
 
 
 @dataclass(frozen=True)
@@ -139,7 +138,7 @@ class Summary:
     samples_by_protocol: dict[str, int] = field(default_factory=dict)
     switches: tuple[Switch, ...] = field(metadata=_HEADLINE)
     staleness: dict[str, dict[str, Any]]  # per protocol: mean, max, gradients, ...
-    gradients: GradientCounts
+    gradients: Accounting
     workers: int
     worker_step_time_mean_s: float | None
     emulation: dict[str, Any]  # the timing label: {"enabled": ..., "kind": ..., ...}
@@ -227,7 +226,7 @@ class Summary:
                 Switch.from_plain(s, f"{where}: switches[{i}]") for i, s in enumerate(switches)
             ),
             staleness=_objects_by_name(read, "staleness"),
-            gradients=GradientCounts.from_plain(read.mapping("gradients"), f"{where}: gradients"),
+            gradients=Accounting.from_plain(read.mapping("gradients"), f"{where}: gradients"),
             workers=read.integer("workers", low=1),
             worker_step_time_mean_s=read.number("worker_step_time_mean_s", **rate),
             emulation=read.mapping("emulation"),

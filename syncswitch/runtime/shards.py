@@ -18,9 +18,9 @@ import numpy as np
 from syncswitch.control.decisions import RollBack
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.shard import ServerShard
+from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.records import Decision, Outcome
 from syncswitch.core.sync.state import SynchronizerState
-from syncswitch.core.sync.synchronizer import SyncConfig
 
 # One of the controller's calls on a shard; what it releases, the runtime answers.
 ShardAction = Callable[[ServerShard], Outcome]

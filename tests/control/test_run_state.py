@@ -14,8 +14,9 @@ from syncswitch.control.run_state import STATE_VERSION, RunCheckpoint, run_check
 from syncswitch.core.reliability.checkpoints import CheckpointStore, RefusalKind
 from syncswitch.core.stragglers.detector import EventKind, StragglerRecord
 from syncswitch.core.sync.protocol import BSP
-from syncswitch.core.sync.records import Action, Decision, Switch
+from syncswitch.core.sync.records import Action, Decision
 from syncswitch.core.sync.state import StateFormatError
+from syncswitch.records import Switch
 from syncswitch.records.failures import Resumption, ServerFailure, WorkerFailure
 from tests.control.scripted import ScriptedRun
 from tests.security.helpers import valid_state

@@ -10,10 +10,8 @@ from typing import Any
 
 import pytest
 
-from syncswitch.core.sync.records import Accounting as CoreAccounting
 from syncswitch.errors import RunDirError
 from syncswitch.records import Accounting, Switch
-from syncswitch.rundir import GradientCounts
 from syncswitch.rundir import Switch as RunDirSwitch
 
 SWITCH = Switch(0.123456789, 800, 25, "bsp", "asp", 1.23456789, 0.0004, "scheduled")
@@ -35,7 +33,6 @@ def _legacy_to_summary(s: Switch) -> dict[str, Any]:
 
 def test_one_class_under_every_name() -> None:
     assert Switch is RunDirSwitch
-    assert CoreAccounting is Accounting is GradientCounts
 
 
 def test_each_switch_layout_is_written_as_before() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from syncswitch.rundir import GradientCounts, Reliability, Summary, Switch
+from syncswitch.records import Accounting
+from syncswitch.rundir import Reliability, Summary, Switch
 
 
 def sample_summary(**changes: Any) -> Summary:
@@ -40,7 +41,7 @@ def sample_summary(**changes: Any) -> Summary:
             ),
         ),
         staleness={"bsp": {"mean": 0.0, "max": 0}, "asp": {"mean": 3.1, "max": 9}},
-        gradients=GradientCounts(
+        gradients=Accounting(
             sent=2001, applied=2000, dropped={"stale": 1}, waiting=0, unaccounted=0
         ),
         workers=8,

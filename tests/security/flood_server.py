@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
+from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.protocol import ASP, Schedule
-from syncswitch.core.sync.synchronizer import SyncConfig
 from syncswitch.runtime.ray.server import ParameterServer
 from syncswitch.runtime.shards import ShardSpec
 

@@ -13,10 +13,7 @@ from syncswitch.core.sync.protocol import ProtocolSpec
 from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.core.timing.gradient_stats import RoundPartials
 from syncswitch.core.timing.rules import TIMING_POLICY
-
-# The records core shares with the run directory's readers (torch-free, syncswitch.records).
-from syncswitch.records import Accounting as Accounting
-from syncswitch.records import Switch as Switch
+from syncswitch.records import Switch
 
 
 @dataclass

@@ -16,11 +16,12 @@ from syncswitch.core.sync.live import LiveState
 from syncswitch.core.sync.local_phase import LocalPhase
 from syncswitch.core.sync.milestones import Milestones
 from syncswitch.core.sync.protocol import Protocol, ProtocolSpec
-from syncswitch.core.sync.records import Outcome, Switch
+from syncswitch.core.sync.records import Outcome
 from syncswitch.core.sync.snapshots import Snapshots
 from syncswitch.core.sync.update import Updater
 from syncswitch.core.sync.waitroom import WaitRoom
 from syncswitch.core.timing.rules import TIMING_POLICY
+from syncswitch.records import Switch
 
 # The reason a switch carries when an online phase reached its ceiling undecided.
 ONLINE_CEILING = f"{TIMING_POLICY}: the BSP share's ceiling reached"

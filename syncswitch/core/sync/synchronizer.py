@@ -46,8 +46,7 @@ import time
 from collections.abc import Callable
 
 from syncswitch.core.sync.admission import DropReason, GradientLedger
-from syncswitch.core.sync.config import SyncConfig as SyncConfig
-from syncswitch.core.sync.config import check_worker
+from syncswitch.core.sync.config import SyncConfig, check_worker
 from syncswitch.core.sync.gate import Gate
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.live import LiveState
@@ -55,12 +54,13 @@ from syncswitch.core.sync.local import LocalRound
 from syncswitch.core.sync.local_phase import LocalPhase
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import Protocol, ProtocolSpec
-from syncswitch.core.sync.records import Accounting, Gradient, Outcome, Snapshot
+from syncswitch.core.sync.records import Gradient, Outcome, Snapshot
 from syncswitch.core.sync.rounds import Rounds
 from syncswitch.core.sync.snapshots import Snapshots
 from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.core.sync.update import Updater
 from syncswitch.core.sync.waitroom import WaitRoom
+from syncswitch.records import Accounting
 
 
 class Synchronizer:

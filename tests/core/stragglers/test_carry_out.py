@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from syncswitch.core.stragglers.monitor import carry_out
+from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import ASP, Schedule
 from syncswitch.core.sync.records import Action, Decision, EndOnlinePhase
-from syncswitch.core.sync.synchronizer import SyncConfig, Synchronizer
+from syncswitch.core.sync.synchronizer import Synchronizer
 from syncswitch.core.timing.rules import TIMING_POLICY
 
 

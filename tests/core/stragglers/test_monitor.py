@@ -18,11 +18,12 @@ from syncswitch.core.stragglers.detector import EventKind, StragglerRecord
 from syncswitch.core.stragglers.monitor import StragglerMonitor, StragglerMonitorConfig
 from syncswitch.core.stragglers.policies import StragglerPolicyKind
 from syncswitch.core.stragglers.scenarios import StragglerEpisode, StragglerScenario
+from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import ASP, BSP, Schedule
 from syncswitch.core.sync.records import Gradient, Outcome
-from syncswitch.core.sync.synchronizer import SyncConfig, Synchronizer
+from syncswitch.core.sync.synchronizer import Synchronizer
 
 BATCH = 4
 STEP_S = 0.02

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.hyperparams import LrSchedule, LrScheduleKind
 from syncswitch.core.sync.local import (
     QSR_MAX_GROWTH,
@@ -26,7 +27,7 @@ from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import Protocol, ProtocolSpec, Schedule, ScheduleError
 from syncswitch.core.sync.records import Gradient
 from syncswitch.core.sync.state import SynchronizerState
-from syncswitch.core.sync.synchronizer import SyncConfig, Synchronizer
+from syncswitch.core.sync.synchronizer import Synchronizer
 
 BATCH = 4
 DIM = 6

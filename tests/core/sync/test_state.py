@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 
+from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import ASP, Schedule
@@ -19,7 +20,7 @@ from syncswitch.core.sync.state import (
     StateFormatError,
     SynchronizerState,
 )
-from syncswitch.core.sync.synchronizer import SyncConfig, Synchronizer
+from syncswitch.core.sync.synchronizer import Synchronizer
 
 BATCH = 4
 WORKERS = 4

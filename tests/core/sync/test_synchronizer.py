@@ -5,11 +5,12 @@ import itertools
 import pytest
 import torch
 
+from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.optimizer import FlatSGD, flat_gradient, flatten_parameters
 from syncswitch.core.sync.protocol import ASP, BSP, Schedule
 from syncswitch.core.sync.records import Gradient
-from syncswitch.core.sync.synchronizer import SyncConfig, Synchronizer
+from syncswitch.core.sync.synchronizer import Synchronizer
 
 BATCH = 4
 

@@ -9,10 +9,11 @@ import math
 import pytest
 import torch
 
+from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import Schedule
 from syncswitch.core.sync.records import Gradient
-from syncswitch.core.sync.synchronizer import SyncConfig, Synchronizer
+from syncswitch.core.sync.synchronizer import Synchronizer
 from syncswitch.core.timing.gradient_stats import (
     GradientStatsEstimator,
     RoundPartials,
