@@ -4,25 +4,36 @@ Python API::
 
     from syncswitch import TrainConfig, train
     result = train(TrainConfig(workers=8, schedule="bsp:0.25,asp"))
-    print(result.summary.final_accuracy, result.run_dir)
+    print(result.summary.final_value, result.summary.test, result.run_dir)
 
     from syncswitch import read_summary   # any run directory, read back and checked
     print(read_summary(result.run_dir).samples_per_s)
 
-`train` also accepts `model_factory=` (any picklable callable returning an nn.Module),
-`dataset=` (a `syncswitch.workloads.ArrayDataset`) and `loss_fn=`.
+`train` also takes a job of the user's own: `model_factory=`, torch Datasets as
+`train_data=`, `val_data=`, `test_data=` (or factories of them), `collate_fn=`, `loss_fn=`,
+`metrics=` and `primary_metric=` (see `syncswitch.runtime.train.train`, docs/api.md).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from syncswitch.config import TrainConfig, make_config
 from syncswitch.errors import ConfigError
 from syncswitch.rundir import Summary, read_summary
 
+if TYPE_CHECKING:
+    from syncswitch.runtime.train import train
+
 __all__ = ["ConfigError", "Summary", "TrainConfig", "make_config", "read_summary", "train"]
 __version__ = "0.1.0"
 
 
-def train(config: TrainConfig, **kwargs):
-    """Run one training job (see `syncswitch.runtime.train.train`)."""
-    from syncswitch.runtime.train import train as _train
+def __getattr__(name: str) -> Any:
+    # `train` is the runtime's own function (its typed signature, its docstring), imported
+    # on first use: importing syncswitch stays free of torch and Ray.
+    if name == "train":
+        from syncswitch.runtime.train import train
 
-    return _train(config, **kwargs)
+        return train
+    raise AttributeError(f"module 'syncswitch' has no attribute {name!r}")

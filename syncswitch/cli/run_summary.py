@@ -31,10 +31,13 @@ def summary_table(summary: Summary, run_dir: Path, *, library_log: Path | None) 
     )
     table.add_column(style="bold")
     table.add_column()
-    final, best = summary.final_accuracy, summary.best_accuracy
+    metric, final, best = summary.metric, summary.final_value, summary.best_value
     table.add_row(
-        "accuracy", f"{_percent(final)} final, {_percent(best)} best" if final is not None else "-"
+        f"{metric.split} {metric.name}",
+        f"{metric.show(final)} final, {metric.show(best)} best" if final is not None else "-",
     )
+    if summary.test and metric.split != "test" and metric.name in summary.test:
+        table.add_row(f"test {metric.name}", f"{metric.show(summary.test[metric.name])} (final)")
     wall, setup = summary.wall_time_s or 0.0, summary.setup_time_s or 0.0
     if summary.timing == "simulated" and summary.host_time_s is not None:
         # Simulated seconds are the cluster model's; the host's are what the run took here.

@@ -190,6 +190,8 @@ def config_for_resume(args: argparse.Namespace) -> TrainConfig:
     saved = read_saved_config(run_dir)
     known = {f.name for f in config_fields()}
     values = {k: v for k, v in saved.items() if k in known and k not in _FROM_FLAGS_ONLY}
+    # A run from before validation splits had none: it resumes as it was started.
+    values.setdefault("val_fraction", 0.0)
     if saved.get("ray_address"):
         print(
             "syncswitch: the run directory's config.json names a Ray cluster; it is ignored "

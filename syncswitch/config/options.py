@@ -46,6 +46,7 @@ from syncswitch.config.limits import (
     MAX_WORKERS,
     MIN_EVERY_FRACTION,
     MODELS,
+    VALIDATION_SHARE,
     PLACEMENTS,
     RUNTIMES,
 )
@@ -246,6 +247,14 @@ class TrainOptions:
         Role(JOB_GROUP, Identity.JOB),
         range=Range(100, MAX_MNIST1D_SAMPLES),
     )
+    val_fraction: float = option(
+        VALIDATION_SHARE,
+        "share of the training samples set aside (seeded, the same for every run of a job) "
+        "as the validation split that every decision reads; 0: none, the test set decides, "
+        "as runs before validation splits did",
+        Role(JOB_GROUP, Identity.WHEN_SET),
+        range=Range(0, 0.5),
+    )
     seed: int = option(
         0,
         "seed for model init, data order and emulated jitter",
@@ -255,7 +264,7 @@ class TrainOptions:
     # Measurement and output.
     eval_every: float = option(
         0.05,
-        "evaluate test accuracy every this fraction of training",
+        "evaluate on the validation split every this fraction of training",
         Role(JOB_GROUP, Identity.NONE),
         range=Range(MIN_EVERY_FRACTION, 1),
     )

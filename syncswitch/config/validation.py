@@ -117,6 +117,7 @@ def _check_workload_size(config: TrainOptions) -> None:
     """epochs x training samples is the total workload; bounded so that run lengths,
     schedules and evaluation points stay exact integers of a sane size."""
     train_samples = config.mnist1d_samples if config.dataset == "mnist1d" else CIFAR_TRAIN_SAMPLES
+    train_samples = round(train_samples * (1 - config.val_fraction))
     total = config.epochs * train_samples
     if total > MAX_TOTAL_SAMPLES:
         raise ConfigError(

@@ -84,17 +84,20 @@ class RunController:
         clock: Callable[[], float] = time.monotonic,
         host_clock: Callable[[], float] = time.perf_counter,
         weights_state: Callable[[np.ndarray], dict[str, torch.Tensor]] | None = None,
+        test_metrics: Callable[[np.ndarray], dict[str, float] | None] | None = None,
     ) -> None:
         """`clock` is the run's time (a simulator's is virtual); `host_clock` is real time,
         for the host seconds the run took. `weights_state` turns the final flat weights into
         what final_weights.pt holds: train() gives the model's state_dict; without it (a
-        scripted run, which has no model) the flat vector is kept as {"flat_weights": ...}."""
+        scripted run, which has no model) the flat vector is kept as {"flat_weights": ...}.
+        `test_metrics` measures the final weights on the test split (None: it has none)."""
         self.plan = plan
         self.writer = writer
         self.resumed_from = resumed_from
         self.schedule_source = schedule_source or {"kind": "given"}
         self.host_clock = host_clock
         self.weights_state = weights_state or flat_weights_state
+        self.test_metrics = test_metrics
         self._host_started = host_clock()
         self._phases = PhaseMachine()
         self.state = ShardState()  # the first shard's, as of the last drain
@@ -107,7 +110,7 @@ class RunController:
             ]
         self.journal = RunJournal(self.record, writer)
         log_decision = self.journal.log_decision
-        self.evaluations = EvaluationAssembly()
+        self.evaluations = EvaluationAssembly(plan.metric.split)
         self.checkpoints = CheckpointKeeper(
             writer,
             self.record,
@@ -187,14 +190,15 @@ class RunController:
         self._maybe_finishing()
         return Step(before, self.phase, decisions)
 
-    def on_evaluated(self, point: EvalPoint, accuracy: float, loss: float) -> Step:
-        """An evaluation is back; metrics are written in training order, whatever the order
-        in which evaluations come back."""
+    def on_evaluated(self, point: EvalPoint, values: dict[str, float]) -> Step:
+        """An evaluation is back (the measures of the split decisions read, the primary
+        metric first); metrics are written in training order, whatever the order in which
+        evaluations come back."""
         before = self.phase
-        for evaluated in self.evaluations.result(point, accuracy, loss):
+        for evaluated in self.evaluations.result(point, values):
             row = evaluated.metric_row()
             if self.timing is not None:
-                self.timing.add_loss(float(row.fraction), float(row.test_loss))
+                self.timing.add_loss(float(row.fraction), float(row.loss))
             self.record.metrics.append(row)
             self.writer.metric(row.to_plain())
             self.writer.summary(self.summary([], status="running"))
@@ -303,6 +307,8 @@ class RunController:
         rows = [stats.to_plain() for stats in worker_stats]
         self.writer.worker_stats(rows)
         self.checkpoints.write(final_snapshots)
+        if self.test_metrics is not None:
+            self.record.test = self.test_metrics(final_weights)
         summary = self.summary(worker_stats, status="complete")
         self.writer.summary(summary)
         buffer = io.BytesIO()  # written atomically: never through a planted symlink

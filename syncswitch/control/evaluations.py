@@ -14,6 +14,7 @@ import numpy as np
 from syncswitch.control.decisions import Evaluate
 from syncswitch.control.shard import ShardReport
 from syncswitch.core.sync.records import EvalPoint
+from syncswitch.records.metric import COLUMN_PREFIX, SPLITS, VALIDATION
 
 
 @dataclass(frozen=True)
@@ -26,20 +27,31 @@ class MetricsRow:
     fraction: float
     version: int
     protocol: str
-    test_accuracy: float
-    test_loss: float
+    # The evaluated split's measures by name: the primary metric first, then the loss.
+    values: dict[str, float]
     train_loss: float  # mean since the previous point (nan when there was no update)
     samples_per_s: float | None  # None at time 0 (an empty cell)
+    split: str = VALIDATION  # which split `values` were measured on
+
+    @property
+    def value(self) -> float:
+        """The primary metric's value."""
+        return next(iter(self.values.values()))
+
+    @property
+    def loss(self) -> float:
+        """The evaluated split's loss."""
+        return self.values.get("loss", float("nan"))
 
     def to_plain(self) -> dict[str, Any]:
+        prefix = COLUMN_PREFIX[self.split]
         return {
             "time_s": self.time_s,
             "samples": self.samples,
             "fraction": self.fraction,
             "version": self.version,
             "protocol": self.protocol,
-            "test_accuracy": self.test_accuracy,
-            "test_loss": self.test_loss,
+            **{f"{prefix}_{name}": value for name, value in self.values.items()},
             "train_loss": self.train_loss,
             "samples_per_s": "" if self.samples_per_s is None else self.samples_per_s,
         }
@@ -51,17 +63,29 @@ class MetricsRow:
         if not isinstance(row, dict):
             raise ValueError("a metrics row is not a mapping")
         rate = row.get("samples_per_s")
+        split, values = _measures(row)
         return cls(
             time_s=_number(row, "time_s"),
             samples=_number(row, "samples", int),
             fraction=_number(row, "fraction"),
             version=_number(row, "version", int),
             protocol=_text(row, "protocol"),
-            test_accuracy=_number(row, "test_accuracy"),
-            test_loss=_number(row, "test_loss"),
+            values=values,
             train_loss=_number(row, "train_loss"),
             samples_per_s=None if rate == "" else _number(row, "samples_per_s"),
+            split=split,
         )
+
+
+def _measures(row: dict[str, Any]) -> tuple[str, dict[str, float]]:
+    """The split and the measures of a saved row (checkpoints from before validation
+    splits hold test_accuracy and test_loss)."""
+    for split in SPLITS:
+        prefix = COLUMN_PREFIX[split] + "_"
+        keys = [key for key in row if isinstance(key, str) and key.startswith(prefix)]
+        if keys:
+            return split, {key[len(prefix) :]: _number(row, key) for key in keys}
+    raise ValueError("a metrics row has no measures")
 
 
 def _number(row: dict[str, Any], key: str, kind: type | UnionType = int | float) -> Any:
@@ -83,9 +107,9 @@ class Evaluated:
     """An evaluation result, released in training order."""
 
     point: EvalPoint
-    accuracy: float
-    loss: float
+    values: dict[str, float]  # the primary metric first
     train_loss: float
+    split: str
 
     def metric_row(self) -> MetricsRow:
         """The metrics.csv row (and RunRecord.metrics entry) for this point."""
@@ -96,18 +120,19 @@ class Evaluated:
             fraction=round(point.fraction, 6),
             version=point.version,
             protocol=point.protocol,
-            test_accuracy=self.accuracy,
-            test_loss=self.loss,
+            values=self.values,
             train_loss=self.train_loss,
             samples_per_s=round(point.samples / point.time_s, 2) if point.time_s else None,
+            split=self.split,
         )
 
 
 @dataclass
 class EvaluationAssembly:
+    split: str = VALIDATION  # the split evaluations are measured on
     _slices: list[list[tuple[EvalPoint, np.ndarray]]] = field(default_factory=list)  # per shard
     _pending: list[tuple[EvalPoint, float]] = field(default_factory=list)  # (point, train loss)
-    _results: dict[EvalPoint, tuple[float, float]] = field(default_factory=dict)
+    _results: dict[EvalPoint, dict[str, float]] = field(default_factory=dict)
 
     def add(self, reports: list[ShardReport], train_loss: Callable[[], float]) -> list[Evaluate]:
         """Evaluate a point once every shard has sent its slice of the weights.
@@ -129,13 +154,13 @@ class EvaluationAssembly:
             decisions.append(Evaluate(point, weights, f"progress reached {point.fraction:g}"))
         return decisions
 
-    def result(self, point: EvalPoint, accuracy: float, loss: float) -> list[Evaluated]:
+    def result(self, point: EvalPoint, values: dict[str, float]) -> list[Evaluated]:
         """Results now releasable in training order (none while an earlier one is out)."""
-        self._results[point] = (accuracy, loss)
+        self._results[point] = values
         released: list[Evaluated] = []
         while self._pending and self._pending[0][0] in self._results:
             done, train_loss = self._pending.pop(0)
-            released.append(Evaluated(done, *self._results.pop(done), train_loss))
+            released.append(Evaluated(done, self._results.pop(done), train_loss, self.split))
         return released
 
     def forget_slices(self) -> None:

@@ -21,6 +21,7 @@ from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.protocol import Protocol, Schedule
 from syncswitch.core.timing.rules import Rule, ShareBounds, make_rule, rule_threshold, uses_losses
+from syncswitch.records.metric import MetricSpec
 
 
 @dataclass(frozen=True)
@@ -111,9 +112,12 @@ class RunPlan:
     runtime: str = "ray"  # "ray": measured (or emulated) wall time; "sim": a simulated clock
     cluster: ClusterModel | None = None  # the simulator's cluster model (None on Ray)
     timing: TimingPlan | None = None  # how an online phase's end is decided; None: no such phase
+    metric: MetricSpec = MetricSpec()  # what the run is judged by, on which split
 
     @classmethod
-    def resolve(cls, config: TrainConfig, train_samples: int) -> RunPlan:
+    def resolve(
+        cls, config: TrainConfig, train_samples: int, metric: MetricSpec | None = None
+    ) -> RunPlan:
         """The plan of `config` (validated when it was built: its schedule, cluster, fault
         plan and scenario are taken as it parsed them, not parsed again)."""
         total_samples = round(config.epochs * train_samples)
@@ -175,6 +179,7 @@ class RunPlan:
             runtime=config.runtime,
             cluster=cluster,
             timing=timing,
+            metric=metric or MetricSpec(),
         )
 
     @property

@@ -54,6 +54,9 @@ class RunRecord:
     losses_since_eval: list[float] = field(default_factory=list)
     # Online timing's estimator, signal history and decision (a resumed run continues them).
     timing: TimingHistory = field(default_factory=TimingHistory)
+    # The final weights' measures on the test split, once the run has finished (the test
+    # split is evaluated there only, so nothing decided during the run has seen it).
+    test: dict[str, float] | None = None
 
     def add_update(self, protocol: str, staleness: int, loss: float) -> None:
         self.staleness.setdefault(protocol, StalenessStats()).add(staleness)

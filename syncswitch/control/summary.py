@@ -17,6 +17,7 @@ from syncswitch.core.stragglers.detector import EventKind
 from syncswitch.core.sync.records import WorkerStats
 from syncswitch.core.timing.rules import TIMING_POLICY
 from syncswitch.records import Accounting
+from syncswitch.records.metric import TEST, VALIDATION
 from syncswitch.rundir import OnlineTimingSummary, Reliability, Summary
 
 
@@ -36,16 +37,21 @@ def build_summary(
 ) -> Summary:
     """What the run did so far (`status` says whether it is over); `state` is the first
     shard's latest."""
-    accuracies = [m.test_accuracy for m in record.metrics]
+    metric = plan.metric
     final = record.final_metric()
+    measured = {metric.split: dict(final.values) if final else None}
+    if record.test is not None:
+        measured[TEST] = record.test
     wall_s = final.time_s if final else state.time_s
     samples = state.samples
     policy = plan.policy_name
     return Summary(
         status=status,
-        final_accuracy=final.test_accuracy if final else None,
-        best_accuracy=max(accuracies) if accuracies else None,
-        final_test_loss=final.test_loss if final else None,
+        metric=metric,
+        final_value=final.value if final else None,
+        best_value=metric.best(m.value for m in record.metrics),
+        validation=measured.get(VALIDATION),
+        test=measured.get(TEST),
         runtime=plan.runtime,
         wall_time_s=wall_s,
         host_time_s=round(host_s, 3),

@@ -106,7 +106,8 @@ class OnlineTiming:
         return self.history.decision is not None
 
     def add_loss(self, fraction: float, loss: float) -> None:
-        """An evaluation's test loss (the loss-plateau rule reads these)."""
+        """An evaluation's loss on the split decisions read, validation (the loss-plateau
+        rule reads these; the test split never reaches a decision)."""
         if math.isfinite(loss) and not self.decided:
             self.history.losses.append(LossPoint(fraction, loss))
 

@@ -37,6 +37,7 @@ from syncswitch.core.sync.records import DropRecord, UpdateRecord
 from syncswitch.errors import ConfigError
 from syncswitch.loggers.base import Point, RunLogger
 from syncswitch.records import Switch
+from syncswitch.records.metric import COLUMN_PREFIX
 from syncswitch.rundir.events import (
     OnlineTimingDecided,
     ProtocolSwitched,
@@ -131,8 +132,7 @@ class LoggerFeed:
         if protocol and protocol not in self._protocols:
             self._protocols.append(protocol)
         evaluated = {
-            "test/accuracy": row.get("test_accuracy"),
-            "test/loss": row.get("test_loss"),
+            **measures_of(row),
             "train/loss": row.get("train_loss"),
             "throughput/samples_per_s": row.get("samples_per_s"),
             **{f"protocol/{p}": float(p == protocol) for p in self._protocols},
@@ -193,8 +193,9 @@ class LoggerFeed:
         self._send(self._gathered(), self._samples, self._time_s)  # what came after the last
         self._send(
             {
-                "final/accuracy": summary.final_accuracy,
-                "final/best_accuracy": summary.best_accuracy,
+                f"final/{summary.metric.name}": summary.final_value,
+                f"final/best_{summary.metric.name}": summary.best_value,
+                **{f"final/test/{k}": v for k, v in (summary.test or {}).items()},
                 "final/wall_time_s": summary.wall_time_s,
                 "final/samples_per_s": summary.samples_per_s,
             },
@@ -279,3 +280,14 @@ def _is_number(value: Any) -> bool:
         return math.isfinite(float(value))
     except (TypeError, ValueError):
         return False
+
+
+def measures_of(row: dict[str, Any]) -> dict[str, Any]:
+    """A metrics row's measures by logger name: val_accuracy -> validation/accuracy (and
+    test_loss -> test/loss in runs whose evaluations read the test set)."""
+    named: dict[str, Any] = {}
+    for split, prefix in COLUMN_PREFIX.items():
+        for key, value in row.items():
+            if key.startswith(prefix + "_"):
+                named[f"{split}/{key[len(prefix) + 1 :]}"] = value
+    return named

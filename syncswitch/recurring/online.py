@@ -59,7 +59,7 @@ def record_online_decision(
         "ceiling": timing.ceiling,
         "reason": timing.reason,
         "values": timing.values,
-        FINAL_ACCURACY: summary.final_accuracy,
+        FINAL_ACCURACY: summary.final_value,
         "wall_time_s": summary.wall_time_s,
         "seed": config.seed,
         "run_dir": summary.run_dir,

@@ -89,7 +89,7 @@ def trial_from_summary(
     concurrent: int = 1,
 ) -> TrialRecord:
     """A trial as its finished run's Summary describes it (complete only with an accuracy)."""
-    accuracy = summary.final_accuracy
+    accuracy = summary.final_value
     status = TrialStatus.COMPLETE if accuracy is not None else "failed: no final accuracy"
     return TrialRecord(
         fraction=key.fraction,

@@ -372,7 +372,7 @@ class _Search:
         source = summary.schedule_source or {}
         same = (
             summary.complete
-            and summary.final_accuracy is not None
+            and summary.final_value is not None
             and source.get("kind") == "search"
             and source.get("fingerprint") == self.job_fp
             and source.get("fraction") == key.fraction

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from syncswitch.config import DEFAULT_MODEL
+from syncswitch.records.metric import TEST, MetricSpec
 from syncswitch.rundir import RunData, Switch
 
 # config.json may come from elsewhere: its worker count alone never sizes a table.
@@ -42,9 +43,11 @@ class RunOverview:
     workers: int | None
     epochs: float | None  # the workload, in passes over the training set
     job: tuple[tuple[str, str], ...]  # what makes two runs the same job, for the warning
-    final_accuracy: float | None
-    measured_at_fraction: float | None  # where the last accuracy was measured
-    best_accuracy: float | None
+    metric: MetricSpec  # the primary metric and the split its values are on
+    final_value: float | None
+    measured_at_fraction: float | None  # where the last value was measured
+    best_value: float | None
+    test_value: float | None  # the final weights' primary metric on the test split
     wall_time_s: float | None
     samples: int | None
     samples_per_s: float | None
@@ -59,8 +62,24 @@ class RunOverview:
         return self.status == "complete"
 
 
+def metric_of(run: RunData) -> MetricSpec:
+    """The run's primary metric: its summary's, else what metrics.csv's columns say (a
+    direction known for common names, else higher)."""
+    if run.summary is not None:
+        return run.summary.metric
+    metric = run.metrics.metric
+    higher = not any(word in metric for word in ("loss", "mse", "mae", "error", "perplexity"))
+    return MetricSpec(metric, higher, run.metrics.split)
+
+
+def _test_value(run: RunData, metric: MetricSpec) -> float | None:
+    test = run.summary.test if run.summary is not None else None
+    return None if not test or metric.split == TEST else test.get(metric.name)
+
+
 def overview(run: RunData, label: str | None = None) -> RunOverview:
     metrics = run.metrics
+    metric = metric_of(run)
     has_metrics = len(metrics) > 0
     end_s, end_samples = run_end(run)
     return RunOverview(
@@ -74,9 +93,11 @@ def overview(run: RunData, label: str | None = None) -> RunOverview:
         workers=run.workers,
         epochs=_number(run.config.get("epochs")),
         job=job_of(run),
-        final_accuracy=float(metrics.test_accuracy[-1]) if has_metrics else None,
+        metric=metric,
+        final_value=float(metrics.value[-1]) if has_metrics else None,
         measured_at_fraction=float(metrics.fraction[-1]) if has_metrics else None,
-        best_accuracy=float(metrics.test_accuracy.max()) if has_metrics else None,
+        best_value=metric.best(float(v) for v in metrics.value),
+        test_value=_test_value(run, metric),
         wall_time_s=end_s if has_metrics else None,
         samples=end_samples if has_metrics else None,
         samples_per_s=end_samples / end_s if has_metrics and end_s > 0 else None,

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from syncswitch.records.metric import VALIDATION
 from syncswitch.reports.overview import RunOverview, WorkerRow, job_differences
 
 
@@ -61,8 +62,9 @@ RUN_COLUMNS = (
     "dataset",
     "workers",
     "workload",
-    "final acc",
-    "best acc",
+    "final",
+    "best",
+    "test",
     "wall time",
     "samples/s",
     "time vs first",
@@ -84,8 +86,9 @@ def runs_table(runs: list[RunOverview]) -> Table:
             run.dataset,
             "-" if run.workers is None else str(run.workers),
             _workload(run),
-            _final_accuracy(run),
-            _percent(run.best_accuracy),
+            _final_value(run),
+            _value(run, run.best_value),
+            _value(run, run.test_value, split=False),
             _seconds(run.wall_time_s),
             f"{run.samples_per_s:,.0f}" if run.samples_per_s else "-",
             _relative_time(run, first),
@@ -107,8 +110,12 @@ def runs_table(runs: list[RunOverview]) -> Table:
         notes.append("timing 'simulated': times come from a simulator's virtual clock")
     if any(not run.complete for run in runs):
         notes.append(
-            "an incomplete run's accuracy is its last measured one (@ the fraction of samples)"
+            "an incomplete run's final value is its last measured one (@ the fraction of samples)"
         )
+    notes.append(
+        "final, best: the primary metric on the split every decision read (val: validation); "
+        "test: the final weights on the test split, measured once at the end"
+    )
     notes.append("workload: the epochs the job asked for / the samples the run processed")
     differences = job_differences(runs)
     if differences:
@@ -165,11 +172,21 @@ def _workload(run: RunOverview) -> str:
     return epochs if run.samples is None else f"{epochs} / {run.samples:,}"
 
 
-def _final_accuracy(run: RunOverview) -> str:
-    text = _percent(run.final_accuracy)
-    if run.final_accuracy is not None and not run.complete and run.measured_at_fraction is not None:
+def _final_value(run: RunOverview) -> str:
+    text = _value(run, run.final_value)
+    if run.final_value is not None and not run.complete and run.measured_at_fraction is not None:
         text += f" @{run.measured_at_fraction:.0%}"
     return text
+
+
+def _value(run: RunOverview, value: float | None, *, split: bool = True) -> str:
+    """E.g. "97.25% val acc", "0.0123 val mse", "96.90% test acc"."""
+    if value is None:
+        return "-"
+    metric = run.metric
+    name = "acc" if metric.name == "accuracy" else metric.name
+    where = ("val" if metric.split == VALIDATION else "test") if split else "test"
+    return f"{metric.show(value)} {where} {name}"
 
 
 def _relative_time(run: RunOverview, first: RunOverview | None) -> str:
@@ -187,10 +204,6 @@ def _switches(run: RunOverview) -> str:
     shown = [f"{s.from_protocol}>{s.to_protocol} @{s.at_fraction:.0%}" for s in run.switches[:3]]
     more = len(run.switches) - len(shown)
     return ", ".join(shown) + (f" +{more} more" if more else "")
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.2f}%"
 
 
 def _seconds(value: float | None) -> str:

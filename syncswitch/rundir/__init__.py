@@ -5,7 +5,7 @@ goes through here (docs/architecture.md, "One schema per thing"):
 
     from syncswitch.rundir import names, read_summary
     summary = read_summary(run_dir)            # a typed Summary, checked as it is read
-    print(summary.final_accuracy, run_dir / names.METRICS)
+    print(summary.final_value, run_dir / names.METRICS)
 
 Modules: `names` (files and CSV columns), `summary` (Summary and its parts, to/from JSON),
 `writer` (RunWriter: the files written as a run goes), `events` (one record per kind of

@@ -26,18 +26,20 @@ RUN_MARKERS = (CONFIG, SUMMARY, CHECKPOINTS)
 
 # Every CSV row says how its times were made, so no figure passes for real-hardware timing.
 TIMING_COLUMNS = ("emulated", "simulated")
-METRIC_COLUMNS = (
-    "time_s",
-    "samples",
-    "fraction",
-    "version",
-    "protocol",
-    "test_accuracy",
-    "test_loss",
-    "train_loss",
-    "samples_per_s",
-    *TIMING_COLUMNS,
-)
+# metrics.csv: these, then one column per measure of the evaluated split (its primary
+# metric first, then its loss, then the other metrics: val_accuracy, val_loss, ...; runs from
+# before validation splits have test_accuracy, test_loss), then these.
+METRIC_HEAD = ("time_s", "samples", "fraction", "version", "protocol")
+METRIC_TAIL = ("train_loss", "samples_per_s", *TIMING_COLUMNS)
+# The columns of the default job (classification judged on validation accuracy).
+METRIC_COLUMNS = (*METRIC_HEAD, "val_accuracy", "val_loss", *METRIC_TAIL)
+
+
+def metric_columns(measured: tuple[str, ...]) -> tuple[str, ...]:
+    """metrics.csv's header for these measure columns (e.g. ("val_mse", "val_loss"))."""
+    return (*METRIC_HEAD, *measured, *METRIC_TAIL)
+
+
 WORKER_COLUMNS = (
     "worker",
     "steps",

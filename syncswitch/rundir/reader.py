@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from syncswitch.errors import RunDirError
+from syncswitch.records.metric import COLUMN_PREFIX, VALIDATION
 from syncswitch.rundir import names
 from syncswitch.rundir.parsing import (
     MAX_JSON_BYTES,
@@ -42,7 +43,7 @@ from syncswitch.rundir.timeline import (
     switches_of,
 )
 
-METRIC_FIELDS = ("time_s", "samples", "fraction", "protocol", "test_accuracy")
+METRIC_FIELDS = ("time_s", "samples", "fraction", "protocol")
 _WORKER_FIELDS = (
     "worker",
     "steps",
@@ -61,9 +62,12 @@ class Metrics:
     samples: np.ndarray
     fraction: np.ndarray
     protocol: tuple[str, ...]
-    test_accuracy: np.ndarray
-    test_loss: np.ndarray
+    value: np.ndarray  # the primary metric on `split`
+    loss: np.ndarray  # the loss on `split`
     train_loss: np.ndarray
+    metric: str = "accuracy"  # the primary metric's name (the first measure column)
+    split: str = "validation"  # test: a run from before validation splits
+    measures: dict[str, np.ndarray] = field(default_factory=dict)  # every one, by name
 
     def __len__(self) -> int:
         return len(self.time_s)
@@ -297,28 +301,51 @@ def _load(run_dir: Path) -> RunData:
 
 
 def _read_metrics(path: Path, notes: list[str]) -> Metrics:
+    """metrics.csv's columns; the measure columns (val_accuracy, val_loss, ...; test_... in
+    runs from before validation splits) are found by their prefix, the primary one first."""
+    found: dict[str, Any] = {}
+
     def parse(row: dict[str, str]) -> tuple:
+        if not found:
+            found.update(_measure_columns(row))
+        measures = [
+            loss_cell(row[column]) if name == "loss" else finite(row[column])
+            for name, column in found["columns"].items()
+        ]
         return (
             finite(row["time_s"]),
             int(row["samples"]),
             finite(row["fraction"]),
             row["protocol"],
-            finite(row["test_accuracy"]),
-            loss_cell(row.get("test_loss", "")),
             loss_cell(row.get("train_loss", "")),
+            *measures,
         )
 
     rows = csv_records(path, METRIC_FIELDS, notes, parse) if path.is_file() else []
-    columns = list(zip(*rows, strict=True)) if rows else [()] * 7
+    measured = list(found.get("columns", {"accuracy": "", "loss": ""}))
+    columns = list(zip(*rows, strict=True)) if rows else [()] * (5 + len(measured))
+    measures = {name: np.asarray(columns[5 + i], dtype=float) for i, name in enumerate(measured)}
+    nan = np.full(len(columns[0]), np.nan)
     return Metrics(
         time_s=np.asarray(columns[0], dtype=float),
         samples=np.asarray(columns[1], dtype=np.int64),
         fraction=np.asarray(columns[2], dtype=float),
         protocol=tuple(columns[3]),
-        test_accuracy=np.asarray(columns[4], dtype=float),
-        test_loss=np.asarray(columns[5], dtype=float),
-        train_loss=np.asarray(columns[6], dtype=float),
+        value=measures[measured[0]],
+        loss=measures.get("loss", nan),
+        train_loss=np.asarray(columns[4], dtype=float),
+        metric=measured[0],
+        split=found.get("split", VALIDATION),
+        measures=measures,
     )
+
+
+def _measure_columns(row: dict[str, str]) -> dict[str, Any]:
+    for split, prefix in COLUMN_PREFIX.items():
+        columns = {key[len(prefix) + 1 :]: key for key in row if key.startswith(prefix + "_")}
+        if columns:
+            return {"split": split, "columns": columns}
+    raise ValueError("no measure column (val_... or test_...)")
 
 
 def _read_timing_signals(path: Path, notes: list[str]) -> TimingSignals | None:

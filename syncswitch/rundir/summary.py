@@ -8,7 +8,9 @@ from the torch-free leaf `syncswitch.records`.
 file in one `RunDirError` line naming the file, the field and what is allowed. Keys that
 runs of earlier versions did not write (runtime, host_time_s, schedule_source,
 samples_by_protocol, cluster, online, online_timing, reliability, placement) read as their
-defaults, so old run directories still read.
+defaults, so old run directories still read; a summary from before validation splits
+(final_accuracy, best_accuracy, final_test_loss, measured on the test set) reads as a run
+judged by test accuracy (`records.metric.LEGACY`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from syncswitch.records import Accounting, Fields, Switch
+from syncswitch.records.metric import LEGACY, TEST, VALIDATION, MetricSpec
 from syncswitch.rundir import names
 
 RUNTIMES = ("ray", "sim")
@@ -121,9 +124,16 @@ class Summary:
     """
 
     status: str = field(metadata=_HEADLINE)  # "running", "complete" or "failed: <error>"
-    final_accuracy: float | None = field(metadata=_HEADLINE)
-    best_accuracy: float | None = field(metadata=_HEADLINE)
-    final_test_loss: float | None  # NaN or infinity when the run diverged
+    # What the run is judged by: the primary metric, its direction and the split it is read
+    # on (validation; the test set only for runs from before validation splits).
+    metric: MetricSpec = field(default=MetricSpec(), metadata=_HEADLINE)
+    final_value: float | None = field(metadata=_HEADLINE)  # the metric at the last evaluation
+    best_value: float | None = field(metadata=_HEADLINE)  # the best of its evaluations
+    # Every measure (metric name -> value, the loss included; NaN or infinity when the run
+    # diverged) of the last evaluation on validation, and of the final weights on the test
+    # split (measured once, at the end; it never drives a decision).
+    validation: dict[str, float] | None = None
+    test: dict[str, float] | None = None
     runtime: str = "ray"  # runs from before the simulator name none: they ran on Ray
     wall_time_s: float = field(metadata=_HEADLINE)
     host_time_s: float | None = None
@@ -174,14 +184,14 @@ class Summary:
         return {name: record[name] for name in HEADLINE_KEYS}
 
     def __getitem__(self, key: str) -> Any:
-        """`summary["final_accuracy"]`: the JSON value of a key, as before this class existed.
-        Prefer the attribute (`summary.final_accuracy`)."""
+        """`summary["final_value"]`: the JSON value of a key, as before this class existed.
+        Prefer the attribute (`summary.final_value`)."""
         if key not in _KEYS:
             raise KeyError(key)
         return self.to_plain()[key]
 
     def get(self, key: str, default: Any = None) -> Any:
-        """`summary.get("final_accuracy")`, as for the dict this class replaced."""
+        """`summary.get("final_value")`, as for the dict this class replaced."""
         return self.to_plain()[key] if key in _KEYS else default
 
     # -- (de)serialisation ----------------------------------------------------------------
@@ -200,16 +210,13 @@ class Summary:
     @classmethod
     def from_plain(cls, data: Any, where: str = names.SUMMARY) -> Summary:
         read = Fields(data, where)
-        accuracy: dict[str, Any] = {"low": 0.0, "high": 1.0, "optional": True}
         rate: dict[str, Any] = {"low": 0.0, "optional": True}
         switches = read.objects("switches")
         reliability = None if read.absent("reliability") else read.data["reliability"]
         timing = read.mapping("online_timing", None, optional=True)
         return cls(
             status=read.text("status"),
-            final_accuracy=read.number(FINAL_ACCURACY, **accuracy),
-            best_accuracy=read.number("best_accuracy", **accuracy),
-            final_test_loss=read.number("final_test_loss", optional=True, finite=False),
+            **_judged(read, where),
             runtime=read.text("runtime", "ray", choices=RUNTIMES),
             wall_time_s=read.number("wall_time_s", low=0.0),
             host_time_s=read.number("host_time_s", None, **rate),
@@ -250,9 +257,55 @@ class Summary:
 
 _KEYS = frozenset(f.name for f in fields(Summary))
 SUMMARY_KEYS = tuple(f.name for f in fields(Summary))
-# The name a search trial's accuracy is traced and stored under (syncswitch.registry): the
-# summary's own key, so a trial row and its run's summary say the same thing.
+# The name a search trial's final value (its run's `final_value`: the primary metric on the
+# validation split, accuracy for the built-in jobs) is traced and stored under in the
+# registry: its column kept its first name, so registries made before stay readable.
 FINAL_ACCURACY = "final_accuracy"
+
+
+def _judged(read: Fields, where: str) -> dict[str, Any]:
+    """The metric, its final and best values and the measures by split; a summary from
+    before validation splits says final_accuracy, best_accuracy and final_test_loss, all on
+    the test set."""
+    if read.absent("metric") and not read.absent(FINAL_ACCURACY):
+        accuracy: dict[str, Any] = {"low": 0.0, "high": 1.0, "optional": True}
+        final = read.number(FINAL_ACCURACY, **accuracy)
+        loss = read.number("final_test_loss", None, optional=True, finite=False)
+        test = None if final is None else {"accuracy": final, "loss": _or_nan(loss)}
+        return {
+            "metric": LEGACY,
+            "final_value": final,
+            "best_value": read.number("best_accuracy", **accuracy),
+            "validation": None,
+            "test": test,
+        }
+    metric = MetricSpec.from_plain(read.mapping("metric"), f"{where}: metric")
+    return {
+        "metric": metric,
+        "final_value": read.number("final_value", optional=True, finite=False),
+        "best_value": read.number("best_value", optional=True, finite=False),
+        VALIDATION: _measures(read, VALIDATION),
+        TEST: _measures(read, TEST),
+    }
+
+
+def _measures(read: Fields, key: str) -> dict[str, float] | None:
+    value = read.mapping(key, None, optional=True)
+    if value is None:
+        return None
+    ok = all(
+        isinstance(name, str) and isinstance(v, int | float) and not isinstance(v, bool)
+        for name, v in value.items()
+    )
+    if not ok:
+        raise read.refuse(key, "an object of numbers by metric name, or null")
+    return {name: float(v) for name, v in value.items()}
+
+
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
 HEADLINE_KEYS = tuple(f.name for f in fields(Summary) if f.metadata.get("headline"))
 
 

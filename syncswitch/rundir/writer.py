@@ -38,7 +38,6 @@ if TYPE_CHECKING:  # the loggers import torch; a writer without loggers never ne
     from syncswitch.core.sync.records import DropRecord, UpdateRecord
     from syncswitch.loggers import RunLogger
 
-_TIMED_METRICS = names.METRIC_COLUMNS[: -len(names.TIMING_COLUMNS)]
 _TIMED_WORKERS = names.WORKER_COLUMNS[: -len(names.TIMING_COLUMNS)]
 _TIMED_SIGNALS = names.TIMING_SIGNAL_COLUMNS[: -len(names.TIMING_COLUMNS)]
 
@@ -80,11 +79,13 @@ class RunWriter:
         faults: list[dict] | None = None,
         resume_at: tuple[int, float] | None = None,
         loggers: Sequence[RunLogger] = (),
+        measured: tuple[str, ...] = ("val_accuracy", "val_loss"),
     ) -> None:
         """`resume_at` (samples, run seconds of the checkpoint): a resumed run keeps what the
         files say up to that point and appends from there. `loggers` (TensorBoard, MLflow)
         are fed what the files receive; they start before anything is written, so one that
-        cannot start leaves the directory free for the next try."""
+        cannot start leaves the directory free for the next try. `measured` are metrics.csv's
+        columns of the evaluated split (names.metric_columns)."""
         self.dir = Path(out_dir)
         create_run_dir(self.dir)
         self._emulated = bool(emulation.get("enabled"))
@@ -111,7 +112,9 @@ class RunWriter:
             _truncate_csv(self.dir / names.TIMING_SIGNALS, "samples", samples)
         self._updates = CsvLog(self.dir / names.UPDATES, names.UPDATE_COLUMNS)
         self._drops = CsvLog(self.dir / names.DROPS, names.DROP_COLUMNS)
-        self._metrics = CsvLog(self.dir / names.METRICS, names.METRIC_COLUMNS)
+        columns = names.metric_columns(measured)
+        self._metric_cells = columns[: -len(names.TIMING_COLUMNS)]
+        self._metrics = CsvLog(self.dir / names.METRICS, columns)
         self._events = _open_log(self.dir / names.EVENTS)
         self._signals: CsvLog | None = None  # opened by the first row (online runs only)
 
@@ -135,7 +138,7 @@ class RunWriter:
             self._feed.drops(records)
 
     def metric(self, row: dict[str, Any]) -> None:
-        self._metrics.write([[row.get(c, "") for c in _TIMED_METRICS] + self._labels])
+        self._metrics.write([[row.get(c, "") for c in self._metric_cells] + self._labels])
         if self._feed:
             self._feed.metric(row)
 

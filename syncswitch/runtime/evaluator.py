@@ -1,4 +1,4 @@
-"""The evaluator: test accuracy and loss of weight snapshots.
+"""The evaluator: the loss and metrics of weight snapshots on the validation or test split.
 
 A plain object, called in place by the simulator; the Ray runtime makes an actor of it
 (runtime/ray/evaluator.py), off the workers' path. No Ray here.
@@ -7,65 +7,58 @@ A plain object, called in place by the simulator; the Ray runtime makes an actor
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from syncswitch.core.sync.optimizer import load_flat_parameters
-from syncswitch.workloads import ArrayDataset, prepare_batch
+from syncswitch.workloads.data import TRAIN, RunData, batch_size_of, to_device
+from syncswitch.workloads.task import Task
 
-if TYPE_CHECKING:  # Ray is imported only when a Ray actor asks where it runs
-    pass
-
-_BATCH = 1000
 _BN_CALIBRATION_BATCHES = 8
+_BN_CALIBRATION_SAMPLES = 256
 
 
 class Evaluator:
     def __init__(
         self,
-        dataset: ArrayDataset,
+        data: RunData,
         model_factory: Callable[[], torch.nn.Module],
-        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        task: Task,
         threads: int = 1,
         device: str = "cpu",
     ) -> None:
         torch.set_num_threads(threads)
-        self.dataset = dataset
+        self.data = data
         self.device = torch.device(device)
         self.model = model_factory().to(self.device)
-        self.loss_fn = loss_fn
+        self.task = task
         self._has_batchnorm = any(
             isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.model.modules()
         )
 
-    def evaluate(self, weights: np.ndarray) -> tuple[float, float]:
-        """(test accuracy in [0, 1], mean test loss) of the given flat weights."""
-        load_flat_parameters(self.model, torch.tensor(weights, device=self.device))
-        if self._has_batchnorm:
-            self._calibrate_batchnorm()
-        self.model.eval()
-        correct, loss_sum, count = 0, 0.0, 0
-        x_test, y_test = self.dataset.x_test, self.dataset.y_test
+    def evaluate(self, weights: np.ndarray, split: str | None = None) -> dict[str, float]:
+        """The task's measures (the primary metric first, then the loss, then the others) of
+        the given flat weights on `split` (by default the one decisions read)."""
+        self.trained_model(weights)
+        split = split or self.data.decision_split
+        sums = dict.fromkeys(self.task.names, 0.0)
+        count, batches = 0, 0
         with torch.no_grad():
-            for start in range(0, len(y_test), _BATCH):
-                x, y = prepare_batch(
-                    self.dataset,
-                    x_test[start : start + _BATCH],
-                    y_test[start : start + _BATCH],
-                    train=False,
-                )
-                x, y = x.to(self.device), y.to(self.device)
-                logits = self.model(x)
-                loss_sum += float(self.loss_fn(logits, y)) * len(y)
-                correct += int((logits.argmax(dim=1) == y).sum())
-                count += len(y)
-        return correct / count, loss_sum / count
+            for x, y in self.data.eval_batches(split):
+                x, y = to_device(x, self.device), to_device(y, self.device)
+                size = batch_size_of(y)
+                measured = self.task.measure(self.model(x), y)
+                for name, value in measured.items():
+                    sums[name] += value * size
+                count, batches = count + size, batches + 1
+        if batches == 1:
+            return {name: measured[name] for name in self.task.names}  # exactly the batch's
+        return {name: total / count for name, total in sums.items()}
 
     def trained_model(self, weights: np.ndarray) -> torch.nn.Module:
         """The model holding the given flat weights, in eval mode, with the BatchNorm running
-        statistics that `evaluate` measures it with: its state_dict reproduces the accuracy."""
+        statistics that `evaluate` measures it with: its state_dict reproduces the metrics."""
         load_flat_parameters(self.model, torch.tensor(weights, device=self.device))
         if self._has_batchnorm:
             self._calibrate_batchnorm()
@@ -80,10 +73,9 @@ class Evaluator:
                 module.momentum = None
         self.model.train()
         rng = np.random.default_rng(0)
+        samples = self.data.size(TRAIN)
         with torch.no_grad():
             for _ in range(_BN_CALIBRATION_BATCHES):
-                idx = rng.choice(len(self.dataset.y_train), size=256, replace=False)
-                x, _ = prepare_batch(
-                    self.dataset, self.dataset.x_train[idx], self.dataset.y_train[idx], train=False
-                )
-                self.model(x.to(self.device))
+                idx = rng.choice(samples, size=min(_BN_CALIBRATION_SAMPLES, samples), replace=False)
+                x = self.data.calibration_inputs(idx)
+                self.model(to_device(x, self.device))

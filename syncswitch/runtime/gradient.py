@@ -12,29 +12,22 @@ import numpy as np
 import torch
 
 from syncswitch.core.sync.optimizer import FlatParameters
-from syncswitch.workloads import ArrayDataset, prepare_batch
+from syncswitch.workloads.data import RunData, to_device
 
 
 def backward_on_batch(
     model: torch.nn.Module,
     flat: FlatParameters,
-    dataset: ArrayDataset,
+    data: RunData,
     indices: np.ndarray,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     generator: torch.Generator,
 ) -> float:
     """The training batch `indices` (augmented from `generator`) forward and backward on the
     weights loaded in `flat`; the gradient is left in `flat.gradient`, the loss returned."""
-    x, y = prepare_batch(
-        dataset,
-        dataset.x_train[indices],
-        dataset.y_train[indices],
-        train=True,
-        generator=generator,
-    )
+    x, y = data.train_batch(indices, generator)
     if flat.staged:
-        x = x.to(flat.device, non_blocking=True)
-        y = y.to(flat.device, non_blocking=True)
+        x, y = to_device(x, flat.device), to_device(y, flat.device)
     flat.zero_grad()
     loss = loss_fn(model(x), y)
     loss.backward()

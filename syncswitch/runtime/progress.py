@@ -25,6 +25,7 @@ from rich.status import Status
 
 from syncswitch.control.evaluations import MetricsRow
 from syncswitch.control.shard import ShardState
+from syncswitch.records.metric import MetricSpec
 from syncswitch.terminal import project_console
 
 # The start-up status line of the run being set up in this process (one run at a time).
@@ -62,8 +63,16 @@ def _end_startup() -> None:
 
 
 class ProgressDisplay:
-    def __init__(self, enabled: bool, total_samples: int, *, simulated: bool = False) -> None:
+    def __init__(
+        self,
+        enabled: bool,
+        total_samples: int,
+        *,
+        simulated: bool = False,
+        metric: MetricSpec | None = None,
+    ) -> None:
         self._enabled = enabled
+        self._metric = metric or MetricSpec()
         self._total = total_samples
         self._simulated = simulated
         self._progress: Progress | None = None
@@ -82,7 +91,7 @@ class ProgressDisplay:
                 TextColumn("[bold]{task.fields[protocol]:>6}"),
                 BarColumn(),
                 TextColumn("{task.completed:>9,.0f}/{task.total:,.0f} samples"),
-                TextColumn("acc {task.fields[accuracy]}"),
+                TextColumn(f"{_short_name(self._metric)} {{task.fields[accuracy]}}"),
                 TextColumn("{task.fields[rate]} samples/s"),
                 TextColumn("{task.fields[excluded]}"),
                 *clock,
@@ -108,7 +117,7 @@ class ProgressDisplay:
             return
         time_s = state.time_s or 0.0
         rate = f"{state.samples / time_s:,.0f}" if time_s > 0 else "-"
-        accuracy = f"{100 * last_metric.test_accuracy:5.1f}%" if last_metric else "  -  "
+        accuracy = self._metric.show(last_metric.value) if last_metric else "  -  "
         excluded = state.excluded
         self._progress.update(
             self._task,
@@ -143,3 +152,9 @@ class ProgressDisplay:
     ) -> None:
         if self._progress is not None:
             self._progress.__exit__(exc_type, exc, tb)
+
+
+def _short_name(metric: MetricSpec) -> str:
+    """The bar's label of the metric decisions read: "val acc", "val mse"."""
+    name = "acc" if metric.name == "accuracy" else metric.name
+    return f"val {name}" if metric.split == "validation" else name

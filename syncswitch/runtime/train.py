@@ -1,20 +1,19 @@
 """`train()`: one job from a config to a finished run directory.
 
-It prepares what every runtime needs (the dataset, a model factory, the run directory, a
-resumed checkpoint, the resolved `RunPlan` and the `RunController`), then hands the run to
-the Ray runtime, which drives the controller.
+It prepares what every runtime needs (the data, a model factory, the task, the run
+directory, a resumed checkpoint, the resolved `RunPlan` and the `RunController`), then hands
+the run to the Ray runtime or the simulator, which drives the controller.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from syncswitch.config import TrainConfig
 from syncswitch.control.controller import (
@@ -31,11 +30,23 @@ from syncswitch.core.reliability.checkpoints import (
     LoadedCheckpoint,
 )
 from syncswitch.errors import ConfigError, RunDirError
+from syncswitch.records.metric import COLUMN_PREFIX, TEST, VALIDATION
 from syncswitch.loggers import make_loggers
-from syncswitch.rundir import RunWriter, Summary, default_run_dir, names, read_summary_if_any
+from syncswitch.config.limits import MAX_CONFIG_FILE_BYTES
+from syncswitch.rundir import (
+    RunWriter,
+    Summary,
+    default_run_dir,
+    names,
+    read_config,
+    read_summary_if_any,
+)
 from syncswitch.runtime.progress import starting, startup_status
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset
+from syncswitch.workloads.checks import check_job
+from syncswitch.workloads.data import TRAIN, ArrayData, DataSource, RunData, TorchData
 from syncswitch.workloads.identity import Workload, model_name_of
+from syncswitch.workloads.task import LossFn, MetricFn, Task
 
 
 @dataclass
@@ -67,50 +78,145 @@ class BuiltinModel:
         return build_model(self.name, self.dataset)
 
 
+@dataclass(frozen=True)
+class JobParts:
+    """What the Python API was given beside the config, checked and with defaults filled."""
+
+    data: RunData
+    model_factory: Callable[[], torch.nn.Module]
+    task: Task
+    workload: Workload
+
+
 def train(
     config: TrainConfig,
     *,
     model_factory: Callable[[], torch.nn.Module] | None = None,
+    train_data: DataSource | None = None,
+    val_data: DataSource | None = None,
+    test_data: DataSource | None = None,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
     dataset: ArrayDataset | None = None,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
+    loss_fn: LossFn | None = None,
+    metrics: Mapping[str, MetricFn] | None = None,
+    primary_metric: str | None = None,
+    higher_is_better: bool | None = None,
+    model_name: str | None = None,
+    dataset_name: str | None = None,
     schedule_source: dict[str, Any] | None = None,
     resume: bool = False,
-    model_name: str | None = None,
 ) -> RunResult:
-    """Train one job and return its summary; results are written to the run directory.
+    """Train one job and return its result; results are written to the run directory.
 
-    A `dataset` and `model_factory` of the user's own are recorded by name (the dataset's
-    `name`, the factory's function or class name, or `model_name`) in config.json, the
-    summary's report and the job's fingerprint. final_weights.pt holds the trained model's
-    state_dict; `RunResult.model()` returns the model itself.
+    Data, one of:
+
+    - `train_data`, `val_data` and optionally `test_data`: map-style `torch.utils.data.Dataset`s,
+      each given as the dataset or as a picklable callable that builds it (a *factory*: on
+      Ray each worker then builds its own, and reads only its shard); samples are
+      ``(inputs, target)`` pairs of any tensors, batched by `collate_fn` (default: torch's
+      `default_collate`). Needs `model_factory`.
+    - `dataset`: an in-memory `ArrayDataset` (the fast path for classification); without a
+      validation split, `config.val_fraction` of its training samples become one.
+    - neither: the config's built-in dataset (MNIST-1D or CIFAR), with a validation split of
+      `config.val_fraction` of its training samples.
+
+    Task: `loss_fn` (default cross-entropy), `metrics` (name -> fn(outputs, targets) ->
+    float; default accuracy with cross-entropy), and the `primary_metric` every decision
+    reads on the validation split, with `higher_is_better` (known for common names such as
+    accuracy, loss, mse). The test split is measured once, on the final weights, and never
+    drives a decision. summary.json holds both, under "validation" and "test".
+
+    A model and data of the user's own are recorded by name (`model_name`, else the factory's
+    own name; `dataset_name`, else the dataset's) in config.json, the report and the job's
+    fingerprint. final_weights.pt holds the trained model's state_dict; `RunResult.model()`
+    returns the model itself.
 
     `schedule_source` says where the schedule came from (e.g. a stored timing decision); it
     is written to summary.json as is, and defaults to `{"kind": "given"}`. With `resume`, the
     run continues in `config.out` from its last good checkpoint, appending to its files.
     """
     check_runnable(config)
+    if resume:
+        config = with_recorded_split(config)
     with startup_status(config.progress, "loading data"):
-        return _train(config, model_factory, dataset, loss_fn, schedule_source, resume, model_name)
+        parts = job_parts(
+            config,
+            model_factory=model_factory,
+            train_data=train_data,
+            val_data=val_data,
+            test_data=test_data,
+            collate_fn=collate_fn,
+            dataset=dataset,
+            task=Task.of(loss_fn, metrics, primary_metric, higher_is_better),
+            model_name=model_name,
+            dataset_name=dataset_name,
+        )
+        return _train(config, parts, schedule_source, resume)
+
+
+def job_parts(
+    config: TrainConfig,
+    *,
+    model_factory: Callable[[], torch.nn.Module] | None,
+    train_data: DataSource | None,
+    val_data: DataSource | None,
+    test_data: DataSource | None,
+    collate_fn: Callable[[list[Any]], Any] | None,
+    dataset: ArrayDataset | None,
+    task: Task,
+    model_name: str | None,
+    dataset_name: str | None,
+) -> JobParts:
+    """The data, model factory and task of a job, each checked before any file or process
+    exists (a first batch goes through the model and the loss)."""
+    data: RunData
+    if train_data is not None:
+        if dataset is not None:
+            raise ConfigError("give train_data= (with val_data=) or dataset=, not both")
+        if val_data is None:
+            raise ConfigError(
+                "train_data= needs val_data= (the validation split every decision reads); "
+                "torch.utils.data.random_split can carve one from your training set"
+            )
+        if model_factory is None:
+            raise ConfigError(
+                "train_data= needs model_factory= (the built-in models take built-in data only)"
+            )
+        data = TorchData(train_data, val_data, test_data, collate_fn, dataset_name)
+    else:
+        if val_data is not None or test_data is not None or collate_fn is not None:
+            raise ConfigError(
+                "val_data=, test_data= and collate_fn= go with train_data=; give it too"
+            )
+        if dataset is not None and not isinstance(dataset, ArrayDataset):
+            raise ConfigError(
+                f"dataset= takes a syncswitch.workloads.ArrayDataset, not "
+                f"{type(dataset).__name__}; give a torch Dataset as train_data= and val_data="
+            )
+        arrays = dataset or load_dataset(
+            config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
+        )
+        data = ArrayData(arrays.with_validation(config.val_fraction))
+        if model_factory is None:
+            model_factory = BuiltinModel(config.model_name, shape_only(arrays))
+    check_job(data, model_factory, task)
+    named = dataset_name or (data.name if train_data is not None or dataset is not None else None)
+    workload = workload_of(config, named, model_factory, model_name)
+    return JobParts(data, model_factory, task, workload)
 
 
 def _train(
     config: TrainConfig,
-    model_factory: Callable[[], torch.nn.Module] | None,
-    dataset: ArrayDataset | None,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    parts: JobParts,
     schedule_source: dict[str, Any] | None,
     resume: bool,
-    model_name: str | None,
 ) -> RunResult:
-    workload = workload_of(config, dataset, model_factory, model_name)
-    dataset = dataset or load_dataset(
-        config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
-    )
+    data, model_factory, workload = parts.data, parts.model_factory, parts.workload
     starting("preparing the run")
-    if model_factory is None:
-        model_factory = BuiltinModel(config.model_name, shape_only(dataset))
-    weights_state = ModelState(model_factory, dataset, loss_fn, workload)
-    plan = RunPlan.resolve(config, train_samples=len(dataset.y_train))
+    weights_state = ModelState(model_factory, data, parts.task, workload)
+    plan = RunPlan.resolve(
+        config, train_samples=data.size(TRAIN), metric=parts.task.spec(data.decision_split)
+    )
     run_dir = Path(config.out or default_run_dir(config.schedule))
     checkpoint: LoadedCheckpoint | None = None
     if resume:
@@ -129,21 +235,23 @@ def _train(
         faults=plan.faults.describe(),
         resume_at=resume_point(checkpoint),
         loggers=make_loggers(config.logger or (), config.tracking_uri, run_dir),
+        measured=tuple(f"{COLUMN_PREFIX[plan.metric.split]}_{n}" for n in parts.task.names),
     )
     if plan.simulated:
-        return _simulate(plan, writer, dataset, loss_fn, checkpoint, schedule_source, weights_state)
+        return _simulate(plan, writer, parts, checkpoint, schedule_source, weights_state)
     controller = RunController(
         plan,
         writer,
         resumed_from=checkpoint,
         schedule_source=schedule_source,
         weights_state=weights_state,
+        test_metrics=weights_state.test_metrics if weights_state.tests(plan) else None,
     )
     # Imported here: the controller and everything above load without Ray.
     from syncswitch.runtime.ray.launch import run_on_ray
 
     try:
-        summary, final_weights = run_on_ray(config, controller, dataset, model_factory, loss_fn)
+        summary, final_weights = run_on_ray(config, controller, data, model_factory, parts.task)
         return weights_state.result(summary, writer.dir, final_weights)
     finally:
         writer.close()
@@ -151,14 +259,14 @@ def _train(
 
 def workload_of(
     config: TrainConfig,
-    dataset: ArrayDataset | None = None,
+    dataset_name: str | None = None,
     model_factory: Callable[[], torch.nn.Module] | None = None,
     model_name: str | None = None,
 ) -> Workload:
     """The dataset and model a run trains, by name: the config's built-in ones, or the
-    objects the Python API was given (the dataset's `name`; `model_name`, else the
-    factory's own name)."""
-    dataset_name = dataset.name if dataset is not None else config.dataset
+    objects the Python API was given (`dataset_name`, else the dataset's name; `model_name`,
+    else the factory's own name)."""
+    dataset_name = dataset_name or config.dataset
     if model_name is None:
         model_name = config.model_name if model_factory is None else model_name_of(model_factory)
     return Workload(dataset=dataset_name, model=model_name)
@@ -172,25 +280,40 @@ class ModelState:
     def __init__(
         self,
         model_factory: Callable[[], torch.nn.Module],
-        dataset: ArrayDataset,
-        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        data: RunData,
+        task: Task,
         workload: Workload,
     ) -> None:
         self.model_factory = model_factory
         self.workload = workload
-        self.dataset = dataset
-        self.loss_fn = loss_fn
+        self.data = data
+        self.task = task
         self.state_dict: dict[str, torch.Tensor] | None = None
+        self._evaluator: Any = None
 
     def __call__(self, final_weights: np.ndarray) -> dict[str, torch.Tensor]:
-        from syncswitch.runtime.evaluator import Evaluator
-
-        evaluator = Evaluator(
-            self.dataset, self.model_factory, self.loss_fn, threads=torch.get_num_threads()
-        )
-        model = evaluator.trained_model(final_weights)
+        model = self.evaluator.trained_model(final_weights)
         self.state_dict = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         return self.state_dict
+
+    def tests(self, plan: RunPlan) -> bool:
+        """Whether the final weights are measured on a test split apart: the data has one and
+        the run's evaluations read validation (else they already read the test set)."""
+        return self.data.has(TEST) and plan.metric.split == VALIDATION
+
+    def test_metrics(self, final_weights: np.ndarray) -> dict[str, float]:
+        """The final weights' measures on the test split."""
+        return self.evaluator.evaluate(final_weights, TEST)
+
+    @property
+    def evaluator(self) -> Any:
+        from syncswitch.runtime.evaluator import Evaluator
+
+        if self._evaluator is None:
+            self._evaluator = Evaluator(
+                self.data, self.model_factory, self.task, threads=torch.get_num_threads()
+            )
+        return self._evaluator
 
     def result(self, summary: Summary, run_dir: Path, final_weights: np.ndarray) -> RunResult:
         return RunResult(
@@ -217,8 +340,7 @@ def check_runnable(config: TrainConfig) -> None:
 def _simulate(
     plan: RunPlan,
     writer: RunWriter,
-    dataset: ArrayDataset,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    parts: JobParts,
     checkpoint: LoadedCheckpoint | None,
     schedule_source: dict[str, Any] | None,
     weights_state: ModelState,
@@ -236,14 +358,15 @@ def _simulate(
         schedule_source=schedule_source,
         clock=lambda: events.now_s,
         weights_state=weights_state,
+        test_metrics=weights_state.test_metrics if weights_state.tests(plan) else None,
     )
     threads = torch.get_num_threads()
     try:
         runtime = SimRuntime(
             controller,
-            dataset,
-            weights_state.model_factory,
-            loss_fn,
+            parts.data,
+            parts.model_factory,
+            parts.task,
             plan.cluster,
             events,
             progress=plan.job.progress,
@@ -253,6 +376,23 @@ def _simulate(
     finally:
         writer.close()
         torch.set_num_threads(threads)  # one thread while simulating, as each Ray worker has
+
+
+def with_recorded_split(config: TrainConfig) -> TrainConfig:
+    """A resumed run keeps the validation split it was started with: config.json's
+    `val_fraction`, or none for a run from before validation splits (its decisions read the
+    test set, and go on doing so). Without a readable config.json, the config as given."""
+    try:
+        saved = read_config(Path(config.out or ""), MAX_CONFIG_FILE_BYTES)
+    except (OSError, RunDirError):
+        return config  # resuming then fails on its own, with its own message
+    share = saved.get("val_fraction", 0.0)
+    if share == config.val_fraction:
+        return config
+    try:
+        return replace(config, val_fraction=share)
+    except ConfigError as error:
+        raise ConfigError(f"cannot resume {config.out!r}: its {names.CONFIG}: {error}") from None
 
 
 def refuse_used_run_dir(run_dir: Path) -> None:
@@ -329,4 +469,6 @@ def shape_only(dataset: ArrayDataset) -> ArrayDataset:
         y_train=dataset.y_train[:1],
         x_test=dataset.x_test[:1],
         y_test=dataset.y_test[:1],
+        x_val=None,
+        y_val=None,
     )

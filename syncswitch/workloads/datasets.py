@@ -7,7 +7,7 @@ framework-free; only :func:`prepare_batch` turns a slice into tensors.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -31,12 +31,29 @@ _CHANNEL_STATS: dict[str, tuple[tuple[float, float, float], tuple[float, float, 
 
 
 # eq=False: the generated __eq__/__hash__ would compare or hash numpy arrays, which raises.
+# The validation split's seed: fixed, not the run's, so that every run of a job (every seed
+# of a study, every trial of a search) trains and is judged on the same samples.
+VALIDATION_SEED = 20_261_206
+
+
+def carve(samples: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(training indices, validation indices) with `fraction` of `samples` for validation,
+    both sorted (the order of the remaining training samples is kept); None when either
+    would be empty."""
+    held_out = round(samples * fraction)
+    if held_out < 1 or held_out >= samples:
+        return None
+    order = np.random.default_rng(seed).permutation(samples)
+    return np.sort(order[held_out:]), np.sort(order[:held_out])
+
+
 @dataclass(frozen=True, eq=False)
 class ArrayDataset:
-    """A train/test split held in memory.
+    """Train, validation and test splits held in memory: the fast path for classification.
 
     ``x_*`` are float32 ``(N, 1, 40)`` for MNIST-1D and uint8 NCHW ``(N, 3, 32, 32)`` for
     CIFAR (uint8 keeps CIFAR-10 at ~150 MB instead of ~600 MB); labels are int64 ``(N,)``.
+    Without ``x_val``/``y_val``, `with_validation` carves a validation split from training.
     """
 
     name: str
@@ -46,6 +63,8 @@ class ArrayDataset:
     y_test: np.ndarray = field(repr=False)
     num_classes: int
     augment: str = "none"
+    x_val: np.ndarray | None = field(default=None, repr=False)
+    y_val: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.augment not in AUGMENTATIONS:
@@ -54,17 +73,71 @@ class ArrayDataset:
             )
         if self.num_classes < 1:
             raise WorkloadError(f"num_classes must be >= 1, got {self.num_classes}")
-        splits = (("train", self.x_train, self.y_train), ("test", self.x_test, self.y_test))
-        for split, x, y in splits:
+        if (self.x_val is None) != (self.y_val is None):
+            raise WorkloadError(f"dataset {self.name!r}: give both x_val and y_val, or neither")
+        for split, x, y in self.splits():
+            if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray):
+                raise WorkloadError(
+                    f"dataset {self.name!r} {split} split must be numpy arrays, not "
+                    f"{type(x).__name__} and {type(y).__name__}"
+                )
             if x.ndim < 2 or y.ndim != 1 or len(x) != len(y):
                 raise WorkloadError(
                     f"dataset {self.name!r} {split} split is malformed: x{x.shape} vs y{y.shape}"
                 )
-        if self.x_train.shape[1:] != self.x_test.shape[1:]:
+            if x.shape[1:] != self.x_train.shape[1:]:
+                raise WorkloadError(
+                    f"dataset {self.name!r}: train samples {self.x_train.shape[1:]} and "
+                    f"{split} samples {x.shape[1:]} differ in shape"
+                )
+            self._check_labels(split, y)
+
+    def _check_labels(self, split: str, y: np.ndarray) -> None:
+        """Class ids in [0, num_classes): a float label would be truncated, one out of range
+        would fail mid-run."""
+        if len(y) == 0:
+            raise WorkloadError(f"dataset {self.name!r}: the {split} split is empty")
+        if not np.issubdtype(y.dtype, np.integer):
             raise WorkloadError(
-                f"dataset {self.name!r}: train samples {self.x_train.shape[1:]} and test "
-                f"samples {self.x_test.shape[1:]} differ in shape"
+                f"dataset {self.name!r}: {split} labels are {y.dtype}; an ArrayDataset holds "
+                "class ids (integers) - give a torch Dataset as train_data= for other targets"
             )
+        low, high = int(y.min()), int(y.max())
+        if low < 0 or high >= self.num_classes:
+            bad = low if low < 0 else high
+            raise WorkloadError(
+                f"dataset {self.name!r}: {split} label {bad} is out of range; with "
+                f"num_classes={self.num_classes} labels must be 0 to {self.num_classes - 1}"
+            )
+
+    def splits(self) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """(name, inputs, labels) of each split it holds."""
+        held = [("train", self.x_train, self.y_train), ("test", self.x_test, self.y_test)]
+        if self.x_val is not None and self.y_val is not None:
+            held.insert(1, ("validation", self.x_val, self.y_val))
+        return held
+
+    def with_validation(self, fraction: float, seed: int = VALIDATION_SEED) -> ArrayDataset:
+        """This dataset with `fraction` of its training samples set aside as a validation
+        split (chosen by `seed`, the same for every run of a job, so every run of it trains
+        on the same samples); itself if it has a validation split or `fraction` is 0."""
+        if self.x_val is not None or fraction <= 0:
+            return self
+        chosen = carve(len(self.y_train), fraction, seed)
+        if chosen is None:
+            raise WorkloadError(
+                f"dataset {self.name!r}: a validation share of {fraction:g} of its "
+                f"{len(self.y_train)} training samples leaves no validation or no training "
+                "sample; give more samples or another share"
+            )
+        train, val = chosen
+        return replace(
+            self,
+            x_train=self.x_train[train],
+            y_train=self.y_train[train],
+            x_val=self.x_train[val],
+            y_val=self.y_train[val],
+        )
 
     @property
     def input_shape(self) -> tuple[int, ...]:

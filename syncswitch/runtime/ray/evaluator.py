@@ -10,15 +10,16 @@ import torch
 
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.ray.placement import ActorPlace, here
-from syncswitch.workloads import ArrayDataset
+from syncswitch.workloads.data import RunData
+from syncswitch.workloads.task import Task
 
 
 class RayEvaluator(Evaluator):
     def __init__(
         self,
-        dataset: ArrayDataset,
+        data: RunData,
         model_factory: Callable[[], torch.nn.Module],
-        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        task: Task,
         threads: int = 1,
         device: str = "cpu",
         nice: int = 0,
@@ -28,7 +29,7 @@ class RayEvaluator(Evaluator):
         of delaying their steps."""
         if nice:
             os.nice(nice)
-        super().__init__(dataset, model_factory, loss_fn, threads, device)
+        super().__init__(data, model_factory, task, threads, device)
 
     def ready(self) -> ActorPlace:
         """Where this evaluator runs (node, host, device), for actors.json."""

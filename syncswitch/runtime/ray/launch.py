@@ -12,7 +12,8 @@ from syncswitch.config import TrainConfig
 from syncswitch.control.controller import RunController
 from syncswitch.rundir import Summary
 from syncswitch.runtime.ray.resources import ResourcePlan, plan_resources
-from syncswitch.workloads import ArrayDataset
+from syncswitch.workloads.data import RunData
+from syncswitch.workloads.task import Task
 
 
 def check_before_start(config: TrainConfig) -> None:
@@ -27,9 +28,9 @@ def check_before_start(config: TrainConfig) -> None:
 def run_on_ray(
     config: TrainConfig,
     controller: RunController,
-    dataset: ArrayDataset,
+    data: RunData,
     model_factory: Callable[[], torch.nn.Module],
-    loss_fn: Callable,
+    task: Task,
 ) -> tuple[Summary, np.ndarray]:
     import ray
 
@@ -45,7 +46,7 @@ def run_on_ray(
         # Checked against what Ray has now, before any actor or placement group exists.
         resources = plan_resources(config, cluster_view(where))
         supervisor = RaySupervisor(
-            controller, dataset, model_factory, loss_fn, resources, progress=config.progress
+            controller, data, model_factory, task, resources, progress=config.progress
         )
         return supervisor.execute()
     finally:

@@ -66,7 +66,8 @@ from syncswitch.runtime.ray.resources import ResourcePlan
 from syncswitch.runtime.ray.server import ParameterServer
 from syncswitch.runtime.ray.worker import Worker, WorkerSpec
 from syncswitch.runtime.replies import join_replies
-from syncswitch.workloads import ArrayDataset
+from syncswitch.workloads.data import RunData
+from syncswitch.workloads.task import Task
 
 _POLL_S = 0.1
 # Evaluations are off the update path: they may lag, the workers and servers must not wait.
@@ -77,18 +78,18 @@ class RaySupervisor:
     def __init__(
         self,
         controller: RunController,
-        dataset: ArrayDataset,
+        data: RunData,
         model_factory: Callable[[], torch.nn.Module],
-        loss_fn: Callable,
+        task: Task,
         resources: ResourcePlan,
         *,
         progress: bool,
     ) -> None:
         self.controller = controller
         self.plan: RunPlan = controller.plan
-        self.dataset = dataset
+        self.data = data
         self.model_factory = model_factory
-        self.loss_fn = loss_fn
+        self.task = task
         self.resources = resources
         self.progress = progress
         self.servers: list = []
@@ -112,8 +113,9 @@ class RaySupervisor:
         self.shards = parameter_shards(len(initial), self.plan.job.servers)
         self.initial = initial
         # Put once: each node's object store then fetches it once and its workers share
-        # that copy, rather than every worker pulling its own through the driver.
-        self.dataset_ref = ray.put(self.dataset)
+        # that copy, rather than every worker pulling its own through the driver. A dataset
+        # factory travels as itself: each worker builds its own data.
+        self.dataset_ref = ray.put(self.data)
         resumed = self.controller.resumed_from
         try:
             starting("placing workers")
@@ -136,7 +138,9 @@ class RaySupervisor:
             self._carry_out(
                 self.controller.start(len(initial), time.perf_counter() - setup_started)
             )
-            with ProgressDisplay(self.progress, self.plan.total_samples) as show:
+            with ProgressDisplay(
+                self.progress, self.plan.total_samples, metric=self.plan.metric
+            ) as show:
                 self._follow(show)
             return self._finish()
         except BaseException as error:
@@ -276,13 +280,13 @@ class RaySupervisor:
         for ref in ready:
             point, weights = self._evaluations.pop(ref)
             try:
-                accuracy, loss = ray.get(ref)
+                values = ray.get(ref)
             except RayActorError:
                 # The evaluator died (its node was lost): a new one answers instead.
                 self._evaluations[ref] = (point, weights)
                 self._replace_evaluator()
                 return
-            self._carry_out(self.controller.on_evaluated(point, accuracy, loss))
+            self._carry_out(self.controller.on_evaluated(point, values))
 
     def _check_runs(self) -> None:
         """Collect finished worker runs; a dead worker or a dead server is reported."""
@@ -361,7 +365,7 @@ class RaySupervisor:
             .remote(
                 self.dataset_ref,
                 self.model_factory,
-                self.loss_fn,
+                self.task,
                 role.threads,
                 role.device,
                 nice=_EVALUATOR_NICE,
@@ -389,7 +393,7 @@ class RaySupervisor:
             seed=plan.job.seed,
             emulation=plan.emulation,
             model_factory=self.model_factory,
-            loss_fn=self.loss_fn,
+            loss_fn=self.task.loss_fn,
             shards=tuple(self.shards),
             faults=plan.faults.for_worker(index),
             threads=self.resources.worker.threads,

@@ -27,7 +27,7 @@ from syncswitch.runtime.gradient import backward_on_batch
 from syncswitch.runtime.ray.placement import ActorPlace, here
 from syncswitch.runtime.replies import Pulled, join_replies
 from syncswitch.runtime.step import Computed, WorkerStep, WorkerStreams
-from syncswitch.workloads import ArrayDataset
+from syncswitch.workloads.data import TRAIN, RunData
 
 _PROBE_TIMEOUT_S = 10.0
 
@@ -54,7 +54,7 @@ class Worker:
         torch.set_num_threads(spec.threads)
         torch.manual_seed(spec.seed * 7919 + spec.worker)
         self.spec = spec
-        self.dataset: ArrayDataset | None = None
+        self.data: RunData | None = None
         self.servers: list = []
         # Ray sets CUDA_VISIBLE_DEVICES to the GPU it assigned, so "cuda" is that one.
         self.device = torch.device(spec.device)
@@ -84,10 +84,12 @@ class Worker:
         the data itself, once per incarnation. `incarnation` counts restarts: an injected
         crash or hang happens in the first only.
         """
-        if self.dataset is None:
-            self.dataset = ray.get(dataset[0])
+        if self.data is None:
+            # A dataset factory builds the training set here, on first use: this worker
+            # reads only its own shard's indices of it.
+            self.data = ray.get(dataset[0])
             spec = self.spec
-            samples = len(self.dataset.y_train)
+            samples = self.data.size(TRAIN)
             self._shard = worker_shard(samples, spec.worker, spec.workers, spec.seed)
         self.servers = servers
         self.incarnation = incarnation
@@ -138,12 +140,12 @@ class Worker:
     # -- internals --------------------------------------------------------------------------
 
     def _gradient(self, weights: np.ndarray) -> tuple[np.ndarray, float]:
-        assert self.dataset is not None, "run() fetches the dataset before the first step"
+        assert self.data is not None, "run() fetches the data before the first step"
         self.flat.load(weights)
         loss = backward_on_batch(
             self.model,
             self.flat,
-            self.dataset,
+            self.data,
             self.streams.batches.next_indices(),
             self.spec.loss_fn,
             self.streams.generator,

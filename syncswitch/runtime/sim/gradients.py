@@ -22,7 +22,7 @@ from syncswitch.core.sync.optimizer import FlatParameters
 from syncswitch.core.sync.sharding import worker_shard
 from syncswitch.runtime.gradient import backward_on_batch
 from syncswitch.runtime.step import WorkerStreams
-from syncswitch.workloads import ArrayDataset
+from syncswitch.workloads.data import TRAIN, RunData
 
 
 @dataclass
@@ -37,7 +37,7 @@ class WorkerData:
 class GradientComputer:
     def __init__(
         self,
-        dataset: ArrayDataset,
+        data: RunData,
         model_factory: Callable[[], torch.nn.Module],
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         *,
@@ -46,7 +46,7 @@ class GradientComputer:
         seed: int,
         emulation: EmulationConfig,
     ) -> None:
-        self.dataset = dataset
+        self.data = data
         self.model_factory = model_factory
         self.loss_fn = loss_fn
         self.workers = workers
@@ -58,7 +58,7 @@ class GradientComputer:
         self.flat = FlatParameters(self.model)
         self._buffers = list(self.model.buffers())
         self._data: dict[int, WorkerData] = {}
-        samples = len(dataset.y_train)
+        samples = data.size(TRAIN)
         self._shards = [worker_shard(samples, w, workers, seed) for w in range(workers)]
 
     def position(
@@ -101,7 +101,7 @@ class GradientComputer:
         loss = backward_on_batch(
             self.model,
             self.flat,
-            self.dataset,
+            self.data,
             data.streams.batches.next_indices(),
             self.loss_fn,
             data.streams.generator,

@@ -65,7 +65,8 @@ from syncswitch.runtime.sim.engine import EventQueue
 from syncswitch.runtime.sim.gradients import GradientComputer
 from syncswitch.runtime.sim.paths import SimPaths
 from syncswitch.runtime.step import WorkerStep
-from syncswitch.workloads import ArrayDataset
+from syncswitch.workloads.data import RunData
+from syncswitch.workloads.task import Task
 
 POLL_S = 0.1  # simulated seconds between drains, as the Ray supervisor polls
 _DISPLAY_EVERY_S = 0.5  # host seconds between progress display updates
@@ -96,9 +97,9 @@ class SimRuntime:
     def __init__(
         self,
         controller: RunController,
-        dataset: ArrayDataset,
+        data: RunData,
         model_factory: Callable[[], torch.nn.Module],
-        loss_fn: Callable,
+        task: Task,
         cluster: ClusterModel,
         events: EventQueue,
         *,
@@ -107,9 +108,9 @@ class SimRuntime:
         self.controller = controller
         self.plan = controller.plan
         self.cluster = cluster
-        self.dataset = dataset
+        self.data = data
         self.model_factory = model_factory
-        self.loss_fn = loss_fn
+        self.task = task
         self.progress = progress
         self.events = events  # the controller's clock reads it too
         job = self.plan.job
@@ -118,15 +119,15 @@ class SimRuntime:
             for w in range(self.plan.workers)
         ]
         self.computer = GradientComputer(
-            dataset,
+            data,
             model_factory,
-            loss_fn,
+            task.loss_fn,
             workers=self.plan.workers,
             batch_size=job.batch_size,
             seed=job.seed,
             emulation=self.plan.emulation,
         )
-        self.evaluator = Evaluator(dataset, model_factory, loss_fn)
+        self.evaluator = Evaluator(data, model_factory, task)
         self.shards: list[ServerShard] = []
         self._server_life = 0
         self._replies: list[ReplyCache] = []
@@ -151,7 +152,9 @@ class SimRuntime:
                 self.controller.start(len(initial), time.perf_counter() - setup_started)
             )
             self.events.at(self.events.now_s + POLL_S, self._poll)
-            with ProgressDisplay(self.progress, self.plan.total_samples, simulated=True) as show:
+            with ProgressDisplay(
+                self.progress, self.plan.total_samples, simulated=True, metric=self.plan.metric
+            ) as show:
                 self._follow(show)
             return self._finish()
         except BaseException as error:
@@ -214,8 +217,8 @@ class SimRuntime:
         if self.cluster.host_cpu.evaluator_ms:
             # Not on anyone's path, but it takes a core of its node meanwhile.
             self.paths.driver_cpu(self.events.now_s, self.cluster.host_cpu.evaluator_ms)
-        accuracy, loss = self.evaluator.evaluate(decision.weights)
-        return self.controller.on_evaluated(decision.point, accuracy, loss)
+        values = self.evaluator.evaluate(decision.weights)
+        return self.controller.on_evaluated(decision.point, values)
 
     def _request_snapshot(self, decision: RequestSnapshot) -> None:
         for shard in self.shards:
