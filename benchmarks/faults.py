@@ -192,7 +192,7 @@ def scenario_row(name: str, summary: Summary, done: list[str], recovery: str) ->
     return FaultRow(
         scenario=name,
         done="; ".join(done) or "-",
-        final_accuracy=summary.final_accuracy,
+        final_accuracy=summary.final_value,
         status=summary.status,
         sent=grads.sent,
         applied=grads.applied,

@@ -147,7 +147,7 @@ def run_syncswitch(schedule: str, dataset: ArrayDataset, setup: Setup, out: Path
     summary = train(config, dataset=dataset).summary
     return GpuRow(
         schedule=schedule,
-        final_accuracy=summary.final_accuracy,
+        final_accuracy=summary.final_value,
         wall_time_s=summary.wall_time_s,
         setup_time_s=summary.setup_time_s,
         samples=summary.samples,

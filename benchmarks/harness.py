@@ -273,7 +273,7 @@ def ratio(top: float | None, bottom: float | None) -> float | None:
 
 
 def read_summary(run_dir: Path) -> Summary:
-    """A run directory's summary, typed (`summary.final_accuracy`), through the package's
+    """A run directory's summary, typed (`summary.final_value`), through the package's
     run-directory module (FileNotFoundError before the run has written one)."""
     return rundir.read_summary(run_dir)
 

@@ -177,14 +177,14 @@ def run_one(
         seed=seed,
         schedule=config.schedule,
         timing="SIMULATED" if table == "sim" else "EMULATED",
-        final_accuracy=summary.final_accuracy,
+        final_accuracy=summary.final_value,
         time_s=summary.wall_time_s,
         host_time_s=round(host_s, 2),
         bytes_sent=traffic.get("bytes_sent"),
         bytes_by_protocol=dict(traffic.get("bytes_by_protocol", {})),
         samples_by_protocol=dict(summary.samples_by_protocol),
         curve=[
-            [float(t), float(a)] for t, a in zip(metrics.time_s, metrics.test_accuracy, strict=True)
+            [float(t), float(a)] for t, a in zip(metrics.time_s, metrics.value, strict=True)
         ],
         load=load_average(),
         status=summary.status,

@@ -167,7 +167,7 @@ def measure(case: Case, seed: int, summary: Summary, run_dir: Path, args) -> Run
     return RunRow(
         case=case.label,
         seed=seed,
-        final_accuracy=summary.final_accuracy,
+        final_accuracy=summary.final_value,
         wall_time_s=summary.wall_time_s,
         samples_per_s=summary.samples_per_s,
         asp_efficiency=(

@@ -247,7 +247,7 @@ def _facts(case: Case, runtime: str, summary: Summary, run_dir: Path) -> Facts:
         schedule=summary.schedule,
         seed=case.seed,
         wall_time_s=summary.wall_time_s,
-        final_accuracy=summary.final_accuracy,
+        final_accuracy=summary.final_value,
         staleness_mean=float(np.mean(staleness)) if len(staleness) else None,
         staleness_p90=float(np.percentile(staleness, 90)) if len(staleness) else None,
         host_time_s=summary.host_time_s if runtime == "sim" else None,

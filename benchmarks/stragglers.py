@@ -201,7 +201,7 @@ def run_case(args, out: Path, scenario: Scenario, policy: Policy, seed: int) -> 
         label=scenario.label,
         policy=policy.label,
         seed=seed,
-        final_accuracy=summary.final_accuracy,
+        final_accuracy=summary.final_value,
         wall_time_s=summary.wall_time_s,
         bsp_time_s=summary.time_by_protocol.get("bsp", 0.0),
         bsp_samples=online["bsp_samples"],

@@ -295,7 +295,7 @@ def run_syncswitch(config: TrainConfig) -> dict:
         gradients=len(times_s),
         wall_s=summary.wall_time_s,
         run_samples_per_s=summary.samples_per_s,
-        final_accuracy=summary.final_accuracy,
+        final_accuracy=summary.final_value,
         # A divergence rollback would pin an ASP run to BSP: say so next to its figure.
         switches=len(summary.switches or []),
         rollbacks=summary.reliability.rollbacks if summary.reliability else 0,

@@ -77,7 +77,7 @@ def main() -> None:
     result = train(config, model_factory=SpiralNet, dataset=data)
     print(f"run directory: {result.run_dir}")
     print(f"recorded as dataset {result.workload.dataset!r}, model {result.workload.model!r}")
-    print(f"final accuracy {100 * result.summary.final_accuracy:.2f}%")
+    print(f"final accuracy {100 * result.summary.final_value:.2f}%")
 
     # final_weights.pt is a standard state_dict: load it into a new instance of the model.
     model = SpiralNet()
@@ -85,7 +85,7 @@ def main() -> None:
     model.eval()
     reloaded = accuracy(model, data)
     print(f"reloaded model's accuracy {100 * reloaded:.2f}%")
-    assert reloaded == result.summary.final_accuracy == accuracy(result.model(), data)
+    assert reloaded == result.summary.final_value == accuracy(result.model(), data)
 
 
 if __name__ == "__main__":

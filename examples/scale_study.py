@@ -46,7 +46,7 @@ def main() -> None:
             )
             summary = train(config, dataset=dataset).summary
             print(
-                f"{workers:>7}  {schedule:<14} {100 * summary.final_accuracy:>8.2f}%"
+                f"{workers:>7}  {schedule:<14} {100 * summary.final_value:>8.2f}%"
                 f"  {summary.wall_time_s:>11.1f}  {summary.host_time_s:>6.1f}"
             )
     print(f"compare them: syncswitch report {out}/*")

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from syncswitch.config import TrainConfig
 from syncswitch.control.plan import RunPlan
@@ -19,6 +18,8 @@ from syncswitch.core.sync.records import Gradient
 from syncswitch.rundir import RunData
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.workloads import ArrayDataset, build_model
+from syncswitch.workloads.data import TRAIN, ArrayData
+from syncswitch.workloads.task import Task
 
 _SERVER_SAMPLES = 300  # gradients applied to time the server's CPU per gradient
 _EVALUATIONS = 3
@@ -49,7 +50,8 @@ def timed_costs(job: TrainConfig, dataset: ArrayDataset) -> tuple[float, float]:
     model = build_model(job.model_name, dataset)
     weights = flatten_parameters(model).numpy()
     asp = job.with_schedule("asp", runtime="sim", cluster=None, out=None)
-    plan = RunPlan.resolve(asp, len(dataset.y_train))
+    data = ArrayData(dataset.with_validation(job.val_fraction))
+    plan = RunPlan.resolve(asp, data.size(TRAIN))
     shard = ServerShard(plan.sync, weights.copy(), job.weight_decay)
     shard.begin()
     gradient = torch.from_numpy(np.full(len(weights), 1e-6, dtype=np.float32))
@@ -70,9 +72,7 @@ def timed_costs(job: TrainConfig, dataset: ArrayDataset) -> tuple[float, float]:
     server_ms = 1e3 * (time.thread_time() - started) / _SERVER_SAMPLES
     threads = torch.get_num_threads()
     try:
-        evaluator = Evaluator(
-            dataset, lambda: build_model(job.model_name, dataset), F.cross_entropy
-        )
+        evaluator = Evaluator(data, lambda: build_model(job.model_name, dataset), Task())
         timings = []
         for _ in range(_EVALUATIONS):
             started = time.thread_time()

@@ -64,7 +64,8 @@ def replay(model: ClusterModel, run: CalibrationRun, *, probe: bool) -> dict[str
     (whole, not a probe) its wall time. A probe is shortened to about `_PROBE_GRADIENTS`
     gradients, evaluated as often per second as the whole job."""
     job = run.job
-    gradients = job.epochs * len(run.dataset.y_train) / job.batch_size
+    trained = len(run.dataset.with_validation(job.val_fraction).y_train)
+    gradients = job.epochs * trained / job.batch_size
     share = min(1.0, _PROBE_GRADIENTS / gradients) if probe else 1.0
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "cluster.yaml"

@@ -46,9 +46,9 @@ from syncswitch.config.limits import (
     MAX_WORKERS,
     MIN_EVERY_FRACTION,
     MODELS,
-    VALIDATION_SHARE,
     PLACEMENTS,
     RUNTIMES,
+    VALIDATION_SHARE,
 )
 from syncswitch.core.stragglers.policies import StragglerPolicyKind
 from syncswitch.core.sync.hyperparams import LrScheduleKind, MomentumPolicy

@@ -21,7 +21,7 @@ from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.protocol import Protocol, Schedule
 from syncswitch.core.timing.rules import Rule, ShareBounds, make_rule, rule_threshold, uses_losses
-from syncswitch.records.metric import MetricSpec
+from syncswitch.records.metric import DEFAULT, MetricSpec
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class RunPlan:
     runtime: str = "ray"  # "ray": measured (or emulated) wall time; "sim": a simulated clock
     cluster: ClusterModel | None = None  # the simulator's cluster model (None on Ray)
     timing: TimingPlan | None = None  # how an online phase's end is decided; None: no such phase
-    metric: MetricSpec = MetricSpec()  # what the run is judged by, on which split
+    metric: MetricSpec = DEFAULT  # what the run is judged by, on which split
 
     @classmethod
     def resolve(
@@ -179,7 +179,7 @@ class RunPlan:
             runtime=config.runtime,
             cluster=cluster,
             timing=timing,
-            metric=metric or MetricSpec(),
+            metric=metric or DEFAULT,
         )
 
     @property

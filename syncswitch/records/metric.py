@@ -87,7 +87,9 @@ class MetricSpec:
         )
 
 
-# What runs written before validation splits existed were judged by.
+# What a run is judged by unless told otherwise, and what runs written before validation
+# splits existed were judged by.
+DEFAULT = MetricSpec("accuracy", True, VALIDATION)
 LEGACY = MetricSpec("accuracy", True, TEST)
 MAX_NAME_CHARS = 64
 

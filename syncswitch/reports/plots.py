@@ -1,4 +1,5 @@
-"""The report's figure, in the paper's style: test accuracy against wall time and samples.
+"""The report's figure, in the paper's style: the primary metric (validation accuracy for the
+built-in jobs) against wall time and samples.
 
 One line per run; each run's protocol phases are shaded on a strip below (and behind the
 lines when one run is shown) and its switch points are marked on its line. For a run whose
@@ -34,8 +35,8 @@ from syncswitch.reports.overview import phases, run_end
 from syncswitch.rundir import RunData
 
 PLOT_SUFFIXES = (".png", ".svg")
-ACCURACY_VS_TIME = "test accuracy vs time"
-ACCURACY_VS_SAMPLES = "test accuracy vs samples"
+ACCURACY_VS_TIME = "metric vs time"
+ACCURACY_VS_SAMPLES = "metric vs samples"
 HISTOGRAM_COLUMNS = 4
 MAX_HISTOGRAM_BARS = 120
 MAX_TIMELINE_WORKERS = 64
@@ -176,11 +177,19 @@ def _run_colors(count: int) -> list[str]:
     return [f"C{index % 10}" for index in range(count)]
 
 
+def plotted(run: RunData) -> tuple[np.ndarray, str]:
+    """A run's primary metric as plotted (accuracies in percent) and its axis label."""
+    metrics = run.metrics
+    if metrics.metric.endswith("accuracy"):
+        return 100 * metrics.value, f"{metrics.split} {metrics.metric} (%)"
+    return metrics.value, f"{metrics.split} {metrics.metric}"
+
+
 def _accuracy(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:
     for color, (label, run) in zip(_run_colors(len(runs)), runs, strict=True):
         metrics = run.metrics
         x = metrics.samples if by_samples else metrics.time_s
-        accuracy = 100 * metrics.test_accuracy
+        accuracy, _ = plotted(run)
         line = _thinned(len(x), MAX_LINE_POINTS)
         axes.plot(x[line], accuracy[line], color=color, label=label, linewidth=1.6)
         switches = [run.switches[i] for i in _thinned(len(run.switches), MAX_MARKERS)]
@@ -210,7 +219,7 @@ def _accuracy(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:
     axes.set_title(ACCURACY_VS_SAMPLES if by_samples else ACCURACY_VS_TIME)
     axes.set_xlabel("samples processed" if by_samples else time_label(runs))
     _readable_x_ticks(axes, by_samples)
-    axes.set_ylabel("test accuracy (%)")
+    axes.set_ylabel(plotted(runs[0][1])[1] if runs else "")
     axes.grid(alpha=0.3)
     handles, labels = axes.get_legend_handles_labels()
     if any(run.switches for _, run in runs):
@@ -261,13 +270,14 @@ def _timing_signal(axes, label: str, run: RunData) -> None:
 
 def _accuracy_by_fraction(axes, label: str, run: RunData) -> None:
     metrics = run.metrics
-    axes.plot(metrics.fraction, 100 * metrics.test_accuracy, color="C1", linewidth=1.6)
+    values, ylabel = plotted(run)
+    axes.plot(metrics.fraction, values, color="C1", linewidth=1.6)
     switch = _online_switch(run)
     if switch is not None:
         axes.axvline(switch, color="black", linewidth=1.2)
-    axes.set_title(f"{label}: test accuracy, the switch marked")
+    axes.set_title(f"{label}: {ylabel}, the switch marked")
     axes.set_xlabel("training progress (fraction of samples)")
-    axes.set_ylabel("test accuracy (%)")
+    axes.set_ylabel(ylabel)
     axes.grid(alpha=0.3)
 
 

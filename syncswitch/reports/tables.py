@@ -113,8 +113,8 @@ def runs_table(runs: list[RunOverview]) -> Table:
             "an incomplete run's final value is its last measured one (@ the fraction of samples)"
         )
     notes.append(
-        "final, best: the primary metric on the split every decision read (val: validation); "
-        "test: the final weights on the test split, measured once at the end"
+        f"final, best: {_metrics_named(runs)} on the validation split, which every decision "
+        "read; test: the final weights on the test split, measured once at the end"
     )
     notes.append("workload: the epochs the job asked for / the samples the run processed")
     differences = job_differences(runs)
@@ -172,6 +172,11 @@ def _workload(run: RunOverview) -> str:
     return epochs if run.samples is None else f"{epochs} / {run.samples:,}"
 
 
+def _metrics_named(runs: list[RunOverview]) -> str:
+    named = sorted({run.metric.name for run in runs}) or ["accuracy"]
+    return " / ".join(named)
+
+
 def _final_value(run: RunOverview) -> str:
     text = _value(run, run.final_value)
     if run.final_value is not None and not run.complete and run.measured_at_fraction is not None:
@@ -180,13 +185,13 @@ def _final_value(run: RunOverview) -> str:
 
 
 def _value(run: RunOverview, value: float | None, *, split: bool = True) -> str:
-    """E.g. "97.25% val acc", "0.0123 val mse", "96.90% test acc"."""
+    """The primary metric's value (accuracies in percent); "(test)" where a run from before
+    validation splits measured it on the test set."""
     if value is None:
         return "-"
     metric = run.metric
-    name = "acc" if metric.name == "accuracy" else metric.name
-    where = ("val" if metric.split == VALIDATION else "test") if split else "test"
-    return f"{metric.show(value)} {where} {name}"
+    legacy = split and metric.split != VALIDATION
+    return metric.show(value) + (" (test)" if legacy else "")
 
 
 def _relative_time(run: RunOverview, first: RunOverview | None) -> str:

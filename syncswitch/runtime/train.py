@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from syncswitch.config import TrainConfig
+from syncswitch.config.limits import MAX_CONFIG_FILE_BYTES
 from syncswitch.control.controller import (
     CHECKPOINT_DIR,
     RunController,
@@ -30,9 +31,8 @@ from syncswitch.core.reliability.checkpoints import (
     LoadedCheckpoint,
 )
 from syncswitch.errors import ConfigError, RunDirError
-from syncswitch.records.metric import COLUMN_PREFIX, TEST, VALIDATION
 from syncswitch.loggers import make_loggers
-from syncswitch.config.limits import MAX_CONFIG_FILE_BYTES
+from syncswitch.records.metric import COLUMN_PREFIX, TEST, VALIDATION
 from syncswitch.rundir import (
     RunWriter,
     Summary,

@@ -215,7 +215,7 @@ def test_the_scripts_rows_are_built_from_a_typed_summary(run_dir):
     reference = load("reference")
     args = argparse.Namespace(workers=2, step_time_ms=20.0)
     row = reference.measure(reference.Case("bsp:0.5,asp", "scale"), 0, summary, run_dir, args)
-    assert row.final_accuracy == summary.final_accuracy and len(row.switch_overhead_s) == 1
+    assert row.final_accuracy == summary.final_value and len(row.switch_overhead_s) == 1
     assert row.switch_gap_s is not None and row.asp_efficiency is not None
     stopped = reference.stopped_row(reference.CASES[0], 0, run_dir, "stalled; detail")
     assert stopped.stopped == "stalled" and stopped.samples == summary.samples

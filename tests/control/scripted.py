@@ -295,7 +295,8 @@ class ScriptedRun:
 
     def _evaluate(self, decision: Evaluate) -> Step:
         distance = float(np.linalg.norm(decision.weights - TARGET))
-        return self.controller.on_evaluated(decision.point, 1 / (1 + distance), distance)
+        values = {"accuracy": 1 / (1 + distance), "loss": distance}
+        return self.controller.on_evaluated(decision.point, values)
 
     def _restart_worker(self, decision: RestartWorker) -> Step:
         for shard in self.shards:

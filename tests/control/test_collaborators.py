@@ -41,12 +41,14 @@ def test_results_are_released_in_training_order_with_their_train_loss():
     half, whole = _point(0.5), _point(1.0)
     losses = iter([0.25, 0.125])
     assembly.add([_report([half, whole], 0.0)], lambda: next(losses))
-    assert assembly.result(whole, 0.9, 0.1) == []  # the earlier point is still out
-    released = assembly.result(half, 0.8, 0.2)
-    assert [(e.point, e.accuracy, e.train_loss) for e in released] == [
+    assert assembly.result(whole, {"accuracy": 0.9, "loss": 0.1}) == []  # the earlier is out
+    released = assembly.result(half, {"accuracy": 0.8, "loss": 0.2})
+    assert [(e.point, e.values["accuracy"], e.train_loss) for e in released] == [
         (half, 0.8, 0.25),
         (whole, 0.9, 0.125),
     ]
+    row = released[0].metric_row()
+    assert row.to_plain()["val_accuracy"] == 0.8 and row.loss == 0.2
     assert released[0].metric_row().samples_per_s == 100.0 and assembly.outstanding == 0
 
 

@@ -52,7 +52,7 @@ def test_an_old_interrupted_run_resumes_to_the_bits_it_resumed_to_before(name, t
     _resume(run_dir, str(expected["schedule"]))
     summary = read_summary(run_dir)
     assert summary.complete
-    assert summary.final_accuracy == expected["final_accuracy"]
+    assert summary.final_value == expected["final_accuracy"]
     assert summary.updates == expected["updates"]
     assert _weights_digest(run_dir) == expected["weights_sha256_16"]
 
@@ -73,6 +73,6 @@ def test_an_old_checkpoint_in_the_unversioned_layout_resumes_to_the_same_bits(tm
 def test_an_old_complete_run_directory_reads_back() -> None:
     run = load_run(FIXTURES / "complete")
     summary = run.summary
-    assert summary is not None and summary.complete and summary.final_accuracy == 0.4965
+    assert summary is not None and summary.complete and summary.final_value == 0.4965
     assert [(s.from_protocol, s.to_protocol) for s in run.switches] == [("bsp", "asp")]
     assert run.notes == []

@@ -116,8 +116,10 @@ def _typed_record() -> RunRecord:
     """A record holding one of each kind of row, event and failure entry."""
     return RunRecord(
         metrics=[
-            MetricsRow(0.0, 0, 0.0, 0, "bsp", 0.1, 2.3, 2.4, None),
-            MetricsRow(1.5, 320, 1.0, 40, "asp", 0.9, 0.2, 0.25, 213.33),
+            MetricsRow(0.0, 0, 0.0, 0, "bsp", {"accuracy": 0.1, "loss": 2.3}, 2.4, None, "test"),
+            MetricsRow(
+                1.5, 320, 1.0, 40, "asp", {"accuracy": 0.9, "loss": 0.2}, 0.25, 213.33, "test"
+            ),
         ],
         straggler_events=[
             StragglerRecord(EventKind.DETECTED, 3, 5.1, 0.5, 0.26, "slow", 0, False, 0.12, 0.06),
@@ -250,10 +252,11 @@ def test_rows_events_and_failures_keep_their_plain_layout_across_a_checkpoint():
         ("metrics", lambda rows: [*rows, "row"], "a metrics row is not a mapping"),
         ("metrics", lambda rows: [{**rows[0], "samples": "many"}], "samples = 'many'"),
         ("metrics", lambda rows: [{**rows[0], "fraction": True}], "fraction = True"),
+        ("metrics", lambda rows: [{**rows[0], "test_loss": "low"}], "test_loss = 'low'"),
         (
             "metrics",
-            lambda rows: [{k: v for k, v in rows[0].items() if k != "test_accuracy"}],
-            "test_accuracy = None",
+            lambda rows: [{k: v for k, v in rows[0].items() if not k.startswith("test_")}],
+            "a metrics row has no measures",
         ),
         ("straggler_events", lambda events: [*events, 3], "must be a list of mappings"),
         ("failures", lambda entries: [*entries, None], "failures must be a list of mappings"),

@@ -45,8 +45,8 @@ def test_tensorboard_events_hold_the_run_against_samples_and_wall_time(logged_ru
     events.Reload()
     tags = events.Tags()
     for tag in (
-        "test/accuracy",
-        "test/loss",
+        "validation/accuracy",
+        "validation/loss",
         "train/loss",
         "throughput/samples_per_s",
         "protocol/bsp",
@@ -60,10 +60,10 @@ def test_tensorboard_events_hold_the_run_against_samples_and_wall_time(logged_ru
     ):
         assert tag in tags["scalars"], tag
     metrics = read_csv(logged_run / "metrics.csv")
-    accuracy = events.Scalars("test/accuracy")
+    accuracy = events.Scalars("validation/accuracy")
     assert [e.step for e in accuracy] == [int(r["samples"]) for r in metrics]
     np.testing.assert_allclose(
-        [e.value for e in accuracy], [float(r["test_accuracy"]) for r in metrics], rtol=1e-6
+        [e.value for e in accuracy], [float(r["val_accuracy"]) for r in metrics], rtol=1e-6
     )
     # Wall time: the same intervals as the run's own clock.
     np.testing.assert_allclose(
@@ -101,12 +101,12 @@ def test_mlflow_store_in_the_run_directory_holds_the_metrics(logged_run):
     assert run.data.tags["syncswitch.recurring"] == "real"
     assert "bsp -> asp" in run.data.tags["syncswitch.last_switches"]
     metrics = read_csv(logged_run / "metrics.csv")
-    history = client.get_metric_history(run.info.run_id, "test/accuracy")
+    history = client.get_metric_history(run.info.run_id, "validation/accuracy")
     assert [(m.step, m.value) for m in history] == [
-        (int(r["samples"]), pytest.approx(float(r["test_accuracy"]))) for r in metrics
+        (int(r["samples"]), pytest.approx(float(r["val_accuracy"]))) for r in metrics
     ]
     summary = json.loads((logged_run / "summary.json").read_text())
-    assert run.data.metrics["final/accuracy"] == pytest.approx(summary["final_accuracy"])
+    assert run.data.metrics["final/accuracy"] == pytest.approx(summary["final_value"])
     assert "staleness/mean" in run.data.metrics and "workers/steps/0" in run.data.metrics
 
 

@@ -67,8 +67,8 @@ def row(samples, time_s, protocol, accuracy):
         "samples": samples,
         "time_s": time_s,
         "protocol": protocol,
-        "test_accuracy": accuracy,
-        "test_loss": 1.0,
+        "val_accuracy": accuracy,
+        "val_loss": 1.0,
         "train_loss": float("nan"),
         "samples_per_s": "",
     }
@@ -98,10 +98,10 @@ def test_per_gradient_figures_are_folded_per_interval_and_series_stay_in_order()
     # The evaluation of the BSP point arrives only now, after ASP gradients were applied.
     feed.metric(row(100, 1.0, "bsp", 0.5))
     feed.metric(row(200, 2.0, "asp", 0.6))
-    feed.summary(sample_summary(final_accuracy=0.6, wall_time_s=2.0))
+    feed.summary(sample_summary(final_value=0.6, wall_time_s=2.0))
     feed.close()
 
-    assert recorder.series("test/accuracy") == [(100, 0.5), (200, 0.6)]
+    assert recorder.series("validation/accuracy") == [(100, 0.5), (200, 0.6)]
     assert recorder.series("protocol/bsp") == [(100, 1.0), (200, 0.0)]
     assert recorder.series("protocol/asp") == [(100, 0.0), (200, 1.0)]
     assert recorder.series("switches/count") == [(100, 1.0)]
@@ -119,7 +119,7 @@ def test_per_gradient_figures_are_folded_per_interval_and_series_stay_in_order()
     assert recorder.texts[0][0] == "switches" and "bsp -> asp at 50.0%" in recorder.texts[0][1]
     assert recorder.closed_with == "complete"
     # Wall times follow run times: one second of run time is one second of wall time.
-    (first, second) = [p.wall_time_s for p in recorder.points if p.name == "test/accuracy"]
+    (first, second) = [p.wall_time_s for p in recorder.points if p.name == "validation/accuracy"]
     assert second - first == pytest.approx(1.0)
 
 
@@ -133,7 +133,7 @@ def test_a_failing_backend_is_switched_off_and_the_others_go_on():
     feed.metric(row(20, 0.2, "asp", 0.4))
     assert failures == [("recorder", "ConnectionError: tracking server unreachable")]
     assert feed.loggers == [working]
-    assert working.series("test/accuracy") == [(10, 0.3), (20, 0.4)]
+    assert working.series("validation/accuracy") == [(10, 0.3), (20, 0.4)]
 
 
 def test_online_timing_signals_and_the_decision_reach_the_loggers() -> None:

@@ -17,7 +17,7 @@ def test_an_online_run_gets_its_signal_panel_beside_its_accuracy(tmp_path) -> No
     figure = plot_runs([("online", online), ("fixed", fixed)])
     titles = [axes.get_title() for axes in figure.axes]
     assert "online: online timing signal (floor and ceiling dotted)" in titles
-    assert "online: test accuracy, the switch marked" in titles
+    assert "online: validation accuracy (%), the switch marked" in titles
     assert not any(t.startswith("fixed: online timing") for t in titles)
     [signal_axes] = [a for a in figure.axes if "timing signal" in a.get_title()]
     labels = signal_axes.get_legend_handles_labels()[1]

@@ -56,7 +56,7 @@ def test_plot_shows_each_runs_metrics_csv_and_marks_the_switch(three_runs, tmp_p
     for name, label in (("bsp", "bsp"), ("asp", "asp"), ("hybrid", "bsp:0.25,asp")):
         rows = read_csv(three_runs[name] / "metrics.csv")
         assert len(rows) == 10
-        accuracy = [100 * float(r["test_accuracy"]) for r in rows]
+        accuracy = [100 * float(r["val_accuracy"]) for r in rows]
         np.testing.assert_allclose(by_time[label].get_xdata(), [float(r["time_s"]) for r in rows])
         np.testing.assert_allclose(by_time[label].get_ydata(), accuracy)
         np.testing.assert_allclose(by_samples[label].get_xdata(), [int(r["samples"]) for r in rows])
@@ -142,8 +142,10 @@ def test_report_command_prints_the_table_and_writes_plot_and_page(three_runs, tm
         "real",
     ]
     summary = read_summary(three_runs["hybrid"])
-    final = runs_table[3][RUN_COLUMNS.index("final acc")]
-    assert final == f"{100 * summary.final_accuracy:.2f}%"
+    final = runs_table[3][RUN_COLUMNS.index("final")]
+    assert final == f"{100 * summary.final_value:.2f}%"
+    assert summary.test is not None  # measured once at the end, apart from validation
+    assert runs_table[3][RUN_COLUMNS.index("test")] == f"{100 * summary.test['accuracy']:.2f}%"
     (image,) = parser.images
     assert image.startswith("data:image/png;base64,")
     assert base64.b64decode(image.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
@@ -175,7 +177,7 @@ def test_a_killed_run_is_reported_as_far_as_it_got(three_runs, tmp_path, capsys)
     line = next(line for line in out.splitlines() if " killed " in line)
     assert "incomplete" in line
     assert (
-        f"{100 * float(rows[-1]['test_accuracy']):.2f}% @{float(rows[-1]['fraction']):.0%}" in line
+        f"{100 * float(rows[-1]['val_accuracy']):.2f}% @{float(rows[-1]['fraction']):.0%}" in line
     )
     assert "still running, or killed" in out
     assert "killed: metrics.csv: last line torn (run killed mid-write), skipped" in out

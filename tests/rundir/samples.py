@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from syncswitch.records import Accounting
+from syncswitch.records.metric import DEFAULT
 from syncswitch.rundir import Reliability, Summary, Switch
 
 
@@ -13,9 +14,11 @@ def sample_summary(**changes: Any) -> Summary:
     """A finished BSP-then-ASP run on Ray with emulated timing; `changes` replace fields."""
     summary = Summary(
         status="complete",
-        final_accuracy=0.91,
-        best_accuracy=0.92,
-        final_test_loss=0.31,
+        metric=DEFAULT,
+        final_value=0.91,
+        best_value=0.92,
+        validation={"accuracy": 0.91, "loss": 0.31},
+        test={"accuracy": 0.9, "loss": 0.33},
         runtime="ray",
         wall_time_s=12.5,
         host_time_s=14.0,

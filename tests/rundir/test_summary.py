@@ -13,6 +13,7 @@ from rich.console import Console
 from syncswitch.cli.run_summary import summary_json, summary_table
 from syncswitch.core.sync.records import DropRecord, UpdateRecord
 from syncswitch.errors import RunDirError
+from syncswitch.records.metric import DEFAULT, LEGACY, MetricSpec
 from syncswitch.rundir import (
     DROP_COLUMNS,
     SUMMARY_KEYS,
@@ -40,9 +41,26 @@ def test_to_json_and_from_json_round_trip() -> None:
 
 
 def test_a_diverged_run_keeps_its_non_finite_loss() -> None:
-    summary = sample_summary(final_test_loss=math.inf, final_accuracy=0.1)
+    summary = sample_summary(validation={"accuracy": 0.1, "loss": math.inf}, final_value=0.1)
     again = Summary.from_plain(json.loads(json.dumps(summary.to_plain())))
-    assert again.final_test_loss == math.inf and again.final_accuracy == 0.1
+    assert again.validation == {"accuracy": 0.1, "loss": math.inf} and again.final_value == 0.1
+
+
+def test_a_summary_from_before_validation_splits_reads_as_judged_on_test() -> None:
+    old = sample_summary().to_plain()
+    for key in ("metric", "final_value", "best_value", "validation", "test"):
+        del old[key]
+    old.update(final_accuracy=0.8, best_accuracy=0.85, final_test_loss=0.5)
+    summary = Summary.from_plain(old)
+    assert summary.metric == LEGACY and summary.metric.split == "test"
+    assert (summary.final_value, summary.best_value) == (0.8, 0.85)
+    assert summary.validation is None and summary.test == {"accuracy": 0.8, "loss": 0.5}
+
+
+def test_the_best_value_follows_the_metric_direction() -> None:
+    lower = MetricSpec("mse", higher_is_better=False)
+    assert lower.best([0.5, 0.2, 0.3]) == 0.2 and DEFAULT.best([0.5, 0.2, 0.3]) == 0.5
+    assert DEFAULT.best([math.nan, 0.4]) == 0.4 and lower.best([]) is None
 
 
 def test_a_run_writes_its_summary_as_the_record_serialises_it(tmp_path) -> None:
@@ -57,7 +75,7 @@ def test_a_run_writes_its_summary_as_the_record_serialises_it(tmp_path) -> None:
 
 def test_item_access_still_gives_the_json_values() -> None:
     summary = sample_summary()
-    assert summary["final_accuracy"] == summary.final_accuracy
+    assert summary["final_value"] == summary.final_value
     assert summary["switches"][0]["to"] == "asp"  # as the file has it
     assert summary["gradients"]["dropped"] == {"stale": 1}
     with pytest.raises(KeyError):
@@ -68,8 +86,9 @@ def test_the_short_json_takes_its_keys_from_the_schema(tmp_path) -> None:
     printed = json.loads(summary_json(sample_summary(), tmp_path))
     assert list(printed) == [
         "status",
-        "final_accuracy",
-        "best_accuracy",
+        "metric",
+        "final_value",
+        "best_value",
         "wall_time_s",
         "samples_per_s",
         "switches",
@@ -114,15 +133,16 @@ def test_a_summary_written_before_the_later_keys_existed_still_reads(tmp_path) -
     summary = read_summary(tmp_path)
     assert summary.runtime == "ray" and summary.reliability is None
     assert summary.switches[0].version is None and summary.gradients.unaccounted is None
-    assert summary.final_accuracy == 0.91
+    assert summary.final_value == 0.91
 
 
 @pytest.mark.parametrize(
     ("change", "fragment"),
     [
-        (lambda s: s.update(final_accuracy="high"), 'final_accuracy = "high" is not allowed'),
-        (lambda s: s.update(final_accuracy=float("nan")), "final_accuracy = nan"),
-        (lambda s: s.update(final_accuracy=1.5), "in 0..1"),
+        (lambda s: s.update(final_value="high"), 'final_value = "high" is not allowed'),
+        (lambda s: s.update(metric={**s["metric"], "name": "x y"}), "metric: name"),
+        (lambda s: s.update(metric={"name": "acc", "higher_is_better": 1}), "higher_is_better"),
+        (lambda s: s.update(validation={"accuracy": "x"}), "validation"),
         (lambda s: s.update(samples=True), "samples = true"),
         (lambda s: s.update(wall_time_s=float("inf")), "wall_time_s = inf"),
         (lambda s: s.pop("samples"), "'samples' is missing; it must be an integer >= 0"),
@@ -168,10 +188,10 @@ def test_a_summary_that_is_a_symlink_is_not_followed(tmp_path) -> None:
 
 def test_the_report_command_refuses_a_hostile_summary_in_one_line(tmp_path, capsys) -> None:
     data = sample_summary().to_plain()
-    data["best_accuracy"] = float("nan")
+    data["best_value"] = "nan"
     write_summary(tmp_path, data)
     error = one_line_error(capsys, ["report", str(tmp_path)])
-    assert "summary.json: best_accuracy = nan is not allowed" in error
+    assert 'summary.json: best_value = "nan" is not allowed' in error
 
 
 def test_the_csv_columns_are_the_records_fields() -> None:

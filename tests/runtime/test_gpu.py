@@ -60,7 +60,7 @@ def test_two_workers_train_on_cuda_and_every_gradient_is_accounted(
     summary = result.summary
     assert summary["status"] == "complete"
     # 10 classes, chance is 0.1; the same job on the CPU ends at 0.36 after 6 epochs.
-    assert summary["final_accuracy"] > 0.2
+    assert summary["final_value"] > 0.2
     accounted(summary)
     resources = summary["placement"]["resources"]
     assert resources["worker"]["device"] == "cuda" and resources["worker"]["num_gpus"] > 0

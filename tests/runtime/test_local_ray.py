@@ -58,5 +58,5 @@ def test_bsp_then_local_16_trains_on_ray_and_shows_the_phase(tmp_path: Path) -> 
         for p in ("bsp", "local")
     }
     assert per_sample["bsp"] / per_sample["local"] >= 16 / 2
-    assert summary.final_accuracy is not None and summary.final_accuracy > 0.2
+    assert summary.final_value is not None and summary.final_value > 0.2
     assert "local-16" in (out / names.UPDATES).read_text()

@@ -42,7 +42,7 @@ def test_dead_and_bad_workers_never_stop_the_run(ray_session, small_mnist, tmp_p
     ]
     result = run(tmp_path, small_mnist, schedule="bsp:0.6,asp", epochs=6.0, faults=faults, **JOB)
     summary = result.summary
-    assert summary["status"] == "complete" and summary["final_accuracy"] is not None
+    assert summary["status"] == "complete" and summary["final_value"] is not None
     [crash] = failures(summary, "worker")
     assert crash["worker"] == 1 and 0.3 <= crash["at_fraction"] < 0.6
     quarantined = {
@@ -161,7 +161,7 @@ def test_killed_driver_resumes_past_a_damaged_checkpoint(tmp_path):
     resumed = _cli("--resume", str(run_dir), "--no-progress", log=tmp_path / "log")
     assert resumed.wait(timeout=300) == 0, (tmp_path / "log").read_text()[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "complete" and summary["final_accuracy"] is not None
+    assert summary["status"] == "complete" and summary["final_value"] is not None
     [resume] = failures(summary, "resumed")
     assert resume["checkpoint"]["file"] == checkpoints[0].name
     assert newest.name in resume["refused_checkpoints"][0]
@@ -217,4 +217,4 @@ def test_divergence_is_rolled_back_and_the_run_continues_under_bsp(ray_session, 
     assert last_switch["to"] == "bsp" and "divergence" in last_switch["reason"]
     accounted(summary)
     assert torch.isfinite(torch.tensor(result.final_weights)).all()
-    assert summary["final_accuracy"] > 0.4  # chance is 0.1, where the unguarded run ends
+    assert summary["final_value"] > 0.4  # chance is 0.1, where the unguarded run ends

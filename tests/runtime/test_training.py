@@ -61,7 +61,7 @@ def test_asp_records_staleness_and_accounts_for_every_gradient(ray_session, smal
     assert acct["applied"] == len(rows) == summary["updates"]
     assert max(int(r["staleness"]) for r in rows) > 0
     assert all(float(r["lr"]) == pytest.approx(LR / 4) for r in rows)
-    assert summary["final_accuracy"] is not None and summary["status"] == "complete"
+    assert summary["final_value"] is not None and summary["status"] == "complete"
 
 
 def clock_spread(rows: list[dict], workers: int) -> int:
@@ -192,5 +192,5 @@ def test_python_api_trains_a_user_model_on_a_user_dataset(ray_session, tmp_path)
         model_factory=TinyMlp,
         dataset=data,
     )
-    assert result.summary["final_accuracy"] > 0.9
+    assert result.summary["final_value"] > 0.9
     assert len(result.final_weights) == sum(p.numel() for p in TinyMlp().parameters())

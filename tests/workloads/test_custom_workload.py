@@ -79,8 +79,9 @@ def test_a_custom_run_names_its_dataset_and_model_and_its_weights_load(tmp_path:
     model = TwoLayerNet()
     model.load_state_dict(torch.load(result.run_dir / "final_weights.pt", weights_only=True))
     model.eval()
-    assert accuracy_of(model, data) == result.summary.final_accuracy
-    assert accuracy_of(result.model(), data) == result.summary.final_accuracy
+    # The test split is measured once, at the end, on these weights.
+    assert accuracy_of(model, data) == result.summary.test["accuracy"]
+    assert accuracy_of(result.model(), data) == result.summary.test["accuracy"]
     np.testing.assert_array_equal(
         flat_weights(read_final_weights(result.run_dir), TwoLayerNet()).numpy(),
         result.final_weights,
@@ -93,7 +94,7 @@ def test_names_come_from_the_objects_and_may_be_given(tmp_path: Path) -> None:
     assert model_name_of(lambda: TwoLayerNet()).endswith("<lambda>")
     built = workload_of(config)
     assert (built.dataset, built.model) == ("mnist1d", "cnn1d")
-    named = workload_of(config, separable_points(), TwoLayerNet, model_name="mlp-bn")
+    named = workload_of(config, separable_points().name, TwoLayerNet, model_name="mlp-bn")
     assert (named.dataset, named.model) == ("separable-points", "mlp-bn")
     # A built-in job keeps its fingerprint: no workload is the config's own.
     assert fingerprint(config, built) == fingerprint(config)
