@@ -127,7 +127,9 @@ def _timing_summary(plan: RunPlan, record: RunRecord) -> OnlineTimingSummary | N
     index = plan.schedule.online_index
     assert index is not None
     # The switch that ended the online phase (by the decision, or at the ceiling on its own).
-    switch = next((s for s in record.switches if s.reason.startswith(TIMING_POLICY)), None)
+    switch = next(
+        (s.rounded() for s in record.switches if s.reason.startswith(TIMING_POLICY)), None
+    )
     return OnlineTimingSummary(
         rule=described["rule"],
         threshold=described["threshold"],

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from syncswitch.core.sync.optimizer import load_flat_parameters
-from syncswitch.workloads.data import TRAIN, RunData, batch_size_of, to_device
+from syncswitch.workloads.data import TRAIN, JobData, batch_size_of, to_device
 from syncswitch.workloads.task import Task
 
 _BN_CALIBRATION_BATCHES = 8
@@ -22,7 +22,7 @@ _BN_CALIBRATION_SAMPLES = 256
 class Evaluator:
     def __init__(
         self,
-        data: RunData,
+        data: JobData,
         model_factory: Callable[[], torch.nn.Module],
         task: Task,
         threads: int = 1,

@@ -12,13 +12,13 @@ import numpy as np
 import torch
 
 from syncswitch.core.sync.optimizer import FlatParameters
-from syncswitch.workloads.data import RunData, to_device
+from syncswitch.workloads.data import JobData, to_device
 
 
 def backward_on_batch(
     model: torch.nn.Module,
     flat: FlatParameters,
-    data: RunData,
+    data: JobData,
     indices: np.ndarray,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     generator: torch.Generator,

@@ -41,11 +41,11 @@ from syncswitch.rundir import (
     read_config,
     read_summary_if_any,
 )
+from syncswitch.runtime.job import JobParts, job_parts
 from syncswitch.runtime.progress import starting, startup_status
-from syncswitch.workloads import ArrayDataset, build_model, load_dataset
-from syncswitch.workloads.checks import check_job
-from syncswitch.workloads.data import TRAIN, ArrayData, DataSource, RunData, TorchData
-from syncswitch.workloads.identity import Workload, model_name_of
+from syncswitch.workloads import ArrayDataset
+from syncswitch.workloads.data import TRAIN, DataSource, JobData
+from syncswitch.workloads.identity import Workload
 from syncswitch.workloads.task import LossFn, MetricFn, Task
 
 
@@ -65,27 +65,6 @@ class RunResult:
         model = self.model_factory()
         model.load_state_dict(self.state_dict)
         return model.eval()
-
-
-@dataclass(frozen=True)
-class BuiltinModel:
-    """A picklable model factory for the built-in models (carries no training data)."""
-
-    name: str
-    dataset: ArrayDataset
-
-    def __call__(self) -> torch.nn.Module:
-        return build_model(self.name, self.dataset)
-
-
-@dataclass(frozen=True)
-class JobParts:
-    """What the Python API was given beside the config, checked and with defaults filled."""
-
-    data: RunData
-    model_factory: Callable[[], torch.nn.Module]
-    task: Task
-    workload: Workload
 
 
 def train(
@@ -154,57 +133,6 @@ def train(
         return _train(config, parts, schedule_source, resume)
 
 
-def job_parts(
-    config: TrainConfig,
-    *,
-    model_factory: Callable[[], torch.nn.Module] | None,
-    train_data: DataSource | None,
-    val_data: DataSource | None,
-    test_data: DataSource | None,
-    collate_fn: Callable[[list[Any]], Any] | None,
-    dataset: ArrayDataset | None,
-    task: Task,
-    model_name: str | None,
-    dataset_name: str | None,
-) -> JobParts:
-    """The data, model factory and task of a job, each checked before any file or process
-    exists (a first batch goes through the model and the loss)."""
-    data: RunData
-    if train_data is not None:
-        if dataset is not None:
-            raise ConfigError("give train_data= (with val_data=) or dataset=, not both")
-        if val_data is None:
-            raise ConfigError(
-                "train_data= needs val_data= (the validation split every decision reads); "
-                "torch.utils.data.random_split can carve one from your training set"
-            )
-        if model_factory is None:
-            raise ConfigError(
-                "train_data= needs model_factory= (the built-in models take built-in data only)"
-            )
-        data = TorchData(train_data, val_data, test_data, collate_fn, dataset_name)
-    else:
-        if val_data is not None or test_data is not None or collate_fn is not None:
-            raise ConfigError(
-                "val_data=, test_data= and collate_fn= go with train_data=; give it too"
-            )
-        if dataset is not None and not isinstance(dataset, ArrayDataset):
-            raise ConfigError(
-                f"dataset= takes a syncswitch.workloads.ArrayDataset, not "
-                f"{type(dataset).__name__}; give a torch Dataset as train_data= and val_data="
-            )
-        arrays = dataset or load_dataset(
-            config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
-        )
-        data = ArrayData(arrays.with_validation(config.val_fraction))
-        if model_factory is None:
-            model_factory = BuiltinModel(config.model_name, shape_only(arrays))
-    check_job(data, model_factory, task)
-    named = dataset_name or (data.name if train_data is not None or dataset is not None else None)
-    workload = workload_of(config, named, model_factory, model_name)
-    return JobParts(data, model_factory, task, workload)
-
-
 def _train(
     config: TrainConfig,
     parts: JobParts,
@@ -257,21 +185,6 @@ def _train(
         writer.close()
 
 
-def workload_of(
-    config: TrainConfig,
-    dataset_name: str | None = None,
-    model_factory: Callable[[], torch.nn.Module] | None = None,
-    model_name: str | None = None,
-) -> Workload:
-    """The dataset and model a run trains, by name: the config's built-in ones, or the
-    objects the Python API was given (`dataset_name`, else the dataset's name; `model_name`,
-    else the factory's own name)."""
-    dataset_name = dataset_name or config.dataset
-    if model_name is None:
-        model_name = config.model_name if model_factory is None else model_name_of(model_factory)
-    return Workload(dataset=dataset_name, model=model_name)
-
-
 class ModelState:
     """final_weights.pt's content: the trained model's state_dict, with BatchNorm running
     statistics measured as the run's evaluations measured them (so it reproduces the run's
@@ -280,7 +193,7 @@ class ModelState:
     def __init__(
         self,
         model_factory: Callable[[], torch.nn.Module],
-        data: RunData,
+        data: JobData,
         task: Task,
         workload: Workload,
     ) -> None:
@@ -459,16 +372,3 @@ def load_resume_checkpoint(run_dir: Path, fits: ResumeCheck | None = None) -> Lo
     if loaded.refused:
         say_refused(loaded, "resuming")
     return loaded
-
-
-def shape_only(dataset: ArrayDataset) -> ArrayDataset:
-    """The dataset's shape and kind without its samples, for a model factory to carry."""
-    return replace(
-        dataset,
-        x_train=dataset.x_train[:1],
-        y_train=dataset.y_train[:1],
-        x_test=dataset.x_test[:1],
-        y_test=dataset.y_test[:1],
-        x_val=None,
-        y_val=None,
-    )

@@ -9,6 +9,7 @@ in a remote traceback; here it is one line naming the keyword argument and the s
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -16,17 +17,25 @@ import torch.nn.functional as F
 
 from syncswitch.errors import WorkloadError
 from syncswitch.records.metric import TEST, VALIDATION
-from syncswitch.workloads.data import TRAIN, ArrayData, RunData
+from syncswitch.workloads.data import TRAIN, ArrayData, JobData
 from syncswitch.workloads.task import Task
 
 _IGNORED_CLASS = -100  # cross_entropy's default ignore_index (padding in sequence targets)
 _KEYWORD = {TRAIN: "train_data", VALIDATION: "val_data", TEST: "test_data"}
+# True while a model is built only to be checked (a factory that reports its builds, such as
+# the search's, tells this build apart from the run's own).
+_CHECKING: ContextVar[bool] = ContextVar("checking", default=False)
 
 
-def check_job(data: RunData, model_factory: Callable[[], torch.nn.Module], task: Task) -> None:
+def is_checking() -> bool:
+    return _CHECKING.get()
+
+
+def check_job(data: JobData, model_factory: Callable[[], torch.nn.Module], task: Task) -> None:
     """Refuse, in one line, a job whose parts do not fit together (see the module docstring).
     Leaves torch's random state as it found it."""
     state = torch.get_rng_state()
+    token = _CHECKING.set(True)
     try:
         model = build_checked(model_factory)
         for split in (TRAIN, VALIDATION, TEST):
@@ -46,6 +55,7 @@ def check_job(data: RunData, model_factory: Callable[[], torch.nn.Module], task:
                     x, y = data.sample_batch(split)
                     _check_loss(task, _forward(model, x, split), x, y, split)
     finally:
+        _CHECKING.reset(token)
         torch.set_rng_state(state)
 
 
@@ -115,7 +125,7 @@ def _check_loss(
             ) from None
 
 
-def _check_classes(data: RunData, outputs: torch.Tensor, targets: Any) -> None:
+def _check_classes(data: JobData, outputs: torch.Tensor, targets: Any) -> None:
     """Classification: the model's outputs per class agree with the data's classes, and the
     targets are class ids within them."""
     if outputs.ndim < 2:

@@ -1,7 +1,7 @@
 """A run's data as every runtime reads it: training batches by index, and evaluation batches
 of the validation and test splits.
 
-Two kinds, one interface (`RunData`):
+Two kinds, one interface (`JobData`):
 
 - `ArrayData`: an `ArrayDataset` held in memory, sliced as numpy arrays (the fast path of the
   built-in workloads; CIFAR's augmentation runs vectorised on the batch).
@@ -35,7 +35,7 @@ _EVAL_BATCH = 1000  # samples per evaluation batch (ArrayData)
 _TORCH_EVAL_BATCH = 256  # per evaluation batch of a Dataset: its samples may be large
 
 
-class RunData:
+class JobData:
     """What a run trains on and is judged by (see the module docstring)."""
 
     name: str
@@ -71,7 +71,7 @@ class RunData:
         return VALIDATION if self.has(VALIDATION) else TEST
 
 
-class ArrayData(RunData):
+class ArrayData(JobData):
     def __init__(self, dataset: ArrayDataset) -> None:
         self.dataset = dataset
         self.name = dataset.name
@@ -102,7 +102,7 @@ class ArrayData(RunData):
         return prepare_batch(self.dataset, x[:samples], y[:samples], train=False)
 
 
-class TorchData(RunData):
+class TorchData(JobData):
     """Map-style datasets (or factories of them) for the train, validation and test splits."""
 
     def __init__(

@@ -5,4 +5,5 @@ from syncswitch.workloads import load_dataset
 
 @pytest.fixture(scope="module")
 def small_mnist():
-    return load_dataset("mnist1d", mnist1d_samples=400)  # 320 train, 80 test
+    # 320 train, 40 validation (carved here, so train() carves nothing), 90 test.
+    return load_dataset("mnist1d", mnist1d_samples=450).with_validation(1 / 9)

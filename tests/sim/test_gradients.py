@@ -9,6 +9,7 @@ from syncswitch.core.cluster.emulation import EmulationConfig
 from syncswitch.core.sync.optimizer import flatten_parameters
 from syncswitch.runtime.ray.worker import Worker, WorkerSpec
 from syncswitch.runtime.sim.gradients import GradientComputer
+from syncswitch.workloads.data import ArrayData
 
 from .models import NoisyNetFactory
 
@@ -28,7 +29,7 @@ def ray_twin(mnist, worker: int, sequence: int, batches: int | None = None) -> W
         shards=(slice(0, None),),
     )
     twin = Worker(spec)
-    twin.dataset = mnist
+    twin.data = ArrayData(mnist)
     from syncswitch.core.sync.sharding import worker_shard
 
     twin._shard = worker_shard(len(mnist.y_train), worker, WORKERS, SEED)
@@ -38,7 +39,7 @@ def ray_twin(mnist, worker: int, sequence: int, batches: int | None = None) -> W
 
 def make_computer(mnist, workers: int = WORKERS) -> GradientComputer:
     return GradientComputer(
-        mnist,
+        ArrayData(mnist),
         NoisyNetFactory(),
         F.cross_entropy,
         workers=workers,

@@ -145,7 +145,7 @@ def test_a_resumed_run_continues_its_outer_optimizer(mnist, tmp_path, outer: str
     accounted(resumed.summary)
     # Bit for bit the uninterrupted run: a resumed worker's data order goes on after the
     # batches its local rounds drew (H per delta), not after its message count.
-    for key in ("final_test_loss", "final_accuracy"):
+    for key in ("validation", "test", "final_value"):
         assert resumed.summary[key] == whole.summary[key]
 
 

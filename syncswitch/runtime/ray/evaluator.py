@@ -10,14 +10,14 @@ import torch
 
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.ray.placement import ActorPlace, here
-from syncswitch.workloads.data import RunData
+from syncswitch.workloads.data import JobData
 from syncswitch.workloads.task import Task
 
 
 class RayEvaluator(Evaluator):
     def __init__(
         self,
-        data: RunData,
+        data: JobData,
         model_factory: Callable[[], torch.nn.Module],
         task: Task,
         threads: int = 1,

@@ -12,7 +12,7 @@ from syncswitch.config import TrainConfig
 from syncswitch.control.controller import RunController
 from syncswitch.rundir import Summary
 from syncswitch.runtime.ray.resources import ResourcePlan, plan_resources
-from syncswitch.workloads.data import RunData
+from syncswitch.workloads.data import JobData
 from syncswitch.workloads.task import Task
 
 
@@ -28,7 +28,7 @@ def check_before_start(config: TrainConfig) -> None:
 def run_on_ray(
     config: TrainConfig,
     controller: RunController,
-    data: RunData,
+    data: JobData,
     model_factory: Callable[[], torch.nn.Module],
     task: Task,
 ) -> tuple[Summary, np.ndarray]:

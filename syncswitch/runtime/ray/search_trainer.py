@@ -63,7 +63,8 @@ class RayTrainer:
         return slots, note
 
     def run(self, config: TrainConfig, source: dict[str, Any], started: threading.Event) -> Any:
-        from syncswitch.runtime.train import BuiltinModel, shape_only, train
+        from syncswitch.runtime.job import BuiltinModel, shape_only
+        from syncswitch.runtime.train import train
         from syncswitch.workloads import load_dataset
 
         with _DATASET_LOCK:
@@ -109,8 +110,11 @@ class _SignallingFactory:
     token: str
 
     def __call__(self) -> Any:
+        from syncswitch.workloads.checks import is_checking
+
         model = self.inner()
-        event = _BUILT.get(self.token)
+        # The checks before a trial build a model too; only the run's own build counts.
+        event = None if is_checking() else _BUILT.get(self.token)
         if event is not None:
             event.set()
         return model

@@ -66,7 +66,7 @@ from syncswitch.runtime.ray.resources import ResourcePlan
 from syncswitch.runtime.ray.server import ParameterServer
 from syncswitch.runtime.ray.worker import Worker, WorkerSpec
 from syncswitch.runtime.replies import join_replies
-from syncswitch.workloads.data import RunData
+from syncswitch.workloads.data import JobData
 from syncswitch.workloads.task import Task
 
 _POLL_S = 0.1
@@ -78,7 +78,7 @@ class RaySupervisor:
     def __init__(
         self,
         controller: RunController,
-        data: RunData,
+        data: JobData,
         model_factory: Callable[[], torch.nn.Module],
         task: Task,
         resources: ResourcePlan,

@@ -27,7 +27,7 @@ from syncswitch.runtime.gradient import backward_on_batch
 from syncswitch.runtime.ray.placement import ActorPlace, here
 from syncswitch.runtime.replies import Pulled, join_replies
 from syncswitch.runtime.step import Computed, WorkerStep, WorkerStreams
-from syncswitch.workloads.data import TRAIN, RunData
+from syncswitch.workloads.data import TRAIN, JobData
 
 _PROBE_TIMEOUT_S = 10.0
 
@@ -54,7 +54,7 @@ class Worker:
         torch.set_num_threads(spec.threads)
         torch.manual_seed(spec.seed * 7919 + spec.worker)
         self.spec = spec
-        self.data: RunData | None = None
+        self.data: JobData | None = None
         self.servers: list = []
         # Ray sets CUDA_VISIBLE_DEVICES to the GPU it assigned, so "cuda" is that one.
         self.device = torch.device(spec.device)

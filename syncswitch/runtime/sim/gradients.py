@@ -22,7 +22,7 @@ from syncswitch.core.sync.optimizer import FlatParameters
 from syncswitch.core.sync.sharding import worker_shard
 from syncswitch.runtime.gradient import backward_on_batch
 from syncswitch.runtime.step import WorkerStreams
-from syncswitch.workloads.data import TRAIN, RunData
+from syncswitch.workloads.data import TRAIN, JobData
 
 
 @dataclass
@@ -37,7 +37,7 @@ class WorkerData:
 class GradientComputer:
     def __init__(
         self,
-        data: RunData,
+        data: JobData,
         model_factory: Callable[[], torch.nn.Module],
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         *,

@@ -65,7 +65,7 @@ from syncswitch.runtime.sim.engine import EventQueue
 from syncswitch.runtime.sim.gradients import GradientComputer
 from syncswitch.runtime.sim.paths import SimPaths
 from syncswitch.runtime.step import WorkerStep
-from syncswitch.workloads.data import RunData
+from syncswitch.workloads.data import JobData
 from syncswitch.workloads.task import Task
 
 POLL_S = 0.1  # simulated seconds between drains, as the Ray supervisor polls
@@ -97,7 +97,7 @@ class SimRuntime:
     def __init__(
         self,
         controller: RunController,
-        data: RunData,
+        data: JobData,
         model_factory: Callable[[], torch.nn.Module],
         task: Task,
         cluster: ClusterModel,
