@@ -193,8 +193,7 @@ def config_for_resume(args: argparse.Namespace) -> TrainConfig:
     if args.config or given:
         raise ConfigError(_drop(given + (["--config"] if args.config else [])))
     saved = read_saved_config(run_dir)
-    for name in _NAMED_AGAIN:
-        check_named_again(run_dir, name, saved.get(name), getattr(args, name, None))
+    check_named_again(run_dir, saved, args)
     known = {f.name for f in config_fields()}
     values = {k: v for k, v in saved.items() if k in known and k not in _FROM_FLAGS_ONLY}
     # A run from before validation splits had none: it resumes as it was started.
@@ -225,25 +224,29 @@ def config_for_resume(args: argparse.Namespace) -> TrainConfig:
         return make_config({k: v for k, v in values.items() if k not in SWITCH_OPTIONS})
 
 
-def check_named_again(run_dir: Path, name: str, saved: object, given: str | None) -> None:
+def check_named_again(run_dir: Path, saved: dict[str, Any], args: argparse.Namespace) -> None:
     """A run directory's config.json may name the user's code (an import path), but it is
     never trusted to choose code to import (docs/security.md): the command line names the
-    same path again beside --resume, or the run is not resumed."""
-    flag = "--" + name.replace("_", "-")
-    if not is_import_path(saved):
-        if given is not None:  # a built-in one: fixed, as every option of the job
-            raise ConfigError(_drop([flag]))
-        return
-    if given is None:
+    same paths again beside --resume, or the run is not resumed."""
+    missing = []
+    for name in _NAMED_AGAIN:
+        flag, given, recorded = "--" + name.replace("_", "-"), getattr(args, name), saved.get(name)
+        if not is_import_path(recorded):
+            if given is not None:  # a built-in one: fixed, as every option of the job
+                raise ConfigError(_drop([flag]))
+        elif given is None:
+            missing.append(f"{flag} {short(recorded)}")
+        elif given != recorded:
+            raise ConfigError(
+                f"cannot resume {str(run_dir)!r}: {flag} {short(given)} is not the {name} it "
+                f"was started with ({short(recorded)}); a resumed run is the same job"
+            )
+    if missing:
         raise ConfigError(
-            f"cannot resume {str(run_dir)!r}: its {names.CONFIG} names the {name} as code to "
-            f"import ({short(saved)}), and a run directory never chooses code to run: give "
-            f"{flag} again beside --resume, if that is the code you mean"
-        )
-    if given != saved:
-        raise ConfigError(
-            f"cannot resume {str(run_dir)!r}: {flag} {short(given)} is not the {name} it was "
-            f"started with ({short(saved)}); a resumed run is the same job"
+            f"cannot resume {str(run_dir)!r}: its {names.CONFIG} names code to import "
+            f"({', '.join(missing)}), and a run directory never chooses code to run: give "
+            f"{' and '.join(m.split()[0] for m in missing)} again beside --resume, if that is "
+            "the code you mean"
         )
 
 
