@@ -141,6 +141,13 @@ def test_bad_import_paths_end_in_one_line(userpkg, tmp_path, capsys, flags, frag
     assert not run.exists()  # refused before a run directory is made
 
 
+def test_search_says_it_trains_built_in_workloads_only(capsys) -> None:
+    code = main(["search", "--runtime", "sim", "--model", MODEL, "--dataset", DATA])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "is your own code" in err
+
+
 def resume_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
