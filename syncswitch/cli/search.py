@@ -11,6 +11,7 @@ from typing import Any
 from syncswitch.cli.registry_option import add_registry_argument
 from syncswitch.cli.train import add_config_arguments, config_from_args
 from syncswitch.errors import ConfigError
+from syncswitch.import_path import is_import_path
 
 # Set per trial by the search, so not options of it.
 _PER_TRIAL = ("schedule", "out", "progress")
@@ -120,6 +121,12 @@ def options_from_args(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    own = [name for name in ("model", "dataset") if is_import_path(getattr(config, name))]
+    if own:
+        raise ConfigError(
+            f"syncswitch search trains the built-in models and datasets; --{own[0]} "
+            f"{getattr(config, own[0])!r} is your own code (train it with `syncswitch train`)"
+        )
     options = options_from_args(args)
     options.spec(config.seed)  # bad settings fail here, before the registry or Ray
     # Imported here so that `--help` and input errors answer without loading Ray.

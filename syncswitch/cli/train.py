@@ -22,12 +22,14 @@ from syncswitch.config import (
     load_list_file,
     make_config,
 )
+from syncswitch.config.checks import short
 from syncswitch.config.declare import (
     JOB_GROUP,
     OUTPUT_GROUP,
     SCHEDULE_GROUP,
     flag_groups,
     from_flags_only,
+    named_again,
     resume_overrides,
 )
 from syncswitch.config.validation import (
@@ -36,6 +38,7 @@ from syncswitch.config.validation import (
     switch_options_problem,
 )
 from syncswitch.errors import RunDirError
+from syncswitch.import_path import is_import_path
 from syncswitch.rundir import (
     LIBRARY_LOG,
     default_run_dir,
@@ -77,7 +80,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="continue a killed run from its last good checkpoint, with the job it was started "
         "with (only --progress/--no-progress, --ray-address, --faults, --logger and "
         "--tracking-uri may be given beside it; the cluster address, injected faults and a "
-        "tracking URI are never taken from the run directory)",
+        "tracking URI are never taken from the run directory; a run of your own --model or "
+        "--dataset MODULE:NAME needs it named again, the same: a run directory never chooses "
+        "code to import)",
     )
     groups[OUTPUT_GROUP].add_argument(
         "--verbose",
@@ -171,6 +176,9 @@ _RESUME_OVERRIDES = resume_overrides(config_fields())
 _FROM_FLAGS_ONLY = from_flags_only(config_fields())
 # Said in one line when other flags are given beside --resume (and in --resume's help).
 _RESUME_ALLOWED = "--progress/--no-progress, --ray-address, --faults, --logger, --tracking-uri"
+# Options that may name the user's code (`--model mypkg.models:Net`): a resumed run never
+# imports a path read from config.json; the command line names it again, the same.
+_NAMED_AGAIN = named_again(config_fields())
 
 
 def config_for_resume(args: argparse.Namespace) -> TrainConfig:
@@ -179,15 +187,13 @@ def config_for_resume(args: argparse.Namespace) -> TrainConfig:
     given = [
         "--" + f.name.replace("_", "-")
         for f in config_fields()
-        if getattr(args, f.name, None) is not None and f.name not in _RESUME_OVERRIDES
+        if getattr(args, f.name, None) is not None
+        and f.name not in _RESUME_OVERRIDES + _NAMED_AGAIN
     ]
     if args.config or given:
-        flags = ", ".join(given + (["--config"] if args.config else []))
-        raise ConfigError(
-            f"--resume continues the job as it was started; drop {flags} (allowed beside it: "
-            f"{_RESUME_ALLOWED})"
-        )
+        raise ConfigError(_drop(given + (["--config"] if args.config else [])))
     saved = read_saved_config(run_dir)
+    check_named_again(run_dir, saved, args)
     known = {f.name for f in config_fields()}
     values = {k: v for k, v in saved.items() if k in known and k not in _FROM_FLAGS_ONLY}
     # A run from before validation splits had none: it resumes as it was started.
@@ -216,6 +222,39 @@ def config_for_resume(args: argparse.Namespace) -> TrainConfig:
         # before they were set aside, or given through the Python API) were not used: they
         # are left out, as a new run leaves them out.
         return make_config({k: v for k, v in values.items() if k not in SWITCH_OPTIONS})
+
+
+def check_named_again(run_dir: Path, saved: dict[str, Any], args: argparse.Namespace) -> None:
+    """A run directory's config.json may name the user's code (an import path), but it is
+    never trusted to choose code to import (docs/security.md): the command line names the
+    same paths again beside --resume, or the run is not resumed."""
+    missing = []
+    for name in _NAMED_AGAIN:
+        flag, given, recorded = "--" + name.replace("_", "-"), getattr(args, name), saved.get(name)
+        if not is_import_path(recorded):
+            if given is not None:  # a built-in one: fixed, as every option of the job
+                raise ConfigError(_drop([flag]))
+        elif given is None:
+            missing.append(f"{flag} {short(recorded)}")
+        elif given != recorded:
+            raise ConfigError(
+                f"cannot resume {str(run_dir)!r}: {flag} {short(given)} is not the {name} it "
+                f"was started with ({short(recorded)}); a resumed run is the same job"
+            )
+    if missing:
+        raise ConfigError(
+            f"cannot resume {str(run_dir)!r}: its {names.CONFIG} names code to import "
+            f"({', '.join(missing)}), and a run directory never chooses code to run: give "
+            f"{' and '.join(m.split()[0] for m in missing)} again beside --resume, if that is "
+            "the code you mean"
+        )
+
+
+def _drop(flags: list[str]) -> str:
+    return (
+        f"--resume continues the job as it was started; drop {', '.join(flags)} (allowed "
+        f"beside it: {_RESUME_ALLOWED})"
+    )
 
 
 def read_saved_config(run_dir: Path) -> dict[str, Any]:
@@ -304,6 +343,10 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
     if not train_args.get("resume"):
         refuse_used_run_dir(run_dir)  # before the log file is made in it
     check_runnable(config)  # e.g. --device cuda without CUDA: no run directory made
+    if is_import_path(config.model) or is_import_path(config.dataset):
+        from syncswitch.workloads.imports import user_code_arguments
+
+        train_args.update(user_code_arguments(config))  # only ever from the command line
     create_run_dir(run_dir)  # `--out` naming a file is one line, not a traceback in mkdir
     if args.verbose:
         result = train(config, **train_args)

@@ -1,7 +1,8 @@
 """The checks every option gets from its declaration: its type, its size, its choices and
 its range, each refused in one line that names the value and what is allowed.
 
-An option declares them once, in its field's metadata (`choices=`, `range=Range(...)`);
+An option declares them once, in its field's metadata (`choices=`, `range=Range(...)`; a
+choice IMPORT_PATH lets it name the user's own code, checked here for form only);
 `check_field` reads them, so TrainConfig writes no per-option check code of its own.
 """
 
@@ -11,8 +12,9 @@ import math
 from dataclasses import Field, dataclass
 from typing import Any
 
-from syncswitch.config.limits import MAX_LIST_ITEMS, MAX_TEXT_CHARS
+from syncswitch.config.limits import IMPORT_PATH, MAX_LIST_ITEMS, MAX_TEXT_CHARS
 from syncswitch.errors import ConfigError
+from syncswitch.import_path import colon_hint, import_path_problem, is_import_path
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,15 @@ def check_field(f: Field, value: Any) -> None:
             raise ConfigError(f"{f.name} has {len(value)} {unit}; at most {limit} are allowed")
     choices = f.metadata.get("choices")
     if choices and isinstance(value, str) and value not in choices:
-        raise ConfigError(f"{f.name} {value!r} is not allowed; choose one of {', '.join(choices)}")
+        if IMPORT_PATH in choices and is_import_path(value):
+            problem = import_path_problem(value)
+            if problem:
+                raise ConfigError(f"{f.name} {problem}")
+        else:
+            hint = colon_hint(value) if IMPORT_PATH in choices else ""
+            raise ConfigError(
+                f"{f.name} {value!r} is not allowed; choose one of {', '.join(choices)}{hint}"
+            )
     allowed: Range | None = f.metadata.get("range")
     if allowed is not None:
         for number in value if isinstance(value, list) else [value]:

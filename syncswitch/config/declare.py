@@ -14,6 +14,8 @@ from dataclasses import Field, dataclass, field
 from enum import Enum
 from typing import Any
 
+from syncswitch.config.limits import IMPORT_PATH
+
 # `--help` shows the flags in these groups, in this order; within a group in the fields'
 # order. A field that declares no group (a subclass's own) is listed under the first.
 JOB_GROUP = "job"
@@ -100,6 +102,13 @@ def with_identity(options: Iterable[Field], identity: Identity) -> tuple[str, ..
 def resume_overrides(options: Iterable[Field]) -> tuple[str, ...]:
     """The options `--resume` may be given beside it."""
     return tuple(f.name for f in options if role_of(f).resume is not Resume.FIXED)
+
+
+def named_again(options: Iterable[Field]) -> tuple[str, ...]:
+    """The options that may name the user's code (an IMPORT_PATH among their choices): a
+    resumed run never imports a path from its run directory, the command line names it
+    again (docs/security.md)."""
+    return tuple(f.name for f in options if IMPORT_PATH in f.metadata.get("choices", ()))
 
 
 def from_flags_only(options: Iterable[Field]) -> tuple[str, ...]:

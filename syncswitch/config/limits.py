@@ -11,6 +11,12 @@ DATASETS = ("mnist1d", "cifar10", "cifar100")
 RUNTIMES = ("ray", "sim")
 MODELS = ("cnn1d", "resnet20", "resnet32")
 DEFAULT_MODEL = {"mnist1d": "cnn1d", "cifar10": "resnet20", "cifar100": "resnet32"}
+# Among an option's `choices=`: it also takes an import path to the user's own code
+# (`mypkg.data:make_datasets`, syncswitch/import_path.py); --resume never takes one from a run
+# directory: the command line names it again.
+IMPORT_PATH = "MODULE:NAME"
+DATASET_CHOICES = (*DATASETS, IMPORT_PATH)
+MODEL_CHOICES = (*MODELS, IMPORT_PATH)
 DEVICES = ("auto", "cpu", "cuda")
 PLACEMENTS = ("pack", "spread", "strict-spread")
 # `schedule: auto` names the job's stored timing decision; it is resolved from the registry

@@ -27,7 +27,7 @@ from syncswitch.config.declare import (
     option,
 )
 from syncswitch.config.limits import (
-    DATASETS,
+    DATASET_CHOICES,
     DEVICES,
     MAX_BATCH_SIZE,
     MAX_EPOCHS,
@@ -45,7 +45,7 @@ from syncswitch.config.limits import (
     MAX_WORKER_RESTARTS,
     MAX_WORKERS,
     MIN_EVERY_FRACTION,
-    MODELS,
+    MODEL_CHOICES,
     PLACEMENTS,
     RUNTIMES,
     VALIDATION_SHARE,
@@ -230,7 +230,7 @@ class TrainOptions:
     )
     # Data and model.
     dataset: str = option(
-        "mnist1d", "dataset", Role(JOB_GROUP, Identity.JOB), choices=list(DATASETS)
+        "mnist1d", "dataset", Role(JOB_GROUP, Identity.JOB), choices=list(DATASET_CHOICES)
     )
     data_dir: str | None = option(
         None, "directory holding CIFAR files (never downloaded)", Role(JOB_GROUP, Identity.NONE)
@@ -239,7 +239,7 @@ class TrainOptions:
         None,
         "model (default: cnn1d for mnist1d, resnet20 for cifar10, resnet32 for cifar100)",
         Role(JOB_GROUP, Identity.JOB),
-        choices=list(MODELS),
+        choices=list(MODEL_CHOICES),
     )
     mnist1d_samples: int = option(
         10000,

@@ -25,6 +25,7 @@ from syncswitch.core.stragglers.scenarios import StragglerScenario, build_scenar
 from syncswitch.core.sync.hyperparams import LrSchedule, LrScheduleKind
 from syncswitch.core.sync.protocol import Protocol, Schedule, ScheduleError
 from syncswitch.errors import ConfigError
+from syncswitch.import_path import is_import_path
 from syncswitch.loggers import LOGGERS
 from syncswitch.loggers import missing_packages as missing_logger_packages
 
@@ -54,6 +55,7 @@ class SwitchOptionsError(ConfigError):
 
 def validate_job(config: TrainOptions, build_cluster: Callable[[], ClusterModel]) -> Parsed:
     """Every check that relates options to each other, in order; the parsed parts."""
+    _check_own_code(config)
     _check_workload_size(config)
     if config.ray_address is not None:
         parse_cluster_address(config.ray_address)
@@ -115,7 +117,10 @@ def switch_options_problem(names: list[str], schedule: str) -> str:
 
 def _check_workload_size(config: TrainOptions) -> None:
     """epochs x training samples is the total workload; bounded so that run lengths,
-    schedules and evaluation points stay exact integers of a sane size."""
+    schedules and evaluation points stay exact integers of a sane size. A dataset of the
+    user's own (an import path) is not built yet: its size is not known here."""
+    if is_import_path(config.dataset):
+        return
     train_samples = config.mnist1d_samples if config.dataset == "mnist1d" else CIFAR_TRAIN_SAMPLES
     train_samples = round(train_samples * (1 - config.val_fraction))
     total = config.epochs * train_samples
@@ -123,6 +128,16 @@ def _check_workload_size(config: TrainOptions) -> None:
         raise ConfigError(
             f"epochs = {config.epochs:g} over up to {train_samples} training samples is "
             f"{total:.3g} samples; at most {MAX_TOTAL_SAMPLES:.0e} allowed"
+        )
+
+
+def _check_own_code(config: TrainOptions) -> None:
+    """A dataset of the user's own needs a model named beside it: the default model is the
+    built-in dataset's."""
+    if is_import_path(config.dataset) and config.model is None:
+        raise ConfigError(
+            f"dataset {config.dataset!r} is your own: name its model too (model: a "
+            "built-in one or MODULE:NAME); the default models fit the built-in datasets only"
         )
 
 

@@ -3,7 +3,9 @@
 The fingerprint is the SHA-256 of the canonical JSON (sorted keys, no spaces) of
 `{"v": FINGERPRINT_VERSION, "job": describe_job(config)}`: the fields below, normalised so
 that two spellings of one job hash alike (the default model named or not, 80 vs 80.0 epochs,
-settings that the chosen options make irrelevant left out).
+settings that the chosen options make irrelevant left out). A model or dataset of the user's
+own, named by import path (`mypkg.models:Net`), is identified by that path as written, not by
+its code: changing the code behind a path does not make another job.
 
 What is *not* part of it: `schedule` (what the search decides), `seed` (a recurring job is
 retrained with new seeds), `out`, `progress`, `ray_address`, `logger`, `tracking_uri`
