@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from syncswitch.config import TrainConfig
-from syncswitch.core.sync.protocol import Schedule
+from syncswitch.core.sync.protocol import ProtocolSpec
 from syncswitch.registry import (
     ONLINE,
     DecisionRecord,
@@ -33,7 +33,7 @@ def online_share(config: TrainConfig, summary: Summary) -> float | None:
     phases = config.parsed_schedule().phases
     if len(phases) != 2 or not phases[0].online or timing.at_fraction is None:
         return None
-    if phases[1].spec != Schedule.parse("online").phases[1].spec:
+    if phases[1].spec != ProtocolSpec.parse("asp"):  # what `online` leaves BSP for
         return None
     return float(timing.at_fraction)
 

@@ -46,6 +46,7 @@ from syncswitch.runtime.progress import starting, startup_status
 from syncswitch.workloads import ArrayDataset
 from syncswitch.workloads.data import TRAIN, DataSource, JobData
 from syncswitch.workloads.identity import Workload
+from syncswitch.workloads.imports import user_code_arguments
 from syncswitch.workloads.task import LossFn, MetricFn, Task
 
 
@@ -118,6 +119,16 @@ def train(
     if resume:
         config = with_recorded_split(config)
     with startup_status(config.progress, "loading data"):
+        # A config naming a model or dataset by import path (MODULE:NAME) supplies what the
+        # call does not give itself.
+        named = user_code_arguments(config)
+        if model_factory is None and "model_factory" in named:
+            model_factory, model_name = named["model_factory"], model_name or named["model_name"]
+        if train_data is None and dataset is None and "dataset_name" in named:
+            train_data, val_data = named.get("train_data"), named.get("val_data", val_data)
+            test_data = named.get("test_data", test_data)
+            collate_fn = named.get("collate_fn", collate_fn)
+            dataset, dataset_name = named.get("dataset"), dataset_name or named["dataset_name"]
         parts = job_parts(
             config,
             model_factory=model_factory,

@@ -196,4 +196,4 @@ def test_train_command_runs_a_job_and_says_where_results_are(tmp_path: Path) -> 
     # (the shards end the phase at the ceiling on their own: within one round of 64 samples)
     assert timing.floor <= timing.at_fraction <= timing.ceiling + 64 / 640  # type: ignore[operator]
     assert "stored the online run's BSP share" in proc.stderr
-    assert printed["final_accuracy"] == summary.final_value
+    assert printed["final_value"] == summary.final_value

@@ -64,7 +64,7 @@ class ScriptedTrainer:
             out.mkdir(parents=True, exist_ok=True)
             (out / names.CONFIG).write_text("{}")
             summary = sample_summary(
-                final_accuracy=accuracy_of(key),
+                final_value=accuracy_of(key),
                 wall_time_s=wall_of(key),
                 schedule_source=source,
                 run_dir=str(out),

@@ -118,8 +118,11 @@ def test_bsp_asp_bsp_and_the_run_directory(ray_session, small_mnist, tmp_path):
     assert rows[0]["protocol"] == "bsp" and rows[-1]["protocol"] == "bsp"
     assert all(float(r["momentum"]) == pytest.approx(0.9) for r in rows)  # keep
     for key in (
-        "final_accuracy",
-        "best_accuracy",
+        "metric",
+        "final_value",
+        "best_value",
+        "validation",
+        "test",
         "wall_time_s",
         "samples",
         "samples_per_s",

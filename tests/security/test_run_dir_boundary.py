@@ -103,7 +103,7 @@ def test_the_loggers_on_resume_come_from_the_command_line_only(tmp_path, capsys)
 def test_a_finished_run_is_not_resumed(tmp_path, capsys):
     from tests.rundir.samples import sample_summary
 
-    summary = sample_summary(final_accuracy=0.9)
+    summary = sample_summary(final_value=0.9)
     assert summary.complete
     run_dir = make_run_dir(
         tmp_path, [valid_state()], files={"summary.json": json.dumps(summary.to_plain())}
