@@ -12,6 +12,7 @@ from rich.table import Table
 
 from syncswitch.records import Accounting
 from syncswitch.rundir import OnlineTimingSummary, Summary, Switch, names
+from syncswitch.rundir.changes import changed_headline
 
 
 def summary_json(summary: Summary, run_dir: Path) -> str:
@@ -22,8 +23,8 @@ def summary_json(summary: Summary, run_dir: Path) -> str:
 def summary_table(summary: Summary, run_dir: Path, *, library_log: Path | None) -> Table:
     timing = "SIMULATED" if summary.timing == "simulated" else summary.timing
     table = Table(
-        title=f"run {summary.status}: {summary.schedule}, {summary.workers} workers, "
-        f"{timing} timing",
+        title=f"run {summary.status}{changed_headline(summary)}: {summary.schedule}, "
+        f"{summary.workers} workers, {timing} timing",
         title_justify="left",
         show_header=False,
         box=None,
