@@ -18,7 +18,7 @@ from syncswitch.errors import ConfigError
 from syncswitch.rundir import Summary, read_summary
 
 __all__ = ["ConfigError", "Summary", "TrainConfig", "make_config", "read_summary", "train"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def train(config: TrainConfig, **kwargs):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from collections.abc import Collection
 from dataclasses import replace
@@ -35,7 +36,7 @@ from syncswitch.config.validation import (
     SwitchOptionsError,
     switch_options_problem,
 )
-from syncswitch.errors import RunDirError
+from syncswitch.errors import RunDirError, UserError
 from syncswitch.rundir import (
     LIBRARY_LOG,
     default_run_dir,
@@ -47,7 +48,7 @@ from syncswitch.rundir import (
 from syncswitch.terminal import library_output_to
 
 _EXAMPLES = """examples:
-  syncswitch train                                   # 8 workers, MNIST-1D, BSP for 25%, then ASP
+  syncswitch train                                   # 8 workers, MNIST-1D, online: BSP, then ASP
   syncswitch train --schedule bsp                    # pure BSP baseline
   syncswitch train --schedule auto                   # this job's stored switch point
   syncswitch train --schedule bsp:0.1,asp:0.8,bsp --momentum-at-switch ramp
@@ -302,13 +303,21 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
     if not train_args.get("resume"):
         refuse_used_run_dir(run_dir)  # before the log file is made in it
     check_runnable(config)  # e.g. --device cuda without CUDA: no run directory made
+    made_here = not run_dir.exists()
     create_run_dir(run_dir)  # `--out` naming a file is one line, not a traceback in mkdir
-    if args.verbose:
-        result = train(config, **train_args)
-        library_log = None
-    else:
-        with library_output_to(run_dir / LIBRARY_LOG) as library_log:
+    try:
+        if args.verbose:
             result = train(config, **train_args)
+            library_log = None
+        else:
+            with library_output_to(run_dir / LIBRARY_LOG) as library_log:
+                result = train(config, **train_args)
+    except UserError:
+        # Refused at start-up (no cluster at that address, a cluster without the GPUs asked
+        # for, no CIFAR files): the directory this command made holds no result, so it goes too.
+        if made_here:
+            _remove_unused_run_dir(run_dir)
+        raise
     _store_online_share(args, config, result.summary)
     if args.json:
         print(summary_json(result.summary, result.run_dir))
@@ -320,6 +329,13 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
             loggers=_logger_lines(config, result.run_dir),
         )
     return 0
+
+
+def _remove_unused_run_dir(run_dir: Path) -> None:
+    """Remove a run directory that holds no result: no summary, no checkpoint."""
+    if (run_dir / names.SUMMARY).exists() or (run_dir / names.CHECKPOINTS).exists():
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _store_online_share(args: argparse.Namespace, config: TrainConfig, summary: Any) -> None:
