@@ -2,11 +2,12 @@
 
 Runs each (workers, schedule) pair on the simulator (`--runtime sim`: the real controller and
 real gradients on a virtual clock, no Ray) and prints final accuracy and SIMULATED time. The
-full study, with 8-256 workers and two seeds, is `python benchmarks/sim_scale.py`
+full study, with 8-256 workers and two seeds, is
+`.venv/bin/python benchmarks/sim_scale.py`
 (docs/simulator.md).
 
-    python examples/scale_study.py                                 # 8, 16 and 32 workers
-    python examples/scale_study.py --workers 8 --epochs 1 --samples 2000   # a quick look
+    .venv/bin/python examples/scale_study.py                       # 8, 16 and 32 workers
+    .venv/bin/python examples/scale_study.py --workers 8 --epochs 1 --samples 2000  # quick
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from syncswitch import TrainConfig, train
+from syncswitch.command import program
 from syncswitch.rundir.changes import schedule_changes
 from syncswitch.workloads import load_dataset
 
@@ -60,7 +62,7 @@ def main() -> None:
                 f"  {summary.wall_time_s:>11.1f}  {summary.host_time_s:>6.1f}"
                 f"  {'no: ' + '; '.join(changes) if changes else 'yes'}"
             )
-    print(f"compare them: syncswitch report {out}/*")
+    print(f"compare them: {program()} report {out}/*")
 
 
 if __name__ == "__main__":
