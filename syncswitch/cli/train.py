@@ -342,9 +342,17 @@ def _store_online_share(args: argparse.Namespace, config: TrainConfig, summary: 
     """An online run's chosen share goes to the registry for `--schedule auto` next time."""
     if summary.online_timing is None:
         return
-    from syncswitch.recurring.online import record_online_decision
+    from syncswitch.recurring.online import online_share, record_online_decision, unworthy_share
     from syncswitch.registry import RegistryError
 
+    if online_share(config, summary) is None:
+        return  # not a `bsp:online,asp` run that left BSP: no share to speak of
+    if (why := unworthy_share(summary)) is not None:
+        print(
+            f"syncswitch: the online run's BSP share was not stored for `--schedule auto`: {why}",
+            file=sys.stderr,
+        )
+        return
     try:
         stored = record_online_decision(config, summary, args.registry)
     except RegistryError as error:
