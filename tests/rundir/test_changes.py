@@ -67,3 +67,16 @@ def test_the_report_table_says_which_runs_did_not_run_as_planned() -> None:
     column = RUN_COLUMNS.index("as planned")
     assert [row[column] for row in table.rows] == ["yes", "no (see notes)"]
     assert "rolled: schedule changed: rolled back once" in table.notes
+
+
+def test_the_summary_shows_the_online_signal_once_and_says_what_the_ms_are() -> None:
+    from syncswitch.cli.run_summary import _switches
+    from syncswitch.records import Switch
+
+    online = Switch(
+        at_fraction=0.36, at_samples=100, version=9, from_protocol="bsp", to_protocol="asp",
+        time_s=1.0, overhead_s=0.00015,
+        reason="online_timing: switch at 0.360 (staleness_noise: signal; staleness_ratio 0.1)",
+    )  # fmt: skip
+    text = _switches((online,))
+    assert text == "bsp>asp at 36.0% (online timing, see below; in force in 0.15 ms)"
