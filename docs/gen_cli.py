@@ -1,7 +1,7 @@
 """Write docs/cli.md, the command-line reference, from the parser itself (so it never drifts).
 
-    python docs/gen_cli.py            # rewrite docs/cli.md
-    python docs/gen_cli.py --check    # exit 1 when docs/cli.md is not what the parser says
+    .venv/bin/python docs/gen_cli.py            # rewrite docs/cli.md
+    .venv/bin/python docs/gen_cli.py --check    # exit 1 when docs/cli.md is stale
 
 tests/docs/test_docs.py runs the check, so a changed flag without a regenerated page fails CI.
 """
@@ -26,8 +26,10 @@ def render() -> str:
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     parts = [
         "# Command-line reference\n",
-        "Generated from the parser by `python docs/gen_cli.py`; every option of every "
-        "command, as `--help` prints it.\n",
+        "Generated from the parser by `.venv/bin/python docs/gen_cli.py`; every option of "
+        "every command, as `--help` prints it. The commands are named `syncswitch` here, as "
+        "on PATH after `source .venv/bin/activate`; without activating, run "
+        "`.venv/bin/syncswitch` from the repository root.\n",
         "## syncswitch\n",
         "```text\n" + parser.format_help().rstrip() + "\n```\n",
     ]
@@ -42,7 +44,7 @@ def main() -> int:
     text = render()
     if check:
         if not OUT.is_file() or OUT.read_text() != text:
-            print(f"{OUT} is stale: run python docs/gen_cli.py", file=sys.stderr)
+            print(f"{OUT} is stale: run .venv/bin/python docs/gen_cli.py", file=sys.stderr)
             return 1
         return 0
     OUT.write_text(text)

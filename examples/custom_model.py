@@ -2,10 +2,11 @@
 
 Trains a small MLP on a two-class problem made up here, then loads the saved weights into a
 fresh model and checks that it scores the run's final accuracy. The run directory names the
-dataset ("two-spirals") and the model ("SpiralNet") in config.json and in `syncswitch report`.
+dataset ("two-spirals") and the model ("SpiralNet") in config.json and in
+`.venv/bin/syncswitch report`.
 
-    python examples/custom_model.py                       # 8 workers on a local Ray instance
-    python examples/custom_model.py --runtime sim --epochs 1   # a quick run on the simulator
+    .venv/bin/python examples/custom_model.py             # 8 workers on a local Ray instance
+    .venv/bin/python examples/custom_model.py --runtime sim --epochs 1   # a quick run, simulated
 """
 
 from __future__ import annotations

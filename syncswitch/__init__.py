@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from syncswitch.runtime.train import train
 
 __all__ = ["ConfigError", "Summary", "TrainConfig", "make_config", "read_summary", "train"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str) -> Any:

@@ -4,7 +4,8 @@ Writing: every result file that is rewritten while a run goes (summary.json, act
 checkpoints, a truncated CSV on resume) goes through `write_atomic` / `atomic_writer`: a temp
 file made by `tempfile.mkstemp` in the same directory (a random name from the OS's random
 source, opened with O_CREAT | O_EXCL | O_NOFOLLOW, so a name planted in advance, symlink or
-not, makes it pick another name rather than follow it), flushed and fsynced, then renamed over
+not, makes it pick another name rather than follow it; given the umask's mode, as any file
+the run writes), flushed and fsynced, then renamed over
 the target (atomic on POSIX within one file system; a symlink at the target is replaced, not
 followed), and the directory fsynced so the rename survives a crash. Logs that grow while a
 run goes are opened with `open_append`, which refuses a symlink or anything but a regular file.
@@ -45,6 +46,9 @@ def atomic_writer(path: Path, *, tmp_prefix: str = ".write-") -> Iterator[IO[byt
     """A binary handle whose contents replace `path` in one step when the block ends."""
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=tmp_prefix, suffix=TMP_SUFFIX)
     try:
+        # mkstemp makes the file 0600; a result file gets what open() would give it (the
+        # umask's), as the CSVs beside it do.
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as handle:
             yield handle
             handle.flush()
@@ -54,6 +58,20 @@ def atomic_writer(path: Path, *, tmp_prefix: str = ".write-") -> Iterator[IO[byt
         Path(tmp_name).unlink(missing_ok=True)
         raise
     fsync_directory(path.parent)
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the OS tells it (Linux's
+    /proc/self/status); elsewhere set and put back at once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_atomic(path: Path, data: bytes | str, *, tmp_prefix: str = ".write-") -> None:

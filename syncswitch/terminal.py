@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import IO
 
 from rich.console import Console
 
@@ -28,7 +29,16 @@ _terminal_console: Console | None = None
 def project_console() -> Console:
     """The console for syncswitch's own live output (progress): the terminal's stderr, also
     while library output is captured. (stderr keeps stdout for results, e.g. `--json`.)"""
-    return _terminal_console or Console(stderr=True)
+    return _terminal_console or _console(sys.stderr)
+
+
+# A file or a pipe has no width; rich would assume 80 columns and cut the live line there.
+NOT_A_TERMINAL_WIDTH = 400
+
+
+def _console(file: IO[str]) -> Console:
+    is_tty = hasattr(file, "isatty") and file.isatty()
+    return Console(file=file, highlight=False, width=None if is_tty else NOT_A_TERMINAL_WIDTH)
 
 
 @contextmanager
@@ -52,7 +62,7 @@ def library_output_to(log_path: Path) -> Iterator[Path]:
     saved_out, saved_err = os.dup(1), os.dup(2)
     terminal = os.fdopen(os.dup(saved_err), "w", buffering=1)
     previous = _terminal_console, sys.stdout, sys.stderr
-    _terminal_console = Console(file=terminal, highlight=False)
+    _terminal_console = _console(terminal)
     try:
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)

@@ -10,8 +10,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from syncswitch.command import program
 from syncswitch.records import Accounting
 from syncswitch.rundir import OnlineTimingSummary, Summary, Switch, names
+from syncswitch.rundir.changes import changed_headline
+from syncswitch.terminal import NOT_A_TERMINAL_WIDTH
 
 
 def summary_json(summary: Summary, run_dir: Path) -> str:
@@ -22,8 +25,8 @@ def summary_json(summary: Summary, run_dir: Path) -> str:
 def summary_table(summary: Summary, run_dir: Path, *, library_log: Path | None) -> Table:
     timing = "SIMULATED" if summary.timing == "simulated" else summary.timing
     table = Table(
-        title=f"run {summary.status}: {summary.schedule}, {summary.workers} workers, "
-        f"{timing} timing",
+        title=f"run {summary.status}{changed_headline(summary)}: {summary.schedule}, "
+        f"{summary.workers} workers, {timing} timing",
         title_justify="left",
         show_header=False,
         box=None,
@@ -72,13 +75,16 @@ def print_summary(
 ) -> None:
     # Paths and reasons (a failed run's status) are printed as they are, never as rich markup.
     console = Console(highlight=False, markup=False, emoji=False)
+    if not console.is_terminal:
+        # A file or a pipe has no width: never cut or wrap a line at rich's default 80.
+        console = Console(highlight=False, markup=False, emoji=False, width=NOT_A_TERMINAL_WIDTH)
     console.print(summary_table(summary, run_dir, library_log=library_log))
     for line in loggers:
         print(f"  {line}")  # e.g. the command that opens TensorBoard on this run
     # Plain prints: a path must never be wrapped, so it can be copied as it stands.
     print(f"results written to {run_dir}/ ({names.SUMMARY}, {names.METRICS}, {names.UPDATES}, ...)")
     plot = shlex.quote(str(run_dir / "report.png"))
-    print(f"plot them: syncswitch report {shlex.quote(str(run_dir))} --plot {plot}")
+    print(f"plot them: {program()} report {shlex.quote(str(run_dir))} --plot {plot}")
 
 
 def _phases(summary: Summary) -> str:
@@ -97,12 +103,18 @@ def _switches(switches: tuple[Switch, ...]) -> str:
     if not switches:
         return "none"
     shown = [
+        # The online decision's signal values are the "online timing" row's; the time is what
+        # putting the new protocol in force took on the server.
         f"{s.from_protocol}>{s.to_protocol} at {s.at_fraction:.1%} "
-        f"({s.reason}, {1000 * s.overhead_s:.2f} ms)"
+        f"({_switch_reason(s.reason)}; in force in {1000 * s.overhead_s:.2f} ms)"
         for s in switches[:3]
     ]
     more = len(switches) - len(shown)
     return "; ".join(shown) + (f"; +{more} more" if more else "")
+
+
+def _switch_reason(reason: str) -> str:
+    return "online timing, see below" if reason.startswith("online_timing") else reason
 
 
 def online_timing_line(timing: OnlineTimingSummary) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 from syncswitch.cli.registry_option import add_registry_argument
 from syncswitch.cli.train import add_config_arguments, config_from_args
+from syncswitch.command import program
 from syncswitch.errors import ConfigError
 from syncswitch.import_path import is_import_path
 
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(f"report: {result.files['table']}, {result.files['plot']}, {result.files['csv']}")
     print(
-        f"reuse it: syncswitch train --schedule auto with the same options "
+        f"reuse it: {program()} train --schedule auto with the same options "
         f"(job {result.fingerprint[:12]}, decision #{result.stored.id})"
     )
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from collections.abc import Collection
 from dataclasses import replace
@@ -37,7 +38,7 @@ from syncswitch.config.validation import (
     SwitchOptionsError,
     switch_options_problem,
 )
-from syncswitch.errors import RunDirError
+from syncswitch.errors import RunDirError, UserError
 from syncswitch.import_path import is_import_path
 from syncswitch.rundir import (
     LIBRARY_LOG,
@@ -50,7 +51,7 @@ from syncswitch.rundir import (
 from syncswitch.terminal import library_output_to
 
 _EXAMPLES = """examples:
-  syncswitch train                                   # 8 workers, MNIST-1D, BSP for 25%, then ASP
+  syncswitch train                                   # 8 workers, MNIST-1D, online: BSP, then ASP
   syncswitch train --schedule bsp                    # pure BSP baseline
   syncswitch train --schedule auto                   # this job's stored switch point
   syncswitch train --schedule bsp:0.1,asp:0.8,bsp --momentum-at-switch ramp
@@ -347,13 +348,21 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
         from syncswitch.workloads.imports import user_code_arguments
 
         train_args.update(user_code_arguments(config))  # only ever from the command line
+    made_here = not run_dir.exists()
     create_run_dir(run_dir)  # `--out` naming a file is one line, not a traceback in mkdir
-    if args.verbose:
-        result = train(config, **train_args)
-        library_log = None
-    else:
-        with library_output_to(run_dir / LIBRARY_LOG) as library_log:
+    try:
+        if args.verbose:
             result = train(config, **train_args)
+            library_log = None
+        else:
+            with library_output_to(run_dir / LIBRARY_LOG) as library_log:
+                result = train(config, **train_args)
+    except UserError:
+        # Refused at start-up (no cluster at that address, a cluster without the GPUs asked
+        # for, no CIFAR files): the directory this command made holds no result, so it goes too.
+        if made_here:
+            _remove_unused_run_dir(run_dir)
+        raise
     _store_online_share(args, config, result.summary)
     if args.json:
         print(summary_json(result.summary, result.run_dir))
@@ -367,13 +376,28 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
     return 0
 
 
+def _remove_unused_run_dir(run_dir: Path) -> None:
+    """Remove a run directory that holds no result: no summary, no checkpoint."""
+    if (run_dir / names.SUMMARY).exists() or (run_dir / names.CHECKPOINTS).exists():
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def _store_online_share(args: argparse.Namespace, config: TrainConfig, summary: Any) -> None:
     """An online run's chosen share goes to the registry for `--schedule auto` next time."""
     if summary.online_timing is None:
         return
-    from syncswitch.recurring.online import record_online_decision
+    from syncswitch.recurring.online import online_share, record_online_decision, unworthy_share
     from syncswitch.registry import RegistryError
 
+    if online_share(config, summary) is None:
+        return  # not a `bsp:online,asp` run that left BSP: no share to speak of
+    if (why := unworthy_share(summary)) is not None:
+        print(
+            f"syncswitch: the online run's BSP share was not stored for `--schedule auto`: {why}",
+            file=sys.stderr,
+        )
+        return
     try:
         stored = record_online_decision(config, summary, args.registry)
     except RegistryError as error:

@@ -307,7 +307,9 @@ class TrainOptions:
     )
     ray_address: str | None = option(
         None,
-        "Ray cluster to join (or set RAY_ADDRESS); default starts a local Ray instance",
+        "Ray cluster to join: HOST:PORT, ray://HOST:PORT, or auto (the one `ray start "
+        "--head` started on this machine); or set RAY_ADDRESS; default starts a local Ray "
+        "instance",
         Role(RUNTIME_GROUP, Identity.NONE, Resume.FLAGS_ONLY),
     )
     device: str = option(

@@ -34,7 +34,7 @@ class ReliabilityConfig:
 
 
 # The estimator's half-life, as a fraction of the run's BSP rounds, and how often the rule is
-# asked (docs/online-timing.md: the settings the rule was tuned with).
+# asked (benchmarks/results/online-timing-study.md: the settings the rule was tuned with).
 HALF_LIFE_FRACTION = 0.02
 # Coordinates of each shard's slice the statistics are measured on: a fixed random subset of
 # this many, when the slice has more than twice as many (docs/performance.md: what measuring
@@ -46,9 +46,9 @@ CHECK_EVERY = 0.005
 # gradients' work, so rounds are measured one in `every` (in pairs), with every * n about
 # STATS_ROUND_WORKERS (docs/performance.md: the cost against the server's round), but never
 # so sparse that the estimator takes in fewer than MEASURED_PER_HALF_LIFE measured rounds per
-# half-life (docs/online-timing.md: cost against noise). Every worker's gradient is squared
-# (STATS_WORKERS 0): a rotating subset costs more calls than it saves arithmetic at cnn1d's
-# size and makes the noise estimate noisier (docs/performance.md).
+# half-life (benchmarks/results/online-timing-study.md: cost against noise). Every worker's
+# gradient is squared (STATS_WORKERS 0): a rotating subset costs more calls than it saves
+# arithmetic at cnn1d's size and makes the noise estimate noisier (docs/performance.md).
 STATS_WORKERS = 0
 STATS_ROUND_WORKERS = 32
 MEASURED_PER_HALF_LIFE = 12

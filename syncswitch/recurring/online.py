@@ -4,6 +4,11 @@ A run with `--schedule online` (bsp:online,asp) that completed and left BSP reco
 share it ran as a registry decision of kind `online` for the job's fingerprint (the schedule
 and the switch-rule options are not part of the job). `syncswitch jobs` tells such decisions
 from a search's.
+
+Only a share worth reusing is stored: one the rule chose on its signal, in a run that ran as
+planned. A phase ended by its ceiling (the signal never crossed, as in a run of a few epochs)
+or a run a rollback changed says nothing about where this job should switch, and a later
+`--schedule auto` run would reuse it silently; `unworthy_share` says why one is not stored.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from syncswitch.registry import (
     fingerprint,
 )
 from syncswitch.rundir import Summary
+from syncswitch.rundir.changes import schedule_changes
 from syncswitch.rundir.summary import FINAL_ACCURACY
 
 
@@ -38,6 +44,18 @@ def online_share(config: TrainConfig, summary: Summary) -> float | None:
     return float(timing.at_fraction)
 
 
+def unworthy_share(summary: Summary) -> str | None:
+    """Why an online run's share is not worth reusing, or None when it is."""
+    timing = summary.online_timing
+    if timing is None or not timing.switched:
+        return "the run did not leave BSP on its own"
+    if timing.reason != "signal":
+        return "the phase ended at its ceiling, not on its signal (a short run's usually does)"
+    if changes := schedule_changes(summary):
+        return f"the schedule was changed ({'; '.join(changes)})"
+    return None
+
+
 def record_online_decision(
     config: TrainConfig,
     summary: Summary,
@@ -46,7 +64,7 @@ def record_online_decision(
     """Store the share an online run chose for its job (None when there is none to store)."""
     share = online_share(config, summary)
     timing = summary.online_timing
-    if share is None or timing is None:
+    if share is None or timing is None or unworthy_share(summary) is not None:
         return None
     location = (
         registry if isinstance(registry, RegistryLocation) else RegistryLocation.resolve(registry)

@@ -13,6 +13,7 @@ import numpy as np
 from syncswitch.config import DEFAULT_MODEL
 from syncswitch.records.metric import TEST, MetricSpec
 from syncswitch.rundir import RunData, Switch
+from syncswitch.rundir.changes import schedule_changes
 
 # config.json may come from elsewhere: its worker count alone never sizes a table.
 MAX_LISTED_WORKERS = 4096
@@ -56,6 +57,7 @@ class RunOverview:
     dropped: int
     time_by_protocol_s: dict[str, float]
     notes: tuple[str, ...]  # oddities met reading the files (torn lines of a killed run)
+    schedule_changes: tuple[str, ...] = ()  # what changed the planned schedule, if anything
 
     @property
     def complete(self) -> bool:
@@ -106,6 +108,7 @@ def overview(run: RunData, label: str | None = None) -> RunOverview:
         dropped=sum(run.drops_by_reason.values()),
         time_by_protocol_s=time_by_protocol(phases(run)),
         notes=tuple(run.notes),
+        schedule_changes=schedule_changes(run.summary),
     )
 
 

@@ -57,6 +57,7 @@ RUN_COLUMNS = (
     "run",
     "status",
     "schedule",
+    "as planned",
     "runtime",
     "timing",
     "dataset",
@@ -81,6 +82,7 @@ def runs_table(runs: list[RunOverview]) -> Table:
             run.label,
             run.status,
             run.schedule,
+            "no (see notes)" if run.schedule_changes else "yes",
             run.runtime,
             run.timing,
             run.dataset,
@@ -100,6 +102,11 @@ def runs_table(runs: list[RunOverview]) -> Table:
     ]
     notes = [f"{run.label}: {run.status_detail}" for run in runs if not run.complete]
     notes += [f"{run.label}: {note}" for run in runs for note in run.notes]
+    notes += [
+        f"{run.label}: schedule changed: {change}"
+        for run in runs
+        for change in run.schedule_changes
+    ]
     timings = {run.timing for run in runs}
     if "emulated" in timings:
         notes.append(

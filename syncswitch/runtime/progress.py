@@ -2,13 +2,15 @@
 samples, test accuracy, throughput and an ETA; its last frame is the run's summary figures.
 
 Before the first step a status line says what is starting (`starting(...)`: loading data,
-starting Ray, placing workers); `train()` opens it, the runtimes name their steps, and the
+starting Ray, starting worker processes), each step ending in a line with its elapsed time;
+`train()` opens it, the runtimes name their steps, and the
 progress bar replaces it when training begins. On the simulator the bar shows the simulated
 seconds beside the host's elapsed time.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
@@ -28,8 +30,31 @@ from syncswitch.control.shard import ShardState
 from syncswitch.records.metric import MetricSpec
 from syncswitch.terminal import project_console
 
-# The start-up status line of the run being set up in this process (one run at a time).
-_startup: Status | None = None
+
+class StartupSteps:
+    """The start-up's steps as they go: a spinner on the step under way, and a line with its
+    elapsed time for each step done, so a slow start says where its time goes."""
+
+    def __init__(self, first_step: str) -> None:
+        self.status: Status = project_console().status(f"syncswitch: {first_step} ...")
+        self.step, self.started_s = first_step, time.monotonic()
+
+    def next(self, step: str) -> None:
+        self._done()
+        self.step, self.started_s = step, time.monotonic()
+        self.status.update(f"syncswitch: {step} ...")
+
+    def stop(self) -> None:
+        self._done()
+        self.status.stop()
+
+    def _done(self) -> None:
+        elapsed_s = time.monotonic() - self.started_s
+        self.status.console.print(f"syncswitch: {self.step}: {elapsed_s:.1f} s", highlight=False)
+
+
+# The start-up steps of the run being set up in this process (one run at a time).
+_startup: StartupSteps | None = None
 
 
 @contextmanager
@@ -39,20 +64,19 @@ def startup_status(enabled: bool, first_step: str) -> Iterator[None]:
     if not enabled:
         yield
         return
-    status = project_console().status(f"syncswitch: {first_step} ...")
-    status.start()
-    _startup = status
+    steps = StartupSteps(first_step)
+    steps.status.start()
+    _startup = steps
     try:
         yield
     finally:
-        _startup = None
-        status.stop()
+        _end_startup()
 
 
 def starting(step: str) -> None:
-    """Name the start-up step now under way ("starting Ray", "placing workers", ...)."""
+    """Name the start-up step now under way ("starting Ray", "starting 8 worker processes", ...)."""
     if _startup is not None:
-        _startup.update(f"syncswitch: {step} ...")
+        _startup.next(step)
 
 
 def _end_startup() -> None:

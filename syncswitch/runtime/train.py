@@ -31,6 +31,7 @@ from syncswitch.core.reliability.checkpoints import (
     LoadedCheckpoint,
 )
 from syncswitch.errors import ConfigError, RunDirError
+from syncswitch.import_path import is_import_path
 from syncswitch.loggers import make_loggers
 from syncswitch.records.metric import COLUMN_PREFIX, TEST, VALIDATION
 from syncswitch.rundir import (
@@ -121,7 +122,10 @@ def train(
     with startup_status(config.progress, "loading data"):
         # A config naming a model or dataset by import path (MODULE:NAME) supplies what the
         # call does not give itself.
-        named = user_code_arguments(config)
+        wanted = (model_factory is None and is_import_path(config.model)) or (
+            train_data is None and dataset is None and is_import_path(config.dataset)
+        )
+        named = user_code_arguments(config) if wanted else {}
         if model_factory is None and "model_factory" in named:
             model_factory, model_name = named["model_factory"], model_name or named["model_name"]
         if train_data is None and dataset is None and "dataset_name" in named:

@@ -29,7 +29,24 @@ def test_package_ships_py_typed_and_states_its_licence() -> None:
     assert project["project"]["license"] == "MIT"
     assert "py.typed" in project["tool"]["setuptools"]["package-data"]["syncswitch"]
     assert "MIT License" in (ROOT / "LICENSE").read_text()
-    assert "## Unreleased" in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_the_version_is_the_changelogs_latest_release() -> None:
+    """pyproject.toml, `syncswitch.__version__` and the CHANGELOG's latest heading agree."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["version"] == syncswitch.__version__
+    releases = [
+        line.split()[1]
+        for line in (ROOT / "CHANGELOG.md").read_text().splitlines()
+        if line.startswith("## ") and line.split()[1][0].isdigit()
+    ]
+    assert releases[0] == syncswitch.__version__
+
+
+def test_train_help_names_the_default_schedule() -> None:
+    help_text = _train_parser().format_help()
+    assert "BSP for 25%" not in help_text
+    assert "online: BSP, then ASP" in help_text
 
 
 def _train_parser():  # type: ignore[no-untyped-def]

@@ -14,6 +14,8 @@ import re
 import shlex
 import shutil
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ import pytest
 
 from syncswitch.cli.main import main
 from syncswitch.registry.store import Registry
-from tests.docs.test_docs import ROOT, SHOWN
+from tests.docs.test_docs import ENV_TOOLS, PAGES, ROOT, SHOWN, shown_programs
 
 pytestmark = pytest.mark.own_registry  # the workspace fixture's, shared by the pages' commands
 
@@ -35,9 +37,20 @@ SHORT = ["--runtime", "sim", "--epochs", "0.2", "--mnist1d-samples", "2000", "--
 REFUSED = {
     # a Ray cluster address: no cluster here, and the test never touches the network
     # (its name lookup is made to fail here, as it does where "head" is not a host)
-    "syncswitch train --ray-address ray://head:10001": "cannot reach the Ray cluster",
+    ".venv/bin/syncswitch train --ray-address ray://head:10001": "cannot reach the Ray cluster",
     # CIFAR files are never downloaded and ~/data holds none here
-    "syncswitch train --dataset cifar10 --data-dir ~/data": "CIFAR-10 not found",
+    ".venv/bin/syncswitch train --dataset cifar10 --data-dir ~/data": "CIFAR-10 not found",
+    # no CUDA here (a GPU machine runs tests/runtime/test_gpu.py instead)
+    ".venv/bin/syncswitch train --device cuda": "no CUDA GPU",
+    ".venv/bin/syncswitch train --device cuda --gpus-per-worker 0.125 --server-device cuda": (
+        "no CUDA GPU"
+    ),
+    # a cluster's head by its address: none here either
+    ".venv/bin/syncswitch train --ray-address 10.0.0.5:6379 --placement spread": (
+        "cannot reach the Ray cluster"
+    ),
+    ".venv/bin/syncswitch train --ray-address 10.0.0.5:6379 --placement strict-spread"
+    " --workers 4": ("cannot reach the Ray cluster"),
 }
 
 SLOW_YAML = "- {workers: [2, 5], start: 0.05, duration: 0.3, delay_ms: 30}\n"
@@ -58,6 +71,9 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     (home / "job.yaml").write_text((ROOT / "examples" / "job.yaml").read_text())
     (home / "slow.yaml").write_text(SLOW_YAML)
     (home / "my-cluster.yaml").write_text(CLUSTER_YAML)
+    (home / "cluster.yaml").write_text(CLUSTER_YAML)
+    # The README's set-up made .venv in the repository root; this cwd stands for that root.
+    (home / ".venv").symlink_to(sys.prefix, target_is_directory=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(home)
         patch.setenv("HOME", str(home))  # ~/data is this test's, and empty
@@ -143,9 +159,11 @@ def test_every_shown_train_command_runs(workspace: Path, command: str, capsys) -
 def test_what_cannot_run_here_is_refused_in_one_line(workspace: Path, command: str, capsys) -> None:
     assert command in {c for _, c in SHOWN}, "listed as refused but no page shows it"
     argv = [os.path.expanduser(w) for w in words(command)]  # as the shell would expand ~
+    before = set(workspace.glob("runs/*"))
     assert run([*argv, "--epochs", "0.2", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and REFUSED[command] in err[0], err
+    assert set(workspace.glob("runs/*")) == before, "a refused run left a run directory"
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +232,41 @@ def test_every_shown_command_is_run_or_listed_as_refused() -> None:
     shown = {c for _, c in SHOWN}
     covered = {c for _, c in TRAIN} | {c for _, c in OTHER} | set(REFUSED)
     assert shown == covered
+
+
+def new_shell_env() -> dict[str, str]:
+    """A new shell's environment after the README's set-up: the environment is not activated,
+    so nothing of it is on PATH (whatever PATH this test process was started with)."""
+    env_bin = os.path.realpath(os.path.join(sys.prefix, "bin"))
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    kept = [p for p in path if os.path.realpath(p) != env_bin] or ["/usr/bin", "/bin"]
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
+    return {**env, "PATH": os.pathsep.join(kept)}
+
+
+PROGRAMS = sorted(
+    {w for page in PAGES for w in shown_programs(page) if w.rsplit("/bin/", 1)[-1] in ENV_TOOLS}
+)
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_every_shown_program_runs_in_a_new_shell(workspace: Path, program: str) -> None:
+    """Each program the pages' commands start with is found, in a shell with the environment
+    off PATH, as the environment's own (a bare `python` would find one without torch)."""
+    found = subprocess.run(
+        ["sh", "-c", 'command -v "$0"', program],
+        cwd=workspace, env=new_shell_env(), capture_output=True, text=True,
+    )  # fmt: skip
+    assert found.returncode == 0, f"{program}: not found in a new shell"
+    # The directory it is in, resolved (the file may link to the base interpreter).
+    where = Path(workspace, found.stdout.strip()).parent.resolve()
+    assert where == Path(sys.prefix, "bin").resolve(), f"{program} runs from {where}"
+
+
+def test_the_readme_command_runs_in_a_new_shell(workspace: Path) -> None:
+    """The README's first command after the set-up, as a user types it in a new shell."""
+    done = subprocess.run(
+        ["sh", "-c", ".venv/bin/syncswitch --version"],
+        cwd=workspace, env=new_shell_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.startswith("syncswitch "), done.stderr

@@ -82,3 +82,38 @@ def test_jobs_tells_search_decisions_from_online_ones(tmp_path: Path, capsys) ->
     assert main(["jobs", "--registry", str(db), "--show", fingerprint(config)[:10]]) == 0
     shown = " ".join(capsys.readouterr().out.split())
     assert "from a search" in shown and "from an online run" in shown
+
+
+def test_a_share_not_worth_reusing_is_not_stored(tmp_path: Path) -> None:
+    """The ceiling's share (the signal never crossed, as in a short test run) and a run a
+    rollback changed would be reused silently by `--schedule auto`: neither is stored."""
+    from syncswitch.recurring.online import unworthy_share
+    from syncswitch.rundir import Reliability
+
+    config = TrainConfig(schedule="online")
+    assert unworthy_share(online_summary()) is None
+    ceiling = online_summary(
+        online_timing=replace(online_summary().online_timing, reason="ceiling", at_fraction=0.875)
+    )
+    assert "ceiling" in str(unworthy_share(ceiling))
+    assert record_online_decision(config, ceiling, str(tmp_path / "r.db")) is None
+    rolled = online_summary(
+        reliability=Reliability(checkpoints=1, failures=[], rollbacks=1, pinned_protocol="bsp")
+    )
+    assert "schedule was changed" in str(unworthy_share(rolled))
+    assert record_online_decision(config, rolled, str(tmp_path / "r.db")) is None
+
+
+def test_the_cli_says_when_it_does_not_store(tmp_path: Path, monkeypatch, capsys) -> None:
+    from syncswitch.cli.main import build_parser
+    from syncswitch.cli.train import _store_online_share
+
+    args = build_parser().parse_args(["train", "--registry", str(tmp_path / "r.db")])
+    ceiling = online_summary(
+        online_timing=replace(online_summary().online_timing, reason="ceiling", at_fraction=0.875)
+    )
+    _store_online_share(args, TrainConfig(schedule="online"), ceiling)
+    err = capsys.readouterr().err
+    assert "share was not stored for `--schedule auto`: the phase ended at its ceiling" in err
+    _store_online_share(args, TrainConfig(schedule="online"), online_summary())
+    assert "stored the online run's BSP share 0.4375" in capsys.readouterr().err

@@ -4,6 +4,7 @@ the simulator's host time beside its simulated time (no Ray)."""
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from rich.console import Console
@@ -28,6 +29,25 @@ def test_the_start_up_status_names_each_step(screen: io.StringIO) -> None:
     assert progress._startup is None
     with progress.startup_status(False, "loading data"):
         assert progress._startup is None  # --no-progress: nothing on the terminal
+
+
+def test_each_start_up_step_ends_in_a_line_with_its_time(screen: io.StringIO) -> None:
+    with progress.startup_status(True, "loading data"):
+        progress.starting("starting Ray")
+        progress.starting("starting 8 worker processes and the evaluator")
+    # (the forced terminal's cursor codes aside)
+    done = re.findall(r"syncswitch: ([^\n\x1b]+): ([0-9.]+) s$", screen.getvalue(), re.M)
+    assert [step for step, _ in done] == [
+        "loading data",
+        "starting Ray",
+        "starting 8 worker processes and the evaluator",
+    ]
+
+
+def test_a_pipe_is_not_cut_at_80_columns() -> None:
+    from syncswitch.terminal import NOT_A_TERMINAL_WIDTH, _console
+
+    assert _console(io.StringIO()).width == NOT_A_TERMINAL_WIDTH
 
 
 def test_the_last_frame_is_the_summarys_figures(screen: io.StringIO) -> None:

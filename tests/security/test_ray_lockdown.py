@@ -110,7 +110,7 @@ def test_an_address_nobody_answers_is_refused_in_seconds(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "address", ["auto", "local", "head", "head:0", "http://head:80", "user:pw@head:1", "a b:1"]
+    "address", ["local", "head", "head:0", "http://head:80", "user:pw@head:1", "a b:1"]
 )
 def test_a_malformed_cluster_address_is_one_line(capsys, address):
     err = one_line_error(capsys, ["train", "--ray-address", address])

@@ -19,11 +19,11 @@ The rules:
   (gradient_stats.py). Over k updates the bias grows like k^2 D if consecutive changes of the
   gradient point the same way (a steady rotation), like k D if they are uncorrelated (a random
   walk). On the simulated scale study the drift over 2 BSP updates is about 2.2 D for most of
-  training (docs/online-timing.md): the random walk. So the staleness error is taken as
-  (n - 1) D, in units of one BSP update's movement: ASP's updates are n times smaller in lr,
-  but asynchrony adds an implicit momentum of about 1 - 1/n, so over n - 1 gradients its
-  weights move about as far as BSP's in one update; the constant is left to the threshold.
-  The ratio
+  training (benchmarks/results/online-timing-study.md): the random walk. So the staleness
+  error is taken as (n - 1) D, in units of one BSP update's movement: ASP's updates are n
+  times smaller in lr, but asynchrony adds an implicit momentum of about 1 - 1/n, so over
+  n - 1 gradients its weights move about as far as BSP's in one update; the constant is left
+  to the threshold. The ratio
 
       r = (n - 1)^p * D / (tr(Sigma) / b),   p = `staleness_exponent` (default 1/2)
 
@@ -38,7 +38,7 @@ The rules:
   its time). A saturating form, min((n - 1) D, 2|G|^2), switched far too early at 32 and 64
   workers: some growth with n is needed (ASP with more workers is also less stable). p = 1/2
   lies between; it and the threshold were chosen by replay on recorded signals of one job
-  (docs/online-timing.md), which other jobs must confirm.
+  (benchmarks/results/online-timing-study.md), which other jobs must confirm.
 
 - `NoiseScaleRule`: switch once the simple noise scale B_simple = tr(Sigma)/|G|^2 exceeds
   `threshold` times BSP's global batch n b. Where consecutive gradients are uncorrelated
@@ -231,7 +231,7 @@ class _FallingBelow:
 @dataclass(frozen=True)
 class StalenessNoiseRule:
     # Chosen by replay on the simulated scale study's recorded signals, seeds 0 and 1, and
-    # checked on seed 2 (docs/online-timing.md, "Third round").
+    # checked on seed 2 (benchmarks/results/online-timing-study.md, "Third round").
     threshold: float = 0.15
     staleness_exponent: float = 0.5
     patience: int = 3  # consecutive points below the threshold

@@ -304,9 +304,11 @@ def schedule_for(fraction: float) -> str:
 
 def format_fraction(fraction: float) -> str:
     """1/8, 3/32, 1 - the search only produces dyadic fractions, which this shows exactly; a
-    share an online run chose (0.3582) is shown as the decimal it was stored as."""
+    share an online run chose (0.3582, 0.8768) is shown as the decimal it was stored as."""
     exact = Fraction(fraction).limit_denominator(1 << 20)
-    if exact.denominator > MAX_SHOWN_DENOMINATOR:
+    denominator = exact.denominator
+    # Only a power of two is a search's: 0.8768 is 548/625, but an online run chose it.
+    if denominator > MAX_SHOWN_DENOMINATOR or denominator & (denominator - 1):
         return f"{fraction:.4g}"
     return str(exact.numerator) if exact.denominator == 1 else f"{exact}"
 

@@ -118,20 +118,26 @@ class RaySupervisor:
         self.dataset_ref = ray.put(self.data)
         resumed = self.controller.resumed_from
         try:
-            starting("placing workers")
+            starting("reserving the actors' CPUs (a placement group)")
             self.group = placement.create_group(
                 self.resources, self.plan.workers, self.plan.job.servers, STARTUP_TIMEOUT_S
             )
             restore = run_checkpoint(resumed).servers if resumed else None
+            # Each step waits for processes to start (Python, the PyTorch import, the model,
+            # the dataset): most of start-up (docs/performance.md, "Start-up"). Starting the
+            # servers and workers side by side gained nothing on 2 cores: the imports are CPU.
+            starting(f"starting {len(self.shards)} server process(es)")
             self.servers = self._start_servers(restore)
             self.evaluator = self._start_evaluator()
             self.workers = [self._start_worker(i) for i in range(self.plan.workers)]
+            starting(f"starting {self.plan.workers} worker processes and the evaluator")
             located = wait_ready([w.ready.remote() for w in self.workers])
             self.actors.pids["workers"] = {}
             for index, where in enumerate(located):
                 self.actors.locate(f"worker {index}", where)
             self.actors.locate("evaluator", wait_ready([self.evaluator.ready.remote()])[0])
             self._write_pids()
+            starting("connecting the workers to the servers")
             ray.get([s.begin.remote() for s in self.servers])
             # Stragglers timed in seconds count run time, which a resumed run carries over.
             self.started_at = time.time() - (_resumed_time_s(resumed) if resumed else 0.0)

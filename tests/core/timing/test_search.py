@@ -171,4 +171,6 @@ def test_fraction_forms_are_exact_and_schedules_parse(fraction: float) -> None:
 
 def test_an_online_share_is_shown_as_a_decimal_and_a_search_share_as_a_fraction() -> None:
     assert format_fraction(0.3582) == "0.3582"  # an online run's share, as stored
+    assert format_fraction(0.8768) == "0.8768"  # 548/625: small, but not a search's
+    assert format_fraction(0.2) == "0.2"
     assert format_fraction(3 / 4096) == "3/4096"  # the finest a search goes
