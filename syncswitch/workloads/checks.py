@@ -21,6 +21,9 @@ from syncswitch.workloads.data import TRAIN, ArrayData, JobData
 from syncswitch.workloads.task import Task
 
 _IGNORED_CLASS = -100  # cross_entropy's default ignore_index (padding in sequence targets)
+# Samples of each split put through the model: an odd count, so that a target shaped unlike
+# the outputs does not broadcast against them by coincidence (as (2,) against (2, 2) would).
+_SAMPLES = 5
 _KEYWORD = {TRAIN: "train_data", VALIDATION: "val_data", TEST: "test_data"}
 # True while a model is built only to be checked (a factory that reports its builds, such as
 # the search's, tells this build apart from the run's own).
@@ -43,16 +46,16 @@ def check_job(data: JobData, model_factory: Callable[[], torch.nn.Module], task:
                 continue
             if data.size(split) == 0:
                 raise WorkloadError(f"{_KEYWORD[split]}= is empty: it needs at least one sample")
-        inputs, targets = data.sample_batch(TRAIN)
+        inputs, targets = data.sample_batch(TRAIN, _SAMPLES)
         outputs = _forward(model, inputs)
-        _check_loss(task, outputs, inputs, targets)
         if task.loss_fn is F.cross_entropy:
             _check_classes(data, outputs, targets)
+        _check_loss(task, outputs, inputs, targets)
         if data.has(VALIDATION):
             # Other splits must fit the same model (e.g. a test set of another length).
             for split in (VALIDATION, TEST):
                 if data.has(split):
-                    x, y = data.sample_batch(split)
+                    x, y = data.sample_batch(split, _SAMPLES)
                     _check_loss(task, _forward(model, x, split), x, y, split)
     finally:
         _CHECKING.reset(token)

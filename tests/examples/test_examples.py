@@ -43,6 +43,33 @@ def test_custom_model_and_dataset(tmp_path: Path) -> None:
     assert (saved["dataset"], saved["model"]) == ("two-spirals", "SpiralNet")
 
 
+def test_classification_from_a_dataset_read_by_each_worker(tmp_path: Path) -> None:
+    out = run_script(
+        "classification.py", "--runtime", "sim", "--epochs", "1", "--samples", "1000",
+        "--data", str(tmp_path / "npy"), "--out", str(tmp_path / "run"),
+    )  # fmt: skip
+    assert "validation accuracy" in out and "test accuracy" in out
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["metric"]["split"] == "validation" and "accuracy" in summary["test"]
+
+
+def test_regression_reaches_far_below_the_target_variance(tmp_path: Path) -> None:
+    out = run_script("regression.py", "--runtime", "sim", "--workers", "4",
+                     "--out", str(tmp_path / "run"))  # fmt: skip
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["metric"] == {"name": "mse", "higher_is_better": False, "split": "validation"}
+    assert summary["switches"][0]["to"] == "asp"  # the schedule ran as for classification
+    variance = float(out.split("target variance ")[1].split()[0])
+    assert summary["validation"]["mse"] < variance / 10 and summary["test"]["mse"] < variance / 10
+
+
+def test_a_sequence_model_takes_integer_tokens(tmp_path: Path) -> None:
+    out = run_script("sequence.py", "--runtime", "sim", "--workers", "4", "--epochs", "3",
+                     "--out", str(tmp_path / "run"))  # fmt: skip
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["test"]["accuracy"] > 0.5, out  # chance is 1/12
+
+
 def test_scale_study(tmp_path: Path) -> None:
     out = run_script("scale_study.py", "--workers", "8", "--epochs", "1", "--samples", "1000",
                      "--out", str(tmp_path))  # fmt: skip
