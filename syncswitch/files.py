@@ -158,6 +158,47 @@ def open_append_fd(path: Path) -> int:
     return _open_regular_fd(path, flags, check_symlink=True)
 
 
+def append_bytes(fd: int, data: bytes) -> None:
+    """All of `data` at the end of an appending descriptor: `os.write` may take less than it
+    is given (a nearly full disk), so the rest follows until done or an OSError says why not.
+    Nothing is buffered here, so a failed write leaves nothing to be retried at close."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def drop_torn_tail(path: Path) -> int:
+    """Cut a log back to its last complete line, the bytes after its last line feed: what a
+    crash or a full disk left mid-line. Returns how many bytes were dropped (0: none, or no
+    file). Never through a symbolic link, a regular file only (UnsafeFileError)."""
+    flags = os.O_RDWR | _NOFOLLOW | _NONBLOCK
+    try:
+        fd = _open_regular_fd(path, flags, check_symlink=True)
+    except FileNotFoundError:
+        return 0
+    try:
+        size = os.fstat(fd).st_size
+        keep = _after_last_line_feed(fd, size)
+        if keep < size:
+            os.ftruncate(fd, keep)
+            os.fsync(fd)
+        return size - keep
+    finally:
+        os.close(fd)
+
+
+def _after_last_line_feed(fd: int, size: int, chunk: int = 1 << 16) -> int:
+    """The length of the file's complete lines: up to and including its last line feed."""
+    end = size
+    while end > 0:
+        start = max(end - chunk, 0)
+        found = os.pread(fd, end - start, start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
+
+
 def require_plain_directory(path: Path, what: str) -> bool:
     """Whether `path` exists as a real directory (False: absent). A symbolic link (even to a
     directory: it could point anywhere) or anything else is one UnsafeFileError line."""

@@ -11,7 +11,7 @@ from syncswitch.cli import jobs as jobs_command
 from syncswitch.cli import report as report_command
 from syncswitch.cli import search as search_command
 from syncswitch.cli import train as train_command
-from syncswitch.errors import TrainingStalled, UserError
+from syncswitch.errors import TrainingStalled, UserError, is_disk_full
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,6 +49,18 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingStalled as error:
         print(
             f"syncswitch: stopped: {error}; results so far are in the run directory",
+            file=sys.stderr,
+        )
+        return 1
+    except OSError as error:
+        if not is_disk_full(error):
+            raise
+        # A write outside the run's logs (a checkpoint, the registry, a search's marker):
+        # space, not a bug, so one line too.
+        where = f" writing {error.filename!r}" if error.filename else ""
+        print(
+            f"syncswitch: stopped: no space left on the device{where} ({error.strerror}); "
+            "free space and run the command again (a run continues with --resume RUN_DIR)",
             file=sys.stderr,
         )
         return 1

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from syncswitch.core.timing.search import TrialKey, fraction_label
-from syncswitch.errors import UserError
+from syncswitch.errors import DiskFull, UserError, is_disk_full
 from syncswitch.files import UnsafeFileError, read_regular, write_json_atomic
 
 
@@ -51,15 +51,25 @@ def trial_dir(search_dir: Path, key: TrialKey) -> Path:
 def claim_job_dir(directory: Path, job_fp: str) -> Path:
     """Make (or check) the job's search directory: a real directory whose `job.json` names this
     job; one that belongs to another job, or is a link or a file, is refused in one line."""
-    if lstat_or_none(directory) is None:
-        directory.mkdir(parents=True, exist_ok=True)
-    require_plain_dir(directory, "search directory")
-    marker = directory / JOB_MARKER
-    if lstat_or_none(marker) is None:
-        # A directory of this name from before markers existed is adopted: its trials are
-        # still read (recovered) but never deleted, as they have no trial.json.
-        write_json_atomic(marker, {"fingerprint": job_fp})
-        return directory
+    try:
+        if lstat_or_none(directory) is None:
+            directory.mkdir(parents=True, exist_ok=True)
+        require_plain_dir(directory, "search directory")
+        marker = directory / JOB_MARKER
+        if lstat_or_none(marker) is None:
+            # A directory of this name from before markers existed is adopted: its trials are
+            # still read (recovered) but never deleted, as they have no trial.json.
+            write_json_atomic(marker, {"fingerprint": job_fp})
+            return directory
+    except OSError as error:
+        if is_disk_full(error):
+            raise DiskFull(
+                f"no space left to make the search directory {str(directory)!r} "
+                f"({error.strerror}); free space and run the search again"
+            ) from None
+        raise SearchDirError(
+            f"search directory {str(directory)!r} cannot be made: {error.strerror}"
+        ) from None
     owner = _read_marker(marker).get("fingerprint")
     if owner != job_fp:
         raise SearchDirError(
