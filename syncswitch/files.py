@@ -14,6 +14,11 @@ file is a regular file before reading at most a given number of bytes. A FIFO wo
 block the reader forever, a device such as /dev/zero never end, and a huge file fill memory.
 Inside a run directory (not trusted: it may come from elsewhere) symlinks are refused too,
 so a planted link cannot make the run read or append to a file outside it.
+
+One writer per directory: `DirectoryLock` holds an exclusive `flock` on a lock file inside a
+run or search directory for as long as the run or search goes. The kernel drops the lock when
+its process ends, however it ends (kill -9 included), so a lock file left behind by a dead
+process never blocks the next one: only a live holder does.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -197,6 +203,86 @@ def _after_last_line_feed(fd: int, size: int, chunk: int = 1 << 16) -> int:
             return start + found + 1
         end = start
     return 0
+
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no advisory locks, so DirectoryLock locks nothing
+    fcntl = None  # type: ignore[assignment]
+
+
+class DirectoryBusy(Exception):
+    """Another live process holds the directory's lock; `holder` is what it wrote there (its
+    process id), or "" when that cannot be read."""
+
+    def __init__(self, directory: Path, holder: str) -> None:
+        super().__init__(f"{str(directory)!r} is in use by another process")
+        self.directory = directory
+        self.holder = holder
+
+
+@dataclass
+class _Held:
+    fd: int
+    count: int = 1
+
+
+# The locks this process holds, by the lock file's (device, inode): a process that already
+# holds one (the CLI around train(), then train()'s writer) takes it again instead of being
+# refused by its own lock, which flock would do for a second descriptor.
+_HELD: dict[tuple[int, int], _Held] = {}
+
+
+@dataclass
+class DirectoryLock:
+    """An exclusive lock on `directory` (its lock file, `name`), taken on creation:
+    DirectoryBusy when another process holds it. `release()` (or the end of a `with` block)
+    lets it go; the file stays, empty of meaning once no process holds it."""
+
+    directory: Path
+    name: str
+    _key: tuple[int, int] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        flags = os.O_RDWR | os.O_CREAT | _NOFOLLOW | _NONBLOCK
+        fd = _open_regular_fd(self.directory / self.name, flags, check_symlink=True)
+        info = os.fstat(fd)
+        key = (info.st_dev, info.st_ino)
+        if key in _HELD:
+            os.close(fd)
+            _HELD[key].count += 1
+            self._key = key
+            return
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            raise DirectoryBusy(self.directory, holder) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _HELD[key] = _Held(fd)
+        self._key = key
+
+    def release(self) -> None:
+        key, self._key = self._key, None
+        if key is None or key not in _HELD:
+            return
+        held = _HELD[key]
+        held.count -= 1
+        if held.count == 0:
+            del _HELD[key]
+            os.close(held.fd)  # the lock goes with the descriptor; the file stays
+
+    def __enter__(self) -> DirectoryLock:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
 
 
 def require_plain_directory(path: Path, what: str) -> bool:

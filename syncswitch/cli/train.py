@@ -293,7 +293,7 @@ def _default(name: str) -> Any:
 
 def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_args: Any) -> int:
     # Imported here so that `--help` and input errors answer without loading Ray.
-    from syncswitch.rundir import create_run_dir
+    from syncswitch.rundir import create_run_dir, lock_run_dir
     from syncswitch.runtime.train import check_runnable, refuse_used_run_dir, train
 
     if config.out is None:  # run() sets it, but not for a file's `out: none`: built again
@@ -303,12 +303,15 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
         refuse_used_run_dir(run_dir)  # before the log file is made in it
     check_runnable(config)  # e.g. --device cuda without CUDA: no run directory made
     create_run_dir(run_dir)  # `--out` naming a file is one line, not a traceback in mkdir
-    if args.verbose:
-        result = train(config, **train_args)
-        library_log = None
-    else:
-        with library_output_to(run_dir / LIBRARY_LOG) as library_log:
+    # One process writes a run: a second `--resume` of a live run is refused here, before
+    # it touches even the library log (train()'s writer takes the same lock again).
+    with lock_run_dir(run_dir):
+        if args.verbose:
             result = train(config, **train_args)
+            library_log = None
+        else:
+            with library_output_to(run_dir / LIBRARY_LOG) as library_log:
+                result = train(config, **train_args)
     _store_online_share(args, config, result.summary)
     if args.json:
         print(summary_json(result.summary, result.run_dir))

@@ -20,7 +20,13 @@ from typing import Any
 
 from syncswitch.core.timing.search import TrialKey, fraction_label
 from syncswitch.errors import DiskFull, UserError, is_disk_full
-from syncswitch.files import UnsafeFileError, read_regular, write_json_atomic
+from syncswitch.files import (
+    DirectoryBusy,
+    DirectoryLock,
+    UnsafeFileError,
+    read_regular,
+    write_json_atomic,
+)
 
 
 class SearchDirError(UserError):
@@ -28,6 +34,7 @@ class SearchDirError(UserError):
 
 
 JOB_MARKER = "job.json"  # in the job's search directory: whose it is
+LOCK = ".syncswitch.lock"  # in the job's search directory: held by the search working there
 TRIAL_MARKER = "trial.json"  # in each trial directory: which job and trial made it
 _MARKER_BYTES = 4096
 
@@ -77,6 +84,21 @@ def claim_job_dir(directory: Path, job_fp: str) -> Path:
             "choose another --search-dir"
         )
     return directory
+
+
+def lock_job_dir(directory: Path) -> DirectoryLock:
+    """The job's search directory locked for one search (released when it ends, or by the
+    kernel when its process dies); another live search there is one SearchDirError line."""
+    try:
+        return DirectoryLock(directory, LOCK)
+    except DirectoryBusy as busy:
+        holder = f" (process {busy.holder})" if busy.holder.isdigit() else ""
+        raise SearchDirError(
+            f"search directory {str(directory)!r} is in use by another search of this job"
+            f"{holder}; wait for it to end, or stop it first"
+        ) from None
+    except OSError as error:
+        raise SearchDirError(f"{str(directory / LOCK)!r} cannot be opened: {error}") from None
 
 
 def clear_unfinished(directory: Path, source: dict[str, Any]) -> None:

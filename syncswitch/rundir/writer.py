@@ -25,6 +25,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from syncswitch.errors import ConfigError, DiskFull, is_disk_full
 from syncswitch.files import (
+    DirectoryBusy,
+    DirectoryLock,
     UnsafeFileError,
     append_bytes,
     atomic_writer,
@@ -117,6 +119,22 @@ class RunWriter:
         cannot start leaves the directory free for the next try."""
         self.dir = Path(out_dir)
         create_run_dir(self.dir)
+        self._lock = lock_run_dir(self.dir)  # before anything is read back or truncated
+        try:
+            self._start(config, emulation, simulated, faults, resume_at, loggers)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _start(
+        self,
+        config: dict[str, Any],
+        emulation: dict,
+        simulated: bool,
+        faults: list[dict] | None,
+        resume_at: tuple[int, float] | None,
+        loggers: Sequence[RunLogger],
+    ) -> None:
         self._metrics_through: float | None = None  # the last samples metrics.csv kept
         self._emulated = bool(emulation.get("enabled"))
         self._simulated = simulated
@@ -219,9 +237,30 @@ class RunWriter:
             if log is not None:
                 log.close()
         self._events.close()
+        self._lock.release()
 
     def _logger_failed(self, name: str, reason: str) -> None:
         self.event(LoggerFailed(name, reason))
+
+
+def lock_run_dir(directory: Path) -> DirectoryLock:
+    """The run directory's lock, held by the one process that writes the run, or one
+    ConfigError line when another live process holds it (a dead one's lock is gone)."""
+    try:
+        return DirectoryLock(directory, names.LOCK)
+    except DirectoryBusy as busy:
+        holder = f" (process {busy.holder})" if busy.holder.isdigit() else ""
+        raise ConfigError(
+            f"run directory {str(directory)!r} is in use by another syncswitch run{holder}; "
+            "one process writes a run at a time: wait for it to end, or stop it first"
+        ) from None
+    except UnsafeFileError as error:
+        raise ConfigError(f"run directory: {error}") from None
+    except OSError as error:
+        if is_disk_full(error):
+            raise
+        reason = error.strerror or type(error).__name__
+        raise ConfigError(f"run directory {str(directory)!r} cannot be locked: {reason}") from None
 
 
 def create_run_dir(directory: Path) -> None:
