@@ -12,6 +12,7 @@ from syncswitch.cli import report as report_command
 from syncswitch.cli import search as search_command
 from syncswitch.cli import train as train_command
 from syncswitch.errors import TrainingStalled, UserError, is_disk_full
+from syncswitch.terminal import printable
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except TrainingStalled as error:
         print(
-            f"syncswitch: stopped: {error}; results so far are in the run directory",
+            f"syncswitch: stopped: {one_line(str(error))}; results so far are in the run directory",
             file=sys.stderr,
         )
         return 1
@@ -75,7 +76,9 @@ MAX_MESSAGE_CHARS = 1000
 
 
 def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    flat = " ".join(text.split())
+    """`text` as one line: whitespace runs are one space, other control characters (an
+    escape sequence quoted from a file) are escaped, and it is cut at `limit`."""
+    flat = printable(" ".join(text.split()))
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
