@@ -115,6 +115,25 @@ def check_output(path: Path, what: str) -> None:
         return
 
 
+# The longest name one part of a path may have on the usual file systems (ext4, XFS, APFS,
+# tmpfs: 255 bytes); a longer one fails every call with ENAMETOOLONG.
+NAME_MAX_BYTES = 255
+
+
+def name_too_long(path: Path, what: str) -> str | None:
+    """A one-line reason when a part of `path` is longer than a file system allows (None:
+    every part fits), said before any call fails on it."""
+    for part in Path(path).parts:
+        size = len(os.fsencode(part))
+        if size > NAME_MAX_BYTES:
+            shown = part if len(part) <= 40 else part[:37] + "..."
+            return (
+                f"{what} {shown!r}: a part of the path is {size} bytes long; a file system "
+                f"allows at most {NAME_MAX_BYTES} bytes per name"
+            )
+    return None
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, default=str))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from importlib import metadata
 
@@ -54,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:  # a path given (or made of one) too long
+            where = f" {str(error.filename)[:80]!r}" if error.filename else ""
+            print(f"syncswitch: error: a file name is too long{where}", file=sys.stderr)
+            return 2
         if not is_disk_full(error):
             raise
         # A write outside the run's logs (a checkpoint, the registry, a search's marker):

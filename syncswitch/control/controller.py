@@ -67,8 +67,8 @@ from syncswitch.control.summary import build_summary, traffic_of
 from syncswitch.control.timing import OnlineTiming
 from syncswitch.core.reliability.checkpoints import CheckpointError, LoadedCheckpoint
 from syncswitch.core.sync.records import EvalPoint, Snapshot, WorkerStats
-from syncswitch.errors import DiskFull
-from syncswitch.files import write_atomic
+from syncswitch.errors import ConfigError, DiskFull
+from syncswitch.files import name_too_long, write_atomic
 from syncswitch.records.failures import Resumption, ServerFailure
 from syncswitch.rundir import RunWriter, Summary, events, names
 
@@ -381,7 +381,11 @@ def resume_point(checkpoint: LoadedCheckpoint | None) -> tuple[int, float] | Non
 
 
 def run_dir_in_use(run_dir: Path) -> list[str]:
-    """What of an earlier run a directory holds (a new run must not write into it)."""
+    """What of an earlier run a directory holds (a new run must not write into it); a path
+    no file system can hold is one ConfigError line."""
+    problem = name_too_long(run_dir, "--out")
+    if problem:
+        raise ConfigError(problem)
     return [n for n in names.RUN_MARKERS if (run_dir / n).exists()]
 
 
