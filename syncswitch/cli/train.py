@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Collection
+import threading
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,7 +38,7 @@ from syncswitch.config.validation import (
     SwitchOptionsError,
     switch_options_problem,
 )
-from syncswitch.errors import RunDirError
+from syncswitch.errors import RunDirError, RunStopped
 from syncswitch.rundir import (
     LIBRARY_LOG,
     default_run_dir,
@@ -305,7 +308,7 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
     create_run_dir(run_dir)  # `--out` naming a file is one line, not a traceback in mkdir
     # One process writes a run: a second `--resume` of a live run is refused here, before
     # it touches even the library log (train()'s writer takes the same lock again).
-    with lock_run_dir(run_dir):
+    with lock_run_dir(run_dir), _signals_stop(config.runtime == "sim"):
         if args.verbose:
             result = train(config, **train_args)
             library_log = None
@@ -323,6 +326,27 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
             loggers=_logger_lines(config, result.run_dir),
         )
     return 0
+
+
+@contextmanager
+def _signals_stop(active: bool) -> Iterator[None]:
+    """SIGTERM and SIGHUP stop a simulated run as Ctrl-C does: the summary says failed and
+    why, one line says so, and `--resume` continues it (Ray's driver does this for a run on
+    Ray). The previous handlers are back when the run ends."""
+    if not active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(number: int, _frame: Any) -> None:
+        raise RunStopped(f"{signal.Signals(number).name} received; continue with --resume")
+
+    wanted = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    previous = {number: signal.signal(number, stop) for number in wanted}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _store_online_share(args: argparse.Namespace, config: TrainConfig, summary: Any) -> None:

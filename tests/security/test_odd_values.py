@@ -147,3 +147,22 @@ def test_jobs_shows_registry_values_it_did_not_write(tmp_path, capsys, statement
         assert "decision #1" in captured.out
     else:  # or refused in one line each (a time SQLite cannot give back as one)
         assert codes == [2, 2] and len(captured.err.strip().splitlines()) == 2, captured.err
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("job.yaml", "workers: 2\nepochs: 1\nworkers: 4\n"),
+        ("job.yaml", "{workers: 2, workers: 4}\n"),
+        ("cluster.yaml", "compute: {step_time_ms: 1}\ncompute: {step_time_ms: 2}\n"),
+        ("cluster.yaml", "compute: {step_time_ms: 1, step_time_ms: 2}\n"),
+    ],
+)
+def test_a_yaml_key_given_twice_is_one_line(tmp_path, capsys, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    flag = "--config" if name == "job.yaml" else "--cluster"
+    out = tmp_path / "run"
+    argv = ["train", *SIM, flag, str(path), "--no-progress", "--out", str(out)]
+    err = one_line_error(capsys, argv)
+    assert "is given twice" in err and not out.exists()
