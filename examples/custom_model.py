@@ -2,9 +2,9 @@
 
 Trains a small MLP on a two-class problem made up here, then loads the saved weights into a
 fresh model and checks that it scores the run's final test accuracy. The dataset has no
-validation split of its own, so `val_fraction` (10%) of its training samples become one. The run directory names the
-dataset ("two-spirals") and the model ("SpiralNet") in config.json and in
-`.venv/bin/syncswitch report`.
+validation split of its own, so `val_fraction` (10%) of its training samples become one. The
+run directory names the dataset ("two-spirals") and the model ("SpiralNet") in config.json
+and in `.venv/bin/syncswitch report`.
 
     .venv/bin/python examples/custom_model.py             # 8 workers on a local Ray instance
     .venv/bin/python examples/custom_model.py --runtime sim --epochs 1   # a quick run, simulated

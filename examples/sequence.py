@@ -84,9 +84,8 @@ def main() -> None:
     assert summary.validation is not None and summary.test is not None
     print(f"run directory: {result.run_dir}")
     print(f"validation token accuracy {100 * summary.validation['accuracy']:.2f}%")
-    print(
-        f"test token accuracy {100 * summary.test['accuracy']:.2f}% (chance {100 / VOCABULARY:.1f}%)"
-    )
+    chance = 100 / VOCABULARY
+    print(f"test token accuracy {100 * summary.test['accuracy']:.2f}% (chance {chance:.1f}%)")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ Nothing here imports Ray or torch, so the CLI can catch these without loading ei
 
 from __future__ import annotations
 
+import errno
+
 
 class UserError(Exception):
     """A mistake in the user's input; the message names the value and what is allowed."""
@@ -40,3 +42,17 @@ class TrainingStalled(RuntimeError):
 class RunStopped(TrainingStalled):
     """The run reached a limit it may not pass (e.g. a worker's `max_worker_restarts`): the
     CLI prints the one-line reason and exits 1, like a stall; results so far are kept."""
+
+
+class DiskFull(TrainingStalled):
+    """A write found no space left on its file system (or its quota spent): the run stops with
+    one line; every file written so far stays parseable, and `--resume` continues from the
+    last checkpoint once space is freed (a line the full disk cut is dropped then)."""
+
+
+# A full file system, a spent quota, a file over its size limit: space, not a mistake.
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def is_disk_full(error: BaseException) -> bool:
+    return isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS

@@ -15,6 +15,11 @@ file is a regular file before reading at most a given number of bytes. A FIFO wo
 block the reader forever, a device such as /dev/zero never end, and a huge file fill memory.
 Inside a run directory (not trusted: it may come from elsewhere) symlinks are refused too,
 so a planted link cannot make the run read or append to a file outside it.
+
+One writer per directory: `DirectoryLock` holds an exclusive `flock` on a lock file inside a
+run or search directory for as long as the run or search goes. The kernel drops the lock when
+its process ends, however it ends (kill -9 included), so a lock file left behind by a dead
+process never blocks the next one: only a live holder does.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -127,6 +133,25 @@ def check_output(path: Path, what: str) -> None:
         return
 
 
+# The longest name one part of a path may have on the usual file systems (ext4, XFS, APFS,
+# tmpfs: 255 bytes); a longer one fails every call with ENAMETOOLONG.
+NAME_MAX_BYTES = 255
+
+
+def name_too_long(path: Path, what: str) -> str | None:
+    """A one-line reason when a part of `path` is longer than a file system allows (None:
+    every part fits), said before any call fails on it."""
+    for part in Path(path).parts:
+        size = len(os.fsencode(part))
+        if size > NAME_MAX_BYTES:
+            shown = part if len(part) <= 40 else part[:37] + "..."
+            return (
+                f"{what} {shown!r}: a part of the path is {size} bytes long; a file system "
+                f"allows at most {NAME_MAX_BYTES} bytes per name"
+            )
+    return None
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, default=str))
 
@@ -174,6 +199,127 @@ def open_append_fd(path: Path) -> int:
     blocking on a FIFO, a regular file only (caller closes it)."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _NONBLOCK
     return _open_regular_fd(path, flags, check_symlink=True)
+
+
+def append_bytes(fd: int, data: bytes) -> None:
+    """All of `data` at the end of an appending descriptor: `os.write` may take less than it
+    is given (a nearly full disk), so the rest follows until done or an OSError says why not.
+    Nothing is buffered here, so a failed write leaves nothing to be retried at close."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def drop_torn_tail(path: Path) -> int:
+    """Cut a log back to its last complete line, the bytes after its last line feed: what a
+    crash or a full disk left mid-line. Returns how many bytes were dropped (0: none, or no
+    file). Never through a symbolic link, a regular file only (UnsafeFileError)."""
+    flags = os.O_RDWR | _NOFOLLOW | _NONBLOCK
+    try:
+        fd = _open_regular_fd(path, flags, check_symlink=True)
+    except FileNotFoundError:
+        return 0
+    try:
+        size = os.fstat(fd).st_size
+        keep = _after_last_line_feed(fd, size)
+        if keep < size:
+            os.ftruncate(fd, keep)
+            os.fsync(fd)
+        return size - keep
+    finally:
+        os.close(fd)
+
+
+def _after_last_line_feed(fd: int, size: int, chunk: int = 1 << 16) -> int:
+    """The length of the file's complete lines: up to and including its last line feed."""
+    end = size
+    while end > 0:
+        start = max(end - chunk, 0)
+        found = os.pread(fd, end - start, start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
+
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no advisory locks, so DirectoryLock locks nothing
+    fcntl = None  # type: ignore[assignment]
+
+
+class DirectoryBusy(Exception):
+    """Another live process holds the directory's lock; `holder` is what it wrote there (its
+    process id), or "" when that cannot be read."""
+
+    def __init__(self, directory: Path, holder: str) -> None:
+        super().__init__(f"{str(directory)!r} is in use by another process")
+        self.directory = directory
+        self.holder = holder
+
+
+@dataclass
+class _Held:
+    fd: int
+    count: int = 1
+
+
+# The locks this process holds, by the lock file's (device, inode): a process that already
+# holds one (the CLI around train(), then train()'s writer) takes it again instead of being
+# refused by its own lock, which flock would do for a second descriptor.
+_HELD: dict[tuple[int, int], _Held] = {}
+
+
+@dataclass
+class DirectoryLock:
+    """An exclusive lock on `directory` (its lock file, `name`), taken on creation:
+    DirectoryBusy when another process holds it. `release()` (or the end of a `with` block)
+    lets it go; the file stays, empty of meaning once no process holds it."""
+
+    directory: Path
+    name: str
+    _key: tuple[int, int] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        flags = os.O_RDWR | os.O_CREAT | _NOFOLLOW | _NONBLOCK
+        fd = _open_regular_fd(self.directory / self.name, flags, check_symlink=True)
+        info = os.fstat(fd)
+        key = (info.st_dev, info.st_ino)
+        if key in _HELD:
+            os.close(fd)
+            _HELD[key].count += 1
+            self._key = key
+            return
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            raise DirectoryBusy(self.directory, holder) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _HELD[key] = _Held(fd)
+        self._key = key
+
+    def release(self) -> None:
+        key, self._key = self._key, None
+        if key is None or key not in _HELD:
+            return
+        held = _HELD[key]
+        held.count -= 1
+        if held.count == 0:
+            del _HELD[key]
+            os.close(held.fd)  # the lock goes with the descriptor; the file stays
+
+    def __enter__(self) -> DirectoryLock:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
 
 
 def require_plain_directory(path: Path, what: str) -> bool:

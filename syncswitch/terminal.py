@@ -6,11 +6,17 @@ descriptors catch both: `library_output_to` points descriptors 1 and 2 at a log 
 duration of a run, so whatever any library or child process (Ray's raylet and GCS inherit
 them) prints lands there, while the project's live display keeps the real terminal through
 `project_console()`. Nothing is lost: `--verbose` simply leaves the descriptors alone.
+
+Text that comes from a file or the registry (a run directory's config.json, a stored
+decision's reason, a directory's name) may hold escape sequences that would clear the screen,
+set the window title or fake a line: `printable` shows every control character as its escape
+(`\\x1b`), and `say` prints a line of ours that way on the terminal.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -21,6 +27,27 @@ from rich.console import Console
 
 from syncswitch.errors import ConfigError
 from syncswitch.files import UnsafeFileError, open_append_fd
+
+# C0 and C1 controls, DEL, and the bidirectional overrides and isolates (which reorder what is
+# shown): each is written as its Python escape, so the text reads as it is stored.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def printable(text: object) -> str:
+    """`text` with every control character escaped (`\\x1b`, `\\n`, `\\u202e`), safe to print."""
+    return _UNPRINTABLE.sub(_escape, str(text))
+
+
+def _escape(match: re.Match[str]) -> str:
+    return match.group().encode("unicode_escape").decode("ascii")
+
+
+def say(line: str) -> None:
+    """One line of ours on the terminal (stderr), also while library output goes to the run's
+    log; control characters escaped."""
+    stream = _terminal_console.file if _terminal_console is not None else sys.stderr
+    print(printable(line), file=stream, flush=True)
+
 
 # The terminal is one per process, like its file descriptors, so the console on it is too.
 _terminal_console: Console | None = None

@@ -47,7 +47,13 @@ from syncswitch.calibration.runs import (
     node_shape,
     startup_s,
 )
-from syncswitch.core.cluster.model import ClusterModel, HostCpuModel, NetworkModel, ServerModel
+from syncswitch.core.cluster.model import (
+    MAX_NAME_CHARS,
+    ClusterModel,
+    HostCpuModel,
+    NetworkModel,
+    ServerModel,
+)
 from syncswitch.errors import ConfigError
 from syncswitch.workloads import build_model
 
@@ -90,7 +96,7 @@ def calibrate(
     )
     per_server = math.ceil(parameters / first.job.servers)
     model = ClusterModel(
-        name="calibrated from " + ", ".join(p.name for p in paths),
+        name=calibrated_name(paths),
         compute=compute,
         network=NetworkModel(latency_ms=START[2]),
         server=ServerModel(
@@ -143,3 +149,20 @@ def calibrate(
         "kept_default": "bandwidths (10 Gbps), ns_per_parameter (1)",
     }
     return replace(model, notes=notes), report
+
+
+def calibrated_name(paths: Sequence[Path]) -> str:
+    """The fitted model's name: the runs it was fitted to, as many as fit in the name a
+    cluster file may have (MAX_NAME_CHARS), then how many more; never one it would refuse."""
+    head, names = "calibrated from ", [p.name for p in paths]
+    shown: list[str] = []
+    for index, name in enumerate(names):
+        rest = len(names) - index - 1
+        candidate = head + ", ".join([*shown, name]) + (f" and {rest} more" if rest else "")
+        if len(candidate) > MAX_NAME_CHARS:
+            break
+        shown.append(name)
+    if not shown:
+        return f"{head}{len(names)} run{'s' if len(names) != 1 else ''}"
+    rest = len(names) - len(shown)
+    return head + ", ".join(shown) + (f" and {rest} more" if rest else "")

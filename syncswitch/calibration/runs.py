@@ -21,6 +21,7 @@ from syncswitch.config.limits import MAX_WORKERS
 from syncswitch.core.cluster.model import ComputeModel, NodeModel
 from syncswitch.errors import ConfigError
 from syncswitch.rundir import RunData, load_run
+from syncswitch.rundir.parsing import float_cell
 from syncswitch.workloads import ArrayDataset, load_dataset
 
 _SPEED_FACTOR_TOLERANCE = 0.10
@@ -98,10 +99,10 @@ def asp_cycle_sigma(run: RunData) -> float | None:
         if protocol != "asp":
             last.pop(worker, None)
             continue
-        now = float(time_s)
+        now = float_cell(time_s, "time_s")
         if worker in last and now > last[worker] and now >= _WARM_UP_S:
             cycles.append(now - last[worker])
-            steps.append(float(step_s))
+            steps.append(float_cell(step_s, "step_time_s"))
         last[worker] = now
     if len(cycles) < 100:
         return None
@@ -121,7 +122,7 @@ def seconds_per_step(run: RunData, *, required: bool = True) -> dict[str, float]
     for protocol, time_s in run.update_columns(("protocol", "time_s")):
         if not phases or phases[-1][0] != protocol:
             phases.append((protocol, []))
-        phases[-1][1].append(float(time_s))
+        phases[-1][1].append(float_cell(time_s, "time_s"))
     updates: dict[str, int] = {}
     seconds: dict[str, float] = {}
     for protocol, times in phases:
@@ -152,7 +153,7 @@ def startup_s(run: RunData, measured: dict[str, float]) -> float:
             first = protocol
         if protocol != first:
             break
-        count, last_s = count + 1, float(time_s)
+        count, last_s = count + 1, float_cell(time_s, "time_s")
     if first not in measured:
         return 0.0
     return max(0.0, last_s - count * measured[first] / workers)

@@ -7,6 +7,7 @@ from typing import Any
 
 from syncswitch.cli.registry_option import add_registry_argument
 from syncswitch.errors import ConfigError
+from syncswitch.terminal import printable
 
 _EXAMPLES = """examples:
   syncswitch jobs                         # every stored job, its trials and latest decision
@@ -45,13 +46,17 @@ def run(args: argparse.Namespace) -> int:
     location = RegistryLocation.resolve(args.registry)
     prefix = _fingerprint_prefix(args.show) if args.show is not None else None
     # Paths, descriptions and reasons come from the registry and from users: printed as
-    # they are, never read as rich markup ("[/]" in a path would crash it) or emoji codes.
+    # they are, never read as rich markup ("[/]" in a path would crash it) or emoji codes,
+    # and with their control characters escaped (a registry may be shared: no escape
+    # sequence it holds reaches the terminal).
     console = Console(
         highlight=False, markup=False, emoji=False, width=None if _terminal() else 160
     )
     if not location.exists() or _empty_file(location.sqlite_path):
         # Listing never creates a registry (an empty file is not one either).
-        console.print(f"no registry at {location.display} yet: `syncswitch search` creates it")
+        console.print(
+            f"no registry at {printable(location.display)} yet: `syncswitch search` creates it"
+        )
         return 0
     with Registry(location, create=False) as registry:
         if prefix is not None:
@@ -67,7 +72,7 @@ def _list(console: Any, registry: Any) -> None:
     from syncswitch.core.timing.search import format_fraction
 
     overview = registry.overview()
-    console.print(f"registry: {registry.location.display}")
+    console.print(f"registry: {printable(registry.location.display)}")
     if not overview:
         console.print("no jobs stored yet: `syncswitch search` adds them")
         return
@@ -90,19 +95,20 @@ def _list(console: Any, registry: Any) -> None:
         job = item.job.description
         latest = item.latest
         decision = _decision_cell(latest, format_fraction) if latest else "-"
-        table.add_row(
+        cells = (
             item.job.fingerprint[:12],
             str(job.get("model")),
             _dataset(job),
             str(job.get("workers")),
             str(job.get("batch_size")),
-            f"{job.get('lr'):g}" if job.get("lr") is not None else "-",
-            f"{job.get('epochs'):g}" if job.get("epochs") is not None else "-",
+            _number(job.get("lr")),
+            _number(job.get("epochs")),
             _emulation(job),
             f"{item.complete_trials}/{item.trials}",
             decision,
-            latest.created.strftime("%Y-%m-%d %H:%M") if latest else "-",
+            _when(latest.created) if latest else "-",
         )
+        table.add_row(*(printable(cell) for cell in cells))
     console.print(table)
     console.print("trials: complete/all; `syncswitch jobs --show JOB` for one job's details")
 
@@ -146,14 +152,14 @@ def _show(console: Any, registry: Any, prefix: str) -> None:
             f"({', '.join(m.fingerprint[:12] for m in matches[:5])}); give more characters"
         )
     job = matches[0]
-    console.print(f"job {job.fingerprint}  (stored {job.created:%Y-%m-%d %H:%M} UTC)")
+    console.print(f"job {printable(job.fingerprint)}  (stored {_when(job.created)} UTC)")
     for key, value in job.description.items():
-        console.print(f"  {key}: {value}")
+        console.print(printable(f"  {key}: {value}"))
     trials = Table(title="trials")
     for name in ("fraction", "seed", "status", "final acc %", "wall time s", "ran with", "run"):
         trials.add_column(name, no_wrap=True)
     for trial in registry.trials(job):
-        trials.add_row(
+        cells = (
             format_fraction(trial.fraction),
             str(trial.seed),
             trial.status,
@@ -162,6 +168,7 @@ def _show(console: Any, registry: Any, prefix: str) -> None:
             "alone" if (trial.concurrent or 1) <= 1 else f"{trial.concurrent} at once",
             trial.run_dir or "-",
         )
+        trials.add_row(*(printable(cell) for cell in cells))
     console.print(trials)
     decisions = registry.decisions(job)
     if not decisions:
@@ -176,8 +183,8 @@ def _show(console: Any, registry: Any, prefix: str) -> None:
                 f"repeat{'s' if decision.repeats != 1 else ''}"
             )
         console.print(
-            f"decision #{decision.id} ({decision.created:%Y-%m-%d %H:%M} UTC): BSP fraction "
-            f"{format_fraction(decision.fraction)}, {how} - {decision.reason}"
+            f"decision #{decision.id} ({_when(decision.created)} UTC): BSP fraction "
+            f"{format_fraction(decision.fraction)}, {how} - {printable(decision.reason)}"
         )
     console.print(
         "`syncswitch train --schedule auto` with this job's options uses the latest decision"
@@ -190,17 +197,33 @@ def _dataset(job: dict) -> str:
     return str(job.get("dataset"))
 
 
+def _number(value: Any) -> str:
+    """A stored job's number as `:g`; a value this code did not write (a string, a list: the
+    registry may be shared) is shown as it is, never a traceback."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:g}"
+    return "-" if value is None else str(value)
+
+
+def _when(value: Any) -> str:
+    """A stored time; NULL or anything but a datetime (a registry edited by hand) is "-"."""
+    from datetime import datetime
+
+    return value.strftime("%Y-%m-%d %H:%M") if isinstance(value, datetime) else "-"
+
+
 def _emulation(job: dict) -> str:
     cluster = job.get("cluster")
     if job.get("runtime") == "sim" and isinstance(cluster, dict):
-        compute = cluster.get("compute") or {}
-        return f"SIMULATED, {compute.get('step_time_ms', '?'):g} ms steps"
+        compute = cluster.get("compute")
+        step_ms = compute.get("step_time_ms") if isinstance(compute, dict) else None
+        return f"SIMULATED, {_number(step_ms) if step_ms is not None else '?'} ms steps"
     step = job.get("step_time_ms") or 0
     if not step:
         return "off"
-    text = f"{step:g} ms"
+    text = f"{_number(step)} ms"
     if job.get("jitter_sigma"):
-        text += f", jitter {job['jitter_sigma']:g}"
+        text += f", jitter {_number(job['jitter_sigma'])}"
     if job.get("speed_factors"):
         text += ", speed factors"
     if job.get("stragglers"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from importlib import metadata
 
@@ -11,7 +12,8 @@ from syncswitch.cli import jobs as jobs_command
 from syncswitch.cli import report as report_command
 from syncswitch.cli import search as search_command
 from syncswitch.cli import train as train_command
-from syncswitch.errors import TrainingStalled, UserError
+from syncswitch.errors import TrainingStalled, UserError, is_disk_full
+from syncswitch.terminal import printable
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +50,23 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except TrainingStalled as error:
         print(
-            f"syncswitch: stopped: {error}; results so far are in the run directory",
+            f"syncswitch: stopped: {one_line(str(error))}; results so far are in the run directory",
+            file=sys.stderr,
+        )
+        return 1
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:  # a path given (or made of one) too long
+            where = f" {str(error.filename)[:80]!r}" if error.filename else ""
+            print(f"syncswitch: error: a file name is too long{where}", file=sys.stderr)
+            return 2
+        if not is_disk_full(error):
+            raise
+        # A write outside the run's logs (a checkpoint, the registry, a search's marker):
+        # space, not a bug, so one line too.
+        where = f" writing {error.filename!r}" if error.filename else ""
+        print(
+            f"syncswitch: stopped: no space left on the device{where} ({error.strerror}); "
+            "free space and run the command again (a run continues with --resume RUN_DIR)",
             file=sys.stderr,
         )
         return 1
@@ -63,7 +81,9 @@ MAX_MESSAGE_CHARS = 1000
 
 
 def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    flat = " ".join(text.split())
+    """`text` as one line: whitespace runs are one space, other control characters (an
+    escape sequence quoted from a file) are escaped, and it is cut at `limit`."""
+    flat = printable(" ".join(text.split()))
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 

@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from syncswitch.files import check_output
     from syncswitch.reports import Report
     from syncswitch.reports.plots import PLOT_SUFFIXES
+    from syncswitch.terminal import printable
 
     plot_path = Path(args.plot) if args.plot else None
     if plot_path is not None and plot_path.suffix.lower() not in PLOT_SUFFIXES:
@@ -58,8 +59,9 @@ def run(args: argparse.Namespace) -> int:
             check_output(path, what)  # before the runs are read
     report = Report.load(args.run_dirs)
     for skipped in report.skipped:
-        print(f"syncswitch: {skipped.describe()}", file=sys.stderr)
-    # Names and notes come from run directories: printed as they are, never as rich markup.
+        print(f"syncswitch: {printable(skipped.describe())}", file=sys.stderr)
+    # Names and notes come from run directories: printed as they are, never as rich markup,
+    # and with their control characters escaped (no escape sequence reaches the terminal).
     console = Console(
         highlight=False, markup=False, emoji=False, width=None if sys.stdout.isatty() else 200
     )
@@ -67,14 +69,14 @@ def run(args: argparse.Namespace) -> int:
     for table in tables:
         console.print(table.to_rich())
         for note in table.notes:
-            console.print(f"  {note}", soft_wrap=True)
+            console.print(f"  {printable(note)}", soft_wrap=True)
     figure = report.write_plot(plot_path) if plot_path else None
     if plot_path:
-        print(f"plot written to {plot_path}")
+        print(f"plot written to {printable(plot_path)}")
     if plot_path or args.html:
         for note in report.plot_notes():
-            print(f"note: {note}")
+            print(f"note: {printable(note)}")
     if args.html:
         report.write_html(Path(args.html), figure)
-        print(f"page written to {args.html}")
+        print(f"page written to {printable(args.html)}")
     return 0

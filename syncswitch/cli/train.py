@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import sys
-from collections.abc import Collection
+import threading
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,7 @@ from syncswitch.config.validation import (
     SwitchOptionsError,
     switch_options_problem,
 )
-from syncswitch.errors import RunDirError, UserError
+from syncswitch.errors import RunDirError, RunStopped, UserError
 from syncswitch.import_path import is_import_path
 from syncswitch.rundir import (
     LIBRARY_LOG,
@@ -335,7 +338,7 @@ def _default(name: str) -> Any:
 
 def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_args: Any) -> int:
     # Imported here so that `--help` and input errors answer without loading Ray.
-    from syncswitch.rundir import create_run_dir
+    from syncswitch.rundir import create_run_dir, lock_run_dir
     from syncswitch.runtime.train import check_runnable, refuse_used_run_dir, train
 
     if config.out is None:  # run() sets it, but not for a file's `out: none`: built again
@@ -351,12 +354,15 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
     made_here = not run_dir.exists()
     create_run_dir(run_dir)  # `--out` naming a file is one line, not a traceback in mkdir
     try:
-        if args.verbose:
-            result = train(config, **train_args)
-            library_log = None
-        else:
-            with library_output_to(run_dir / LIBRARY_LOG) as library_log:
+        # One process writes a run: a second `--resume` of a live run is refused here,
+        # before it touches even the library log (train()'s writer takes the same lock again).
+        with lock_run_dir(run_dir), _signals_stop(config.runtime == "sim"):
+            if args.verbose:
                 result = train(config, **train_args)
+                library_log = None
+            else:
+                with library_output_to(run_dir / LIBRARY_LOG) as library_log:
+                    result = train(config, **train_args)
     except UserError:
         # Refused at start-up (no cluster at that address, a cluster without the GPUs asked
         # for, no CIFAR files): the directory this command made holds no result, so it goes too.
@@ -381,6 +387,27 @@ def _remove_unused_run_dir(run_dir: Path) -> None:
     if (run_dir / names.SUMMARY).exists() or (run_dir / names.CHECKPOINTS).exists():
         return
     shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@contextmanager
+def _signals_stop(active: bool) -> Iterator[None]:
+    """SIGTERM and SIGHUP stop a simulated run as Ctrl-C does: the summary says failed and
+    why, one line says so, and `--resume` continues it (Ray's driver does this for a run on
+    Ray). The previous handlers are back when the run ends."""
+    if not active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(number: int, _frame: Any) -> None:
+        raise RunStopped(f"{signal.Signals(number).name} received; continue with --resume")
+
+    wanted = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    previous = {number: signal.signal(number, stop) for number in wanted}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _store_online_share(args: argparse.Namespace, config: TrainConfig, summary: Any) -> None:

@@ -16,11 +16,29 @@ from syncswitch.files import UnsafeFileError, read_regular
 
 
 class _NoAliasLoader(yaml.SafeLoader):
-    """YAML's safe loader without anchors and aliases (&name / *name).
+    """YAML's safe loader without anchors and aliases (&name / *name), nor a key given twice.
 
     An alias refers to an earlier node, so a few hundred bytes of nested aliases describe a
-    structure of billions of entries (the "billion laughs"); no job file needs them.
+    structure of billions of entries (the "billion laughs"); no job file needs them. A key
+    given twice in one mapping would silently take the last value (TOML refuses it too).
     """
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else ():
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+                seen[key] = line
+            except TypeError:  # an unhashable key: the safe loader refuses it itself
+                continue
+            if first is not None:
+                raise _AliasRefused(
+                    f"key {str(key)[:40]!r} is given twice (lines {first} and {line}); give "
+                    "each key once"
+                )
+        return super().construct_mapping(node, deep=deep)
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()

@@ -39,9 +39,15 @@ class CheckpointKeeper:
         self._queues: dict[str, list[list[Snapshot]]] = {}  # label -> per shard
         self._last_at = clock()
 
-    def collect(self, reports: list[ShardReport], max_samples: float | None) -> None:
+    def collect(
+        self,
+        reports: list[ShardReport],
+        max_samples: float | None,
+        hold_from: int | None = None,
+    ) -> None:
         """Queue this drain's snapshots; write a checkpoint for each set every shard has sent.
-        Snapshots past `max_samples` (where the loss was last healthy) are not kept."""
+        Snapshots past `max_samples` (where the loss was last healthy) are not kept; see
+        `release` for `hold_from`."""
         for index, report in enumerate(reports):
             for snapshot in report.outcome.snapshots:
                 if max_samples is not None and snapshot.samples > max_samples:
@@ -50,9 +56,21 @@ class CheckpointKeeper:
                 while len(queues) < len(reports):
                     queues.append([])
                 queues[index].append(snapshot)
-        for queues in self._queues.values():
-            while queues and all(queues):
-                self.write([queue.pop(0) for queue in queues])
+        self.release(hold_from)
+
+    def release(self, hold_from: int | None) -> None:
+        """Write every complete set of snapshots, oldest first, but hold those at or past
+        `hold_from`, the earliest evaluation point whose metrics row is not written yet: a
+        checkpoint past it would let a crash (or a full disk) lose that row for good, as a
+        resumed run does not evaluate the points behind its checkpoint again."""
+        while True:
+            ready = [q for q in self._queues.values() if q and all(q)]
+            if not ready:
+                return
+            oldest = min(ready, key=lambda queues: queues[0][0].samples)
+            if hold_from is not None and oldest[0][0].samples >= hold_from:
+                return
+            self.write([queue.pop(0) for queue in oldest])
 
     def write(self, shard_snapshots: list[Snapshot]) -> None:
         first = shard_snapshots[0]

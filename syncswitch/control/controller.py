@@ -36,6 +36,7 @@ from __future__ import annotations
 import io
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,8 @@ from syncswitch.control.summary import build_summary, traffic_of
 from syncswitch.control.timing import OnlineTiming
 from syncswitch.core.reliability.checkpoints import CheckpointError, LoadedCheckpoint
 from syncswitch.core.sync.records import EvalPoint, Snapshot, WorkerStats
-from syncswitch.files import write_atomic
+from syncswitch.errors import ConfigError, DiskFull
+from syncswitch.files import name_too_long, write_atomic
 from syncswitch.records.failures import Resumption, ServerFailure
 from syncswitch.rundir import RunWriter, Summary, events, names
 
@@ -108,6 +110,9 @@ class RunController:
             self.record.metrics = [
                 m for m in self.record.metrics if m.samples <= resumed_from.info.samples
             ]
+            # A row the checkpoint holds but metrics.csv lost (cut by a full disk) is written
+            # again: the resumed run does not evaluate that point twice.
+            writer.restore_metrics([m.to_plain() for m in self.record.metrics])
         self.journal = RunJournal(self.record, writer)
         log_decision = self.journal.log_decision
         self.evaluations = EvaluationAssembly(plan.metric.split)
@@ -177,7 +182,8 @@ class RunController:
         # store (it keeps two) before the rollback can load it.
         verdict = self.divergence.watch(first) if self.phase is RunPhase.TRAINING else None
         healthy = None if verdict is None else self.divergence.healthy_samples(verdict)
-        self.checkpoints.collect(reports, max_samples=healthy)
+        unwritten = self.evaluations.first_unreleased_samples
+        self.checkpoints.collect(reports, max_samples=healthy, hold_from=unwritten)
         if verdict is not None:
             rollback = self.divergence.respond(verdict, self.state)
             if rollback is not None:
@@ -202,6 +208,7 @@ class RunController:
             self.record.metrics.append(row)
             self.writer.metric(row.to_plain())
             self.writer.summary(self.summary([], status="running"))
+        self.checkpoints.release(self.evaluations.first_unreleased_samples)
         self._maybe_finishing()
         return Step(before, self.phase)
 
@@ -306,6 +313,7 @@ class RunController:
         assert self.phase is RunPhase.FINISHING and not self.evaluations.outstanding, self.phase
         rows = [stats.to_plain() for stats in worker_stats]
         self.writer.worker_stats(rows)
+        self.checkpoints.release(None)
         self.checkpoints.write(final_snapshots)
         if self.test_metrics is not None:
             self.record.test = self.test_metrics(final_weights)
@@ -320,7 +328,10 @@ class RunController:
     def fail(self, error: BaseException) -> None:
         """Whatever was produced stays on disk; the summary says how the run ended."""
         self._phases.fire(PhaseEvent.FAIL)
-        self.writer.summary(self.summary([], status=f"failed: {error!r}"))
+        # The disk that stopped the run may have no room for this either; the error the caller
+        # raises says why the run ended, and the checkpoint is where it resumes.
+        with suppress(OSError, DiskFull):
+            self.writer.summary(self.summary([], status=f"failed: {error!r}"))
 
     def summary(self, worker_stats: list[WorkerStats], status: str) -> Summary:
         return build_summary(
@@ -376,7 +387,11 @@ def resume_point(checkpoint: LoadedCheckpoint | None) -> tuple[int, float] | Non
 
 
 def run_dir_in_use(run_dir: Path) -> list[str]:
-    """What of an earlier run a directory holds (a new run must not write into it)."""
+    """What of an earlier run a directory holds (a new run must not write into it); a path
+    no file system can hold is one ConfigError line."""
+    problem = name_too_long(run_dir, "--out")
+    if problem:
+        raise ConfigError(problem)
     return [n for n in names.RUN_MARKERS if (run_dir / n).exists()]
 
 

@@ -173,6 +173,14 @@ class EvaluationAssembly:
         return any(self._slices)
 
     @property
+    def first_unreleased_samples(self) -> int | None:
+        """The samples of the earliest point whose row is not released yet (asked for, or
+        with slices still to come from some shard); None when there is none."""
+        waiting = [queue[0][0].samples for queue in self._slices if queue]
+        asked = [point.samples for point, _ in self._pending[:1]]
+        return min(waiting + asked, default=None)
+
+    @property
     def outstanding(self) -> int:
         """Evaluations asked for whose results have not been released."""
         return len(self._pending)

@@ -10,7 +10,6 @@ falls back to the previous checkpoint.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +22,7 @@ from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.sharding import parameter_shards
 from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.core.sync.synchronizer import Synchronizer
+from syncswitch.terminal import say
 
 # Beyond the tensors (weights and momentum, 4 bytes per parameter each), a state holds the
 # run's record: metrics, decisions and failures, a few MB even for a long run.
@@ -88,4 +88,5 @@ def say_refused(loaded: LoadedCheckpoint, action: str) -> None:
         f"syncswitch: {action} from {loaded.info.path.name}, past {len(loaded.refused)} "
         f"refused checkpoint(s) ({refused})"
     )
-    print(" ".join(line.split())[:1000], file=sys.stderr, flush=True)
+    # On the terminal, also while library output goes to the run's log (terminal.say).
+    say(" ".join(line.split())[:1000])

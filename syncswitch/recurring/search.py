@@ -44,6 +44,7 @@ from syncswitch.recurring.search_dirs import (
     clear_unfinished,
     default_search_dir,
     job_search_dir,
+    lock_job_dir,
     lstat_or_none,
     require_plain_dir,
     trial_dir,
@@ -163,13 +164,31 @@ def run_search(
     trainer: Trainer,
     listener: SearchListener | None = None,
 ) -> SearchResult:
-    """Search the job's switch point; store every trial and the decision in `registry`."""
+    """Search the job's switch point; store every trial and the decision in `registry`.
+
+    One search works in a job's search directory at a time (two would run and clear the same
+    trials): a second one, while the first is alive, is one SearchDirError line."""
+    job_dir = job_search_dir(_search_root(options), fingerprint(config))
+    with lock_job_dir(claim_job_dir(job_dir, fingerprint(config))):
+        return _run_search(config, options, registry, trainer, listener)
+
+
+def _search_root(options: SearchOptions) -> Path:
+    return Path(options.search_dir) if options.search_dir else DEFAULT_SEARCH_ROOT
+
+
+def _run_search(
+    config: TrainConfig,
+    options: SearchOptions,
+    registry: Registry,
+    trainer: Trainer,
+    listener: SearchListener | None,
+) -> SearchResult:
     spec = options.spec(config.seed)
     job_fp = fingerprint(config)
     description = describe_job(config)
     job = registry.ensure_job(job_fp, description)
-    root = Path(options.search_dir) if options.search_dir else DEFAULT_SEARCH_ROOT
-    search_dir = claim_job_dir(job_search_dir(root, job_fp), job_fp)
+    search_dir = claim_job_dir(job_search_dir(_search_root(options), job_fp), job_fp)
     listener = listener or _Silent()
     trace = TraceWriter(search_dir, job_fp, description, spec)
     known = {t.key: t for t in registry.trials(job) if t.complete}

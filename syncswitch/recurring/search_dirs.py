@@ -19,8 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from syncswitch.core.timing.search import TrialKey, fraction_label
-from syncswitch.errors import UserError
-from syncswitch.files import UnsafeFileError, read_regular, write_json_atomic
+from syncswitch.errors import DiskFull, UserError, is_disk_full
+from syncswitch.files import (
+    DirectoryBusy,
+    DirectoryLock,
+    UnsafeFileError,
+    read_regular,
+    write_json_atomic,
+)
 
 
 class SearchDirError(UserError):
@@ -28,6 +34,7 @@ class SearchDirError(UserError):
 
 
 JOB_MARKER = "job.json"  # in the job's search directory: whose it is
+LOCK = ".syncswitch.lock"  # in the job's search directory: held by the search working there
 TRIAL_MARKER = "trial.json"  # in each trial directory: which job and trial made it
 _MARKER_BYTES = 4096
 
@@ -51,15 +58,25 @@ def trial_dir(search_dir: Path, key: TrialKey) -> Path:
 def claim_job_dir(directory: Path, job_fp: str) -> Path:
     """Make (or check) the job's search directory: a real directory whose `job.json` names this
     job; one that belongs to another job, or is a link or a file, is refused in one line."""
-    if lstat_or_none(directory) is None:
-        directory.mkdir(parents=True, exist_ok=True)
-    require_plain_dir(directory, "search directory")
-    marker = directory / JOB_MARKER
-    if lstat_or_none(marker) is None:
-        # A directory of this name from before markers existed is adopted: its trials are
-        # still read (recovered) but never deleted, as they have no trial.json.
-        write_json_atomic(marker, {"fingerprint": job_fp})
-        return directory
+    try:
+        if lstat_or_none(directory) is None:
+            directory.mkdir(parents=True, exist_ok=True)
+        require_plain_dir(directory, "search directory")
+        marker = directory / JOB_MARKER
+        if lstat_or_none(marker) is None:
+            # A directory of this name from before markers existed is adopted: its trials are
+            # still read (recovered) but never deleted, as they have no trial.json.
+            write_json_atomic(marker, {"fingerprint": job_fp})
+            return directory
+    except OSError as error:
+        if is_disk_full(error):
+            raise DiskFull(
+                f"no space left to make the search directory {str(directory)!r} "
+                f"({error.strerror}); free space and run the search again"
+            ) from None
+        raise SearchDirError(
+            f"search directory {str(directory)!r} cannot be made: {error.strerror}"
+        ) from None
     owner = _read_marker(marker).get("fingerprint")
     if owner != job_fp:
         raise SearchDirError(
@@ -67,6 +84,21 @@ def claim_job_dir(directory: Path, job_fp: str) -> Path:
             "choose another --search-dir"
         )
     return directory
+
+
+def lock_job_dir(directory: Path) -> DirectoryLock:
+    """The job's search directory locked for one search (released when it ends, or by the
+    kernel when its process dies); another live search there is one SearchDirError line."""
+    try:
+        return DirectoryLock(directory, LOCK)
+    except DirectoryBusy as busy:
+        holder = f" (process {busy.holder})" if busy.holder.isdigit() else ""
+        raise SearchDirError(
+            f"search directory {str(directory)!r} is in use by another search of this job"
+            f"{holder}; wait for it to end, or stop it first"
+        ) from None
+    except OSError as error:
+        raise SearchDirError(f"{str(directory / LOCK)!r} cannot be opened: {error}") from None
 
 
 def clear_unfinished(directory: Path, source: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from syncswitch.errors import RegistryError
+from syncswitch.files import name_too_long
 
 ENV_VAR = "SYNCSWITCH_REGISTRY"
 
@@ -30,7 +31,7 @@ class RegistryLocation:
     def resolve(cls, given: str | os.PathLike | None = None) -> RegistryLocation:
         text = str(given or os.environ.get(ENV_VAR) or "").strip() or str(default_path())
         if "://" not in text:
-            path = Path(text).expanduser().absolute()
+            path = _fitting(Path(text).expanduser().absolute())
             return cls(f"sqlite:///{path}", path)
         try:
             url = make_url(text)
@@ -42,7 +43,7 @@ class RegistryLocation:
         sqlite_path: Path | None = None
         if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
             sqlite_path = Path(url.database).expanduser().absolute()
-        return cls(text, sqlite_path)
+        return cls(text, _fitting(sqlite_path))
 
     @property
     def display(self) -> str:
@@ -53,6 +54,14 @@ class RegistryLocation:
     def exists(self) -> bool:
         """False only for a SQLite file that is not there yet (other databases: assumed)."""
         return self.sqlite_path is None or self.sqlite_path.exists()
+
+
+def _fitting(path: Path | None) -> Path | None:
+    """`path`, or one RegistryError line when a part of it is longer than a name may be."""
+    problem = None if path is None else name_too_long(path, "registry")
+    if problem:
+        raise RegistryError(problem)
+    return path
 
 
 def redact_url(text: str) -> str:

@@ -242,7 +242,8 @@ def _timing_signal(axes, label: str, run: RunData) -> None:
     signals = run.timing_signals
     assert signals is not None
     shown = np.where(np.isfinite(signals.signal) & (signals.signal > 0), signals.signal, np.nan)
-    axes.plot(signals.fraction, shown, color="C0", linewidth=1.4, label=f"signal ({signals.rule})")
+    rule = plain_text(signals.rule)  # from the file: never math text
+    axes.plot(signals.fraction, shown, color="C0", linewidth=1.4, label=f"signal ({rule})")
     axes.plot(
         signals.fraction,
         signals.threshold,

@@ -22,12 +22,14 @@ class Table:
     def to_rich(self):  # -> rich.table.Table; rich is imported only when a terminal asks
         from rich.table import Table as RichTable
 
-        table = RichTable(title=self.title, title_justify="left", show_lines=False)
+        from syncswitch.terminal import printable  # cells come from run directories
+
+        table = RichTable(title=printable(self.title), title_justify="left", show_lines=False)
         for index, name in enumerate(self.columns):
             justify: Literal["right", "left"] = "right" if name in self.numeric else "left"
-            table.add_column(name, no_wrap=index == 0, justify=justify)
+            table.add_column(printable(name), no_wrap=index == 0, justify=justify)
         for row in self.rows:
-            table.add_row(*row)
+            table.add_row(*(printable(cell) for cell in row))
         return table
 
     def to_html(self, css_class: str) -> str:

@@ -55,7 +55,7 @@ from syncswitch.rundir.summary import (
     Summary,
     Switch,
 )
-from syncswitch.rundir.writer import RunWriter, create_run_dir, default_run_dir
+from syncswitch.rundir.writer import RunWriter, create_run_dir, default_run_dir, lock_run_dir
 
 __all__ = [
     "ACTORS",
@@ -89,6 +89,7 @@ __all__ = [
     "events",
     "has_results",
     "load_run",
+    "lock_run_dir",
     "names",
     "not_a_run_dir",
     "read_config",

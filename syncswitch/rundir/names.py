@@ -19,6 +19,7 @@ CHECKPOINTS = "checkpoints"  # the checkpoint directory (syncswitch.core.reliabi
 ACTORS = "actors.json"  # which process is which and where it runs (Ray runtime)
 LIBRARY_LOG = "ray.log"  # Ray's and PyTorch's own output, unless --verbose
 TENSORBOARD = "tensorboard"  # --logger tensorboard's event files
+LOCK = ".syncswitch.lock"  # held by the one process writing the run (syncswitch.files)
 TIMING_SIGNALS = "timing_signals.csv"  # an online phase's signals at each check of its rule
 
 # What marks a directory as holding an earlier run (a new run must not write into it).

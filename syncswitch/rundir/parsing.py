@@ -212,11 +212,22 @@ def optional_float(value: Any) -> float | None:
     return None if value is None else finite(value)
 
 
+# A count of versions, workers or steps beyond this is no run's (and floats stop being exact).
+MAX_CELL_INT = 2**53
+
+
 def int_cell(text: str, column: str) -> int:
+    """A whole number in [0, MAX_CELL_INT] (what every integer column of updates.csv and
+    worker_steps.csv counts), or one RunDirError line."""
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        raise RunDirError(f"updates.csv: {column} {text!r} is not an integer") from None
+        raise RunDirError(f"updates.csv: {column} {short(text, 40)} is not an integer") from None
+    if not 0 <= value <= MAX_CELL_INT:
+        raise RunDirError(
+            f"updates.csv: {column} {short(text, 40)} is out of range (0 to {MAX_CELL_INT})"
+        )
+    return value
 
 
 def float_cell(text: str, column: str) -> float:

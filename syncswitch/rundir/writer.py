@@ -16,17 +16,22 @@ import csv
 import io
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from syncswitch.errors import ConfigError
+from syncswitch.errors import ConfigError, DiskFull, is_disk_full
 from syncswitch.files import (
+    DirectoryBusy,
+    DirectoryLock,
     UnsafeFileError,
+    append_bytes,
     atomic_writer,
-    open_append,
+    drop_torn_tail,
+    open_append_fd,
     open_regular,
     write_json_atomic,
 )
@@ -50,22 +55,49 @@ def default_run_dir(schedule: str) -> Path:
 
 
 class CsvLog:
+    """A CSV file that grows a batch of rows at a time. Each batch is one unbuffered append,
+    so a failed write (a full disk) leaves nothing pending and at most a cut last line, which
+    a resume drops."""
+
     def __init__(self, path: Path, columns: tuple[str, ...]) -> None:
         self.path = path
         self.columns = columns
-        fresh = not path.exists()
-        self._file: IO[str] = _open_log(path)
-        self._writer = csv.writer(self._file)
-        if fresh:
-            self._writer.writerow(columns)
+        self._log = AppendLog(path)
+        self._text = io.StringIO()
+        self._writer = csv.writer(self._text)
+        if self._log.empty:  # new, or emptied by a resume (its header was cut)
+            self.write([columns])
 
     def write(self, rows: list[tuple | list]) -> None:
         if rows:
             self._writer.writerows(rows)
-            self._file.flush()
+            text = self._text.getvalue()
+            self._text.seek(0)
+            self._text.truncate()
+            self._log.append(text)
 
     def close(self) -> None:
-        self._file.close()
+        self._log.close()
+
+
+class AppendLog:
+    """A run-directory log opened for appending (never through a symlink), written with no
+    buffer of ours; a full disk is one DiskFull line naming the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = _open_log_fd(path)
+
+    @property
+    def empty(self) -> bool:
+        return os.fstat(self._fd).st_size == 0
+
+    def append(self, text: str) -> None:
+        with _disk_full_said(self.path):
+            append_bytes(self._fd, text.encode())
+
+    def close(self) -> None:
+        os.close(self._fd)
 
 
 class RunWriter:
@@ -88,6 +120,24 @@ class RunWriter:
         columns of the evaluated split (names.metric_columns)."""
         self.dir = Path(out_dir)
         create_run_dir(self.dir)
+        self._lock = lock_run_dir(self.dir)  # before anything is read back or truncated
+        try:
+            self._start(config, emulation, simulated, faults, resume_at, loggers, measured)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _start(
+        self,
+        config: dict[str, Any],
+        emulation: dict,
+        simulated: bool,
+        faults: list[dict] | None,
+        resume_at: tuple[int, float] | None,
+        loggers: Sequence[RunLogger],
+        measured: tuple[str, ...],
+    ) -> None:
+        self._metrics_through: float | None = None  # the last samples metrics.csv kept
         self._emulated = bool(emulation.get("enabled"))
         self._simulated = simulated
         labels = {
@@ -105,8 +155,9 @@ class RunWriter:
             write_json_atomic(self.dir / names.CONFIG, {**config, **labels})
         else:
             samples, time_s = resume_at
+            drop_torn_lines(self.dir)
             # Rows after the checkpoint describe training that the resumed run does again.
-            _truncate_csv(self.dir / names.METRICS, "samples", samples)
+            self._metrics_through = _truncate_csv(self.dir / names.METRICS, "samples", samples)
             _truncate_csv(self.dir / names.UPDATES, "samples", samples)
             _truncate_csv(self.dir / names.DROPS, "time_s", time_s)
             _truncate_csv(self.dir / names.TIMING_SIGNALS, "samples", samples)
@@ -115,7 +166,7 @@ class RunWriter:
         columns = names.metric_columns(measured)
         self._metric_cells = columns[: -len(names.TIMING_COLUMNS)]
         self._metrics = CsvLog(self.dir / names.METRICS, columns)
-        self._events = _open_log(self.dir / names.EVENTS)
+        self._events = AppendLog(self.dir / names.EVENTS)
         self._signals: CsvLog | None = None  # opened by the first row (online runs only)
 
     @property
@@ -142,6 +193,16 @@ class RunWriter:
         if self._feed:
             self._feed.metric(row)
 
+    def restore_metrics(self, rows: list[dict[str, Any]]) -> None:
+        """On resume, the checkpoint's evaluation rows (in order) that metrics.csv lost past
+        its last kept row (a line a full disk cut, and every one after it)."""
+        lost = [
+            r for r in rows if self._metrics_through is None or r["samples"] > self._metrics_through
+        ]
+        self._metrics.write(
+            [[r.get(c, "") for c in self._metric_cells] + self._labels for r in lost]
+        )
+
     def timing_signal(self, row: dict[str, Any]) -> None:
         """One check of an online phase's rule (names.TIMING_SIGNAL_COLUMNS)."""
         if self._signals is None:
@@ -153,8 +214,7 @@ class RunWriter:
 
     def event(self, event: RunEvent) -> None:
         """One line of events.jsonl (syncswitch.rundir.events has every kind)."""
-        self._events.write(to_line(event))
-        self._events.flush()
+        self._events.append(to_line(event))
         if self._feed:
             self._feed.event(event)
 
@@ -164,13 +224,15 @@ class RunWriter:
         writer.writerow(names.WORKER_COLUMNS)
         for row in rows:
             writer.writerow([row.get(c, "") for c in _TIMED_WORKERS] + self._labels)
-        with atomic_writer(self.dir / names.WORKER_STEPS) as handle:
+        path = self.dir / names.WORKER_STEPS
+        with _disk_full_said(path), atomic_writer(path) as handle:
             handle.write(text.getvalue().encode())
         if self._feed:
             self._feed.worker_stats(rows)
 
     def summary(self, summary: Summary) -> None:
-        write_json_atomic(self.dir / names.SUMMARY, summary.to_plain())
+        with _disk_full_said(self.dir / names.SUMMARY):
+            write_json_atomic(self.dir / names.SUMMARY, summary.to_plain())
         if self._feed:
             self._feed.summary(summary)
 
@@ -181,9 +243,30 @@ class RunWriter:
             if log is not None:
                 log.close()
         self._events.close()
+        self._lock.release()
 
     def _logger_failed(self, name: str, reason: str) -> None:
         self.event(LoggerFailed(name, reason))
+
+
+def lock_run_dir(directory: Path) -> DirectoryLock:
+    """The run directory's lock, held by the one process that writes the run, or one
+    ConfigError line when another live process holds it (a dead one's lock is gone)."""
+    try:
+        return DirectoryLock(directory, names.LOCK)
+    except DirectoryBusy as busy:
+        holder = f" (process {busy.holder})" if busy.holder.isdigit() else ""
+        raise ConfigError(
+            f"run directory {str(directory)!r} is in use by another syncswitch run{holder}; "
+            "one process writes a run at a time: wait for it to end, or stop it first"
+        ) from None
+    except UnsafeFileError as error:
+        raise ConfigError(f"run directory: {error}") from None
+    except OSError as error:
+        if is_disk_full(error):
+            raise
+        reason = error.strerror or type(error).__name__
+        raise ConfigError(f"run directory {str(directory)!r} cannot be locked: {reason}") from None
 
 
 def create_run_dir(directory: Path) -> None:
@@ -200,43 +283,88 @@ def create_run_dir(directory: Path) -> None:
         raise ConfigError(f"--out {str(directory)!r} cannot be created: {reason}") from None
 
 
-def _open_log(path: Path) -> IO[str]:
+# The logs a run appends to as it goes: a line cut by a crash or a full disk may end each.
+GROWING_LOGS = (names.METRICS, names.UPDATES, names.DROPS, names.TIMING_SIGNALS, names.EVENTS)
+
+
+def drop_torn_lines(directory: Path) -> None:
+    """Before a resume appends: each growing log cut back to its last complete line (the
+    checkpoint says what happened after it), said in one line on the terminal."""
+    from syncswitch.terminal import say
+
+    for name in GROWING_LOGS:
+        try:
+            dropped = drop_torn_tail(directory / name)
+        except UnsafeFileError as error:
+            raise ConfigError(f"run directory: {error}") from None
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            raise ConfigError(f"cannot resume: {str(directory / name)!r}: {reason}") from None
+        if dropped:
+            say(
+                f"syncswitch: resuming: {name}'s last line was cut ({dropped} bytes with no "
+                "line end, as a crash or a full disk leaves it); dropped, the run redoes it "
+                "from the checkpoint"
+            )
+
+
+@contextmanager
+def _disk_full_said(path: Path) -> Iterator[None]:
+    """A full disk while writing `path` is one DiskFull line; other errors pass unchanged."""
+    try:
+        yield
+    except OSError as error:
+        if not is_disk_full(error):
+            raise
+        raise DiskFull(
+            f"no space left to write {str(path)!r} ({error.strerror}); free space, then "
+            f"continue the run with --resume {path.parent}"
+        ) from None
+
+
+def _open_log_fd(path: Path) -> int:
     """A run-directory log opened for appending: a regular file, never through a symlink."""
     try:
-        return open_append(path)
+        return open_append_fd(path)
     except UnsafeFileError as error:
         raise ConfigError(f"run directory: {error}") from None
     except OSError as error:
+        if is_disk_full(error):
+            raise
         reason = error.strerror or type(error).__name__
         raise ConfigError(f"run directory: {str(path)!r} cannot be opened: {reason}") from None
 
 
-def _truncate_csv(path: Path, column: str, limit: float) -> None:
-    """Keep the rows whose `column` is <= `limit`, streaming (the file may be large).
+def _truncate_csv(path: Path, column: str, limit: float) -> float | None:
+    """Keep the rows whose `column` is <= `limit`, streaming (the file may be large); the
+    last kept row's value is returned (None: no row kept).
 
     The file comes from a run directory, so a malformed row is one ConfigError line naming
     the file, the row and what was expected, not a traceback.
     """
     if not path.exists():
-        return
+        return None
     try:
         fd = open_regular(path, follow_symlinks=False)
     except OSError as error:
         raise ConfigError(f"cannot resume: {error}") from None
-    with os.fdopen(fd, newline="") as handle, atomic_writer(path) as out:
+    with os.fdopen(fd, newline="") as handle, _disk_full_said(path), atomic_writer(path) as out:
         text_out = io.TextIOWrapper(out, newline="", write_through=True)
         try:
-            _copy_rows_up_to(handle, text_out, path, column, limit)
+            return _copy_rows_up_to(handle, text_out, path, column, limit)
         finally:
             text_out.detach()
 
 
-def _copy_rows_up_to(source: IO[str], sink: IO[str], path: Path, column: str, limit: float) -> None:
+def _copy_rows_up_to(
+    source: IO[str], sink: IO[str], path: Path, column: str, limit: float
+) -> float | None:
+    kept = None
     try:
         reader = csv.reader(source)
         header = next(reader, None)
         if header is None:
-            return
+            return None
         if column not in header:
             raise ConfigError(
                 f"cannot resume: {str(path)!r} has no {column!r} column (header "
@@ -254,10 +382,12 @@ def _copy_rows_up_to(source: IO[str], sink: IO[str], path: Path, column: str, li
                 )
             if value <= limit:
                 writer.writerow(row)
+                kept = value
     except (csv.Error, UnicodeDecodeError) as error:
         raise ConfigError(
             f"cannot resume: {str(path)!r} is not a readable CSV file ({_short(str(error))})"
         ) from None
+    return kept
 
 
 def _number(row: list[str], index: int, width: int) -> float | None:

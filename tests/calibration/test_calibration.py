@@ -109,3 +109,34 @@ def test_a_bad_core_count_is_one_line(sim_run: Path, tmp_path: Path, capsys) -> 
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err == "syncswitch: error: --cores 0 is not allowed; it must be in 1..65536"
+
+
+def test_many_runs_with_long_names_fit_under_a_name_the_model_may_have(
+    sim_run: Path, tmp_path: Path
+) -> None:
+    # Five ~45-character names: the name listing them all was longer than a cluster file's
+    # name may be, so the replay refused the cluster.yaml calibrate had just written.
+    runs = []
+    for index in range(5):
+        run = as_if_ray(sim_run, tmp_path / str(index))
+        runs.append(run.rename(run.parent / f"{index}-{'long-run-directory-name-' * 2}x"))
+    model, report = calibrate(runs, refine=False)
+    assert len(report["replays"]) == 5
+    assert model.name.startswith(f"calibrated from {runs[0].name}") and "more" in model.name
+    assert parse_cluster(yaml.safe_load(cluster_yaml(model))).name == model.name
+
+
+def test_a_time_in_updates_csv_that_is_not_a_number_is_one_line(
+    sim_run: Path, tmp_path: Path, capsys
+) -> None:
+    run = as_if_ray(sim_run, tmp_path)
+    lines = (run / "updates.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    cells = lines[5].split(",")
+    cells[header.index("time_s")] = "soon"
+    lines[5] = ",".join(cells)
+    (run / "updates.csv").write_text("\n".join(lines) + "\n")
+    assert main(["calibrate", str(run), "-o", str(tmp_path / "c.yaml"), "--cores", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in err[-1] and "'soon' is not a finite number" in err[-1], err
+    assert not (tmp_path / "c.yaml").exists()

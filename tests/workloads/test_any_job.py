@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import pickle
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -100,7 +101,7 @@ def test_a_factory_is_built_where_it_is_read_not_pickled_built() -> None:
 
 def test_collate_fn_and_getitems_are_used() -> None:
     class Many(LinearTargets):
-        asked: list[list[int]] = []
+        asked: ClassVar[list[list[int]]] = []
 
         def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
             self.asked.append(indices)

@@ -71,8 +71,9 @@ def refused(tmp_path: Path, **kwargs: Any) -> str:
         (dict(model_factory=regressor, train_data=LinearTargets(32, 1),
               val_data=LinearTargets(8, 2)),
          "metric 'accuracy' fails on a batch of train_data= (inputs (5, 8) float32"),
-        (dict(model_factory=regressor, train_data=LinearTargets(32, 1), val_data=LinearTargets(8, 2),
-              metrics={}, primary_metric="loss", loss_fn=lambda o, t: F.cross_entropy(o, t[:, 0])),
+        (dict(model_factory=regressor, train_data=LinearTargets(32, 1),
+              val_data=LinearTargets(8, 2), metrics={}, primary_metric="loss",
+              loss_fn=lambda o, t: F.cross_entropy(o, t[:, 0])),
          "the loss fails on a batch of train_data="),
         (dict(model_factory=regressor, train_data=LinearTargets(32, 1),
               val_data=LinearTargets(8, 2), loss_fn=F.mse_loss, metrics={"r": lambda o, t: "x"},
@@ -82,7 +83,8 @@ def refused(tmp_path: Path, **kwargs: Any) -> str:
               val_data=LinearTargets(8, 2), loss_fn=F.mse_loss, primary_metric="r2"),
          "primary_metric='r2' is not measured; allowed: loss"),
         (dict(model_factory=regressor, train_data=LinearTargets(32, 1),
-              val_data=LinearTargets(8, 2), loss_fn=F.mse_loss, metrics={"score": lambda o, t: 0.0}),
+              val_data=LinearTargets(8, 2), loss_fn=F.mse_loss,
+              metrics={"score": lambda o, t: 0.0}),
          "primary_metric='score': say whether higher or lower is better"),
         (dict(model_factory=regressor, train_data=[1, 2], val_data=LinearTargets(8, 2)),
          "a batch must be (inputs, targets)"),
@@ -101,7 +103,7 @@ def test_a_job_that_does_not_fit_is_refused_in_one_line(tmp_path, kwargs, says) 
     ],
 )
 def test_classification_labels_are_class_ids_in_range(labels, dtype, says) -> None:
-    with pytest.raises(UserError, match=".*") as error:
+    with pytest.raises(UserError) as error:
         points(labels=labels, dtype=dtype)(num_classes=5)
     assert says in str(error.value)
 

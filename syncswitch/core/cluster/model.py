@@ -222,6 +222,8 @@ _COUNTS: dict[str, tuple[int, int]] = {
     "cores": (0, 1 << 16),
 }
 _TOP_KEYS = ("name", *_SECTIONS, "restart_s", "startup_s", "notes")
+_NOTE_VALUES = (str, int, float, bool, type(None))
+MAX_NAME_CHARS = 200  # a cluster's name: a label for tables and figures
 # (lowest allowed, whether the lowest is allowed, highest) per numeric key.
 _BOUNDS: dict[str, tuple[float, bool, float]] = {
     "step_time_ms": (0.0, False, MAX_MS),
@@ -281,11 +283,19 @@ def parse_cluster(data: object, where: str = "cluster") -> ClusterModel:
             )
         sections[section] = model(**checked)
     name = data.get("name", "custom")
-    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS:
         raise ClusterError(f"{where}: name must be a short text, got {name!r}")
     notes = data.get("notes") or {}
     if not isinstance(notes, Mapping):
         raise ClusterError(f"{where}: notes must be a mapping of text, got {notes!r}")
+    for key, value in notes.items():
+        # Written to config.json and summary.json as they are: YAML's dates (an unquoted
+        # 2024-01-01) and nested values are not JSON's.
+        if not isinstance(key, str) or not isinstance(value, _NOTE_VALUES):
+            raise ClusterError(
+                f"{where}: notes must map text to text or a number, got {str(key)[:40]!r}: "
+                f"{str(value)[:40]!r} (quote a date)"
+            )
     times: dict[str, Any] = {
         key: _checked_number(f"{where}: {key}", key, data[key])
         for key in ("restart_s", "startup_s")

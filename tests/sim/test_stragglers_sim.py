@@ -1,0 +1,41 @@
+"""Straggler policies' exact decision sequences, pinned on the simulator: its clock is
+virtual, so a loaded machine cannot change when a straggler is seen (the Ray tests in
+tests/runtime/test_stragglers.py check the same wiring with assertions that hold under load)."""
+
+import pytest
+
+from syncswitch.workloads import load_dataset
+from tests.runtime.jobs import run
+from tests.runtime.test_stragglers import BATCH, EPOCHS, JOB, SLOW, WORKERS, accounted
+
+
+@pytest.fixture(scope="module")
+def small_mnist():
+    return load_dataset("mnist1d", mnist1d_samples=400)  # 320 training samples
+
+
+def test_greedy_with_return_resumes_bsp_until_the_planned_work_is_done(small_mnist, tmp_path):
+    slow = {**SLOW, "start": 0.1, "duration": 0.2}
+    result = run(
+        tmp_path,
+        small_mnist,
+        runtime="sim",
+        schedule="bsp:0.5,asp",
+        online_policy="greedy",
+        greedy_return=True,
+        stragglers=[slow],
+        divergence_guard=False,
+        **JOB,
+    )
+    summary, online = result.summary, result.summary["online"]
+    assert [d["action"] for d in online["decisions"]] == ["switch", "return"]
+    assert [(s["to"], s["reason"].split()[0]) for s in summary["switches"]] == [
+        ("asp", "greedy+return"),
+        ("bsp", "greedy+return"),
+        ("asp", "schedule"),
+    ]
+    planned = online["planned_bsp_samples"]
+    assert planned == 0.5 * EPOCHS * 320
+    assert planned <= online["bsp_samples"] < planned + WORKERS * BATCH
+    assert summary["switches"][-1]["at_fraction"] > 0.5  # the detour postponed the switch
+    assert accounted(summary)
