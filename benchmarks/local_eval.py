@@ -183,9 +183,7 @@ def run_one(
         bytes_sent=traffic.get("bytes_sent"),
         bytes_by_protocol=dict(traffic.get("bytes_by_protocol", {})),
         samples_by_protocol=dict(summary.samples_by_protocol),
-        curve=[
-            [float(t), float(a)] for t, a in zip(metrics.time_s, metrics.value, strict=True)
-        ],
+        curve=[[float(t), float(a)] for t, a in zip(metrics.time_s, metrics.value, strict=True)],
         load=load_average(),
         status=summary.status,
     )
