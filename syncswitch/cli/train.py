@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import signal
 import sys
-import threading
-from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from syncswitch.cli.registry_option import add_registry_argument
 from syncswitch.cli.run_summary import print_summary, summary_json
+from syncswitch.cli.signals import signals_stop
 from syncswitch.config import (
     AUTO_SCHEDULE,
     MAX_CONFIG_FILE_BYTES,
@@ -41,7 +39,7 @@ from syncswitch.config.validation import (
     SwitchOptionsError,
     switch_options_problem,
 )
-from syncswitch.errors import RunDirError, RunStopped, UserError
+from syncswitch.errors import RunDirError, UserError
 from syncswitch.import_path import is_import_path
 from syncswitch.rundir import (
     LIBRARY_LOG,
@@ -356,7 +354,7 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
     try:
         # One process writes a run: a second `--resume` of a live run is refused here,
         # before it touches even the library log (train()'s writer takes the same lock again).
-        with lock_run_dir(run_dir), _signals_stop(config.runtime == "sim"):
+        with lock_run_dir(run_dir), signals_stop(config.runtime == "sim"):
             if args.verbose:
                 result = train(config, **train_args)
                 library_log = None
@@ -387,27 +385,6 @@ def _remove_unused_run_dir(run_dir: Path) -> None:
     if (run_dir / names.SUMMARY).exists() or (run_dir / names.CHECKPOINTS).exists():
         return
     shutil.rmtree(run_dir, ignore_errors=True)
-
-
-@contextmanager
-def _signals_stop(active: bool) -> Iterator[None]:
-    """SIGTERM and SIGHUP stop a simulated run as Ctrl-C does: the summary says failed and
-    why, one line says so, and `--resume` continues it (Ray's driver does this for a run on
-    Ray). The previous handlers are back when the run ends."""
-    if not active or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(number: int, _frame: Any) -> None:
-        raise RunStopped(f"{signal.Signals(number).name} received; continue with --resume")
-
-    wanted = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
-    previous = {number: signal.signal(number, stop) for number in wanted}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 def _store_online_share(args: argparse.Namespace, config: TrainConfig, summary: Any) -> None:

@@ -249,12 +249,10 @@ class TrainOptions:
     )
     val_fraction: float = option(
         VALIDATION_SHARE,
-        "share of the training samples set aside (seeded, the same for every run of a job) "
-        "as the validation split that every decision reads; 0: none, the test set decides, "
-        "as runs before validation splits did",
-        Role(JOB_GROUP, Identity.WHEN_SET),
-        range=Range(0, 0.5),
-    )
+        "share of training samples set aside (seeded alike for every run of a job) as the "
+        "validation split every decision reads; 0: none (the test set decides, as before 0.2)",
+        Role(JOB_GROUP, Identity.WHEN_SET), range=Range(0, 0.5),
+    )  # fmt: skip
     seed: int = option(
         0,
         "seed for model init, data order and emulated jitter",
