@@ -81,7 +81,7 @@ def groups_of(runs: list[RunData]) -> list[Group]:
         label = schedule
         settings = dict(job)
         if differing:
-            label += " (" + ", ".join(f"{key} {settings[key]}" for key in differing) + ")"
+            label += " (" + ", ".join(f"{key} {settings.get(key, '-')}" for key in differing) + ")"
         if status:
             label += f" [{status}]"
         if len(members) > 1:
@@ -97,11 +97,9 @@ def _status(run: RunData) -> str:
 
 
 def _differing_keys(jobs: list[tuple[tuple[str, str], ...]]) -> list[str]:
-    values: dict[str, set[str]] = {}
-    for job in jobs:
-        for key, value in job:
-            values.setdefault(key, set()).add(value)
-    return [key for key, seen in values.items() if len(seen) > 1]
+    """The settings the jobs do not all share (a setting one job lacks counts as differing)."""
+    keys = list(dict.fromkeys(key for job in jobs for key, _ in job))
+    return [key for key in keys if len({dict(job).get(key) for job in jobs}) > 1]
 
 
 def curve(runs: tuple[RunData, ...]) -> Curve:

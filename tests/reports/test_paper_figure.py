@@ -112,3 +112,17 @@ def test_the_command_draws_the_paper_figure_unless_asked_for_the_dashboard(
     with pytest.raises(SystemExit):
         main(["report", *dirs, "--plot", str(paper), "--plot-style", "poster"])
     assert "invalid choice: 'poster'" in capsys.readouterr().err
+
+
+def test_a_setting_only_one_job_has_tells_the_jobs_apart(seeded_sim_runs, tmp_path) -> None:
+    import json
+    import shutil
+
+    other = shutil.copytree(seeded_sim_runs["bsp"][1], tmp_path / "cifar")
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "dataset": "cifar10"}))
+    labels = [g.label for g in groups_of([load_run(seeded_sim_runs["bsp"][0]), load_run(other)])]
+    assert labels == [
+        "bsp (dataset mnist1d, mnist1d_samples 1000)",
+        "bsp (dataset cifar10, mnist1d_samples -)",
+    ]

@@ -249,7 +249,9 @@ def test_bad_input_ends_in_one_line(three_runs, tmp_path, capsys):
 
     shutil.copy(three_runs["bsp"] / "config.json", broken / "config.json")
     (broken / "updates.csv").write_text("version,worker\n1,0\n")
-    err = one_line_error(capsys, ["report", str(broken), "--plot", str(tmp_path / "p.png")])
+    # The dashboard reads updates.csv (staleness); the paper figure has no use for it.
+    dashboard = ["--plot", str(tmp_path / "p.png"), "--plot-style", "dashboard"]
+    err = one_line_error(capsys, ["report", str(broken), *dashboard])
     assert "updates.csv lacks column(s) protocol, staleness" in err
 
     err = one_line_error(
