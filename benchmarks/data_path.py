@@ -142,11 +142,20 @@ def main() -> None:
         check_timing("### The data path alone (real time, one thread, batch of 32)", Timing.REAL),
         "",
         *markdown_table(
-            ["ArrayDataset (us/batch)", "Dataset (us/batch)", "a step's compute (us)",
-             "Dataset extra, share of a step"],
-            [[cell(alone["array_us"], ".0f"), cell(alone["dataset_us"], ".0f"),
-              cell(alone["step_us"], ".0f"),
-              f"{(alone['dataset_us'] - alone['array_us']) / alone['step_us']:.1%}"]],
+            [
+                "ArrayDataset (us/batch)",
+                "Dataset (us/batch)",
+                "a step's compute (us)",
+                "Dataset extra, share of a step",
+            ],
+            [
+                [
+                    cell(alone["array_us"], ".0f"),
+                    cell(alone["dataset_us"], ".0f"),
+                    cell(alone["step_us"], ".0f"),
+                    f"{(alone['dataset_us'] - alone['array_us']) / alone['step_us']:.1%}",
+                ]
+            ],
         ),  # fmt: skip
     ]
     save_text(args.out / "table.md", "\n".join(lines) + "\n")
@@ -172,12 +181,16 @@ def main() -> None:
             "",
             *markdown_table(
                 ["ArrayDataset (samples/s)", "Dataset (samples/s)", "Dataset / ArrayDataset"],
-                [[cell(middle["array"], ",.0f"), cell(middle["dataset"], ",.0f"),
-                  cell(middle["ratio"], ".3f")]],
+                [
+                    [
+                        cell(middle["array"], ",.0f"),
+                        cell(middle["dataset"], ",.0f"),
+                        cell(middle["ratio"], ".3f"),
+                    ]
+                ],
             ),  # fmt: skip
             "",
-            "Per repeat (dataset / array): "
-            + ", ".join(cell(r["ratio"], ".3f") for r in repeats),
+            "Per repeat (dataset / array): " + ", ".join(cell(r["ratio"], ".3f") for r in repeats),
         ]
         save_text(args.out / "table.md", "\n".join(lines + job_lines) + "\n")
     print((args.out / "table.md").read_text())

@@ -78,8 +78,14 @@ def main() -> None:
             f"### {title}",
             "",
             *markdown_table(
-                ["command", "validation acc, final", "validation acc, best",
-                 "test acc (final weights)", "switches", "time s"],
+                [
+                    "command",
+                    "validation acc, final",
+                    "validation acc, best",
+                    "test acc (final weights)",
+                    "switches",
+                    "time s",
+                ],
                 rows,
             ),  # fmt: skip
         ]

@@ -1,4 +1,20 @@
+import os
+import shutil
+import tempfile
+
 import pytest
+
+_CACHE_DIR = tempfile.mkdtemp(prefix="syncswitch-test-cache-")
+
+
+def pytest_configure(config):
+    """The session's generated data (MNIST-1D's arrays) are cached in a directory of its own,
+    never the user's: set before any fixture loads a dataset, removed at the end."""
+    os.environ["SYNCSWITCH_CACHE_DIR"] = _CACHE_DIR
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_CACHE_DIR, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

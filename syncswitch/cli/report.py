@@ -9,7 +9,8 @@ from typing import Any
 
 _EXAMPLES = """examples:
   syncswitch report runs/bsp runs/asp runs/bsp025-asp            # one table, first run = 1.00x
-  syncswitch report runs/* --plot report.png                     # accuracy vs time and samples
+  syncswitch report runs/* --plot report.png                     # accuracy vs time, per schedule
+  syncswitch report runs/* --plot report.png --plot-style dashboard  # every panel, per run
   syncswitch report runs/* --plot report.svg --html report.html  # a self-contained page too
   syncswitch report --workers runs/bsp025-asp                    # per-worker steps, waits, drops
 """
@@ -21,14 +22,23 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="tables and plots from run directories",
         description="Summarise run directories (finished, failed or killed) in a table; "
         "directories that hold no run (or a run that recorded nothing) are skipped and named; "
-        "optionally plot test accuracy against wall time and samples (one line per run, "
-        "protocol phases shaded, switches marked, stragglers, staleness) and write one "
-        "self-contained HTML page. Reads only the files in the run directories.",
+        "optionally plot the primary metric against time (one panel; runs of the same job and "
+        "schedule drawn as their mean with a min-max band, switches marked) or, with "
+        "--plot-style dashboard, every panel per run (by time and samples, protocol phases, "
+        "online timing, stragglers, staleness), and write one self-contained HTML page. "
+        "Reads only the files in the run directories.",
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
     parser.add_argument("--plot", metavar="FILE", help="write the figure to FILE (.png or .svg)")
+    parser.add_argument(
+        "--plot-style",
+        choices=("paper", "dashboard"),
+        default="paper",
+        help="paper (default): the primary metric against time, one line per schedule, the "
+        "mean over seeds with a min-max band; dashboard: every panel, one line per run",
+    )
     parser.add_argument(
         "--html", metavar="FILE", help="write one self-contained page (tables and figure)"
     )
@@ -70,13 +80,13 @@ def run(args: argparse.Namespace) -> int:
         console.print(table.to_rich())
         for note in table.notes:
             console.print(f"  {printable(note)}", soft_wrap=True)
-    figure = report.write_plot(plot_path) if plot_path else None
+    figure = report.write_plot(plot_path, args.plot_style) if plot_path else None
     if plot_path:
         print(f"plot written to {printable(plot_path)}")
     if plot_path or args.html:
-        for note in report.plot_notes():
+        for note in report.plot_notes(args.plot_style):
             print(f"note: {printable(note)}")
     if args.html:
-        report.write_html(Path(args.html), figure)
+        report.write_html(Path(args.html), figure, args.plot_style)
         print(f"page written to {printable(args.html)}")
     return 0

@@ -190,9 +190,9 @@ def _accuracy(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:
         metrics = run.metrics
         x = metrics.samples if by_samples else metrics.time_s
         accuracy, _ = plotted(run)
-        line = _thinned(len(x), MAX_LINE_POINTS)
+        line = thinned(len(x), MAX_LINE_POINTS)
         axes.plot(x[line], accuracy[line], color=color, label=label, linewidth=1.6)
-        switches = [run.switches[i] for i in _thinned(len(run.switches), MAX_MARKERS)]
+        switches = [run.switches[i] for i in thinned(len(run.switches), MAX_MARKERS)]
         if switches:
             at = np.array([s.at_samples if by_samples else s.time_s for s in switches], float)
             y = np.interp(at, x, accuracy) if len(x) else np.full(len(at), np.nan)
@@ -297,7 +297,7 @@ def _phase_strip(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> Non
             color = protocol_color(protocol)
             axes.broken_barh(spans, (row - 0.35, 0.7), color=color, alpha=0.8)
             seen.setdefault(plain_text(protocol), color)
-        switches = [run.switches[i] for i in _thinned(len(run.switches), MAX_MARKERS)]
+        switches = [run.switches[i] for i in thinned(len(run.switches), MAX_MARKERS)]
         if switches:
             at = [s.at_samples if by_samples else s.time_s for s in switches]
             axes.plot(
@@ -372,7 +372,7 @@ def _straggler_timeline(axes, label: str, run: RunData) -> None:
     for row, spans in flagged_bars.items():
         axes.broken_barh(spans, (row - 0.12, 0.24), color="#b22222")
     for color, (times_of, rows_of) in detections.items():
-        keep = _thinned(len(times_of), MAX_MARKERS * 10)
+        keep = thinned(len(times_of), MAX_MARKERS * 10)
         if keep:
             axes.plot(
                 [times_of[i] for i in keep],
@@ -441,7 +441,7 @@ def _staleness(axes, label: str, run: RunData) -> None:
     axes.tick_params(labelsize=7)
 
 
-def _thinned(count: int, limit: int) -> list[int]:
+def thinned(count: int, limit: int) -> list[int]:
     """Indices of at most `limit` of `count` items, evenly spread, first and last kept."""
     if count <= limit:
         return list(range(count))

@@ -15,9 +15,21 @@ from matplotlib.figure import Figure
 from syncswitch.errors import RunDirError
 from syncswitch.files import write_output
 from syncswitch.reports.overview import overview, worker_rows
+from syncswitch.reports.paper import paper_figure, paper_notes
 from syncswitch.reports.plots import plot_notes, plot_runs, save_figure
 from syncswitch.reports.tables import Table, runs_table, workers_table
 from syncswitch.rundir import RunData, has_results, load_run, not_a_run_dir
+
+PAPER = "paper"  # one panel: the primary metric against time, mean and band over seeds
+DASHBOARD = "dashboard"  # every panel: metric by time and samples, phases, stragglers, ...
+PLOT_STYLES = (PAPER, DASHBOARD)
+
+_ALT_TEXT = {
+    PAPER: "the primary metric against time per schedule: the mean over runs of a job, a "
+    "min-max band, switches marked",
+    DASHBOARD: "the primary metric against time and samples, protocol phases, stragglers and "
+    "staleness per run",
+}
 
 
 @dataclass(frozen=True)
@@ -74,21 +86,24 @@ class Report:
             tables.append(table)
         return tables
 
-    def figure(self) -> Figure:
-        return plot_runs(self.labelled)
+    def figure(self, style: str = PAPER) -> Figure:
+        _check_style(style)
+        return paper_figure(self.runs) if style == PAPER else plot_runs(self.labelled)
 
-    def plot_notes(self) -> list[str]:
+    def plot_notes(self, style: str = PAPER) -> list[str]:
         """What the figure leaves out to stay readable (and fast to draw)."""
-        return plot_notes(self.labelled)
+        _check_style(style)
+        return paper_notes(self.runs) if style == PAPER else plot_notes(self.labelled)
 
-    def write_plot(self, path: Path) -> Figure:
-        figure = self.figure()
+    def write_plot(self, path: Path, style: str = PAPER) -> Figure:
+        figure = self.figure(style)
         save_figure(figure, path)
         return figure
 
-    def write_html(self, path: Path, figure: Figure | None = None) -> None:
-        """One self-contained page: the tables and the figure (an embedded PNG)."""
-        figure = figure or self.figure()
+    def write_html(self, path: Path, figure: Figure | None = None, style: str = PAPER) -> None:
+        """One self-contained page: the tables and the figure (an embedded PNG; `figure`, when
+        given, is the one drawn in `style`)."""
+        figure = figure or self.figure(style)
         png = io.BytesIO()
         figure.savefig(png, format="png", dpi=100)
         image = base64.b64encode(png.getvalue()).decode("ascii")
@@ -107,9 +122,15 @@ class Report:
             ),
             table=tables,
             image=image,
+            alt=html.escape(_ALT_TEXT[style]),
             workers=workers,
         )
         write_output(path, page, "--html")
+
+
+def _check_style(style: str) -> None:
+    if style not in PLOT_STYLES:
+        raise RunDirError(f"plot style {style!r}: choose one of {', '.join(PLOT_STYLES)}")
 
 
 def plot_labels(runs: list[RunData]) -> list[str]:
@@ -146,8 +167,7 @@ img {{ max-width: 100%; }}
 <p>Generated {generated} from {count} run {noun}: {dirs}.</p>
 {skipped}
 {table}
-<figure><img alt="test accuracy against wall time and samples, protocol phases, stragglers and \
-staleness per run" src="data:image/png;base64,{image}"></figure>
+<figure><img alt="{alt}" src="data:image/png;base64,{image}"></figure>
 <h2>Workers</h2>
 {workers}
 </body>

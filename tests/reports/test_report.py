@@ -42,7 +42,7 @@ def switch_events(run_dir: Path) -> list[dict]:
 def test_plot_shows_each_runs_metrics_csv_and_marks_the_switch(three_runs, tmp_path):
     png = tmp_path / "report.png"
     report = Report.load([three_runs[name] for name in ("bsp", "asp", "hybrid")])
-    figure = report.write_plot(png)
+    figure = report.write_plot(png, "dashboard")
 
     image = imread(png)
     height, width = image.shape[:2]
@@ -74,7 +74,7 @@ def test_plot_shows_each_runs_metrics_csv_and_marks_the_switch(three_runs, tmp_p
 
 def test_staleness_histograms_count_every_applied_gradient(three_runs):
     report = Report.load([three_runs["hybrid"]])
-    figure = report.figure()
+    figure = report.figure("dashboard")
     axes = next(a for a in figure.axes if a.get_title().startswith("staleness:"))
     updates = read_csv(three_runs["hybrid"] / "updates.csv")
     bars = sum(patch.get_height() for patch in axes.patches)
@@ -184,7 +184,7 @@ def test_a_killed_run_is_reported_as_far_as_it_got(three_runs, tmp_path, capsys)
     assert (tmp_path / "k.svg").read_text().lstrip().startswith("<?xml")
 
     report = Report.load([killed])
-    line_of = run_lines(axes_titled(report.figure(), ACCURACY_VS_TIME))
+    line_of = run_lines(axes_titled(report.figure("dashboard"), ACCURACY_VS_TIME))
     (label,) = line_of
     assert label == "bsp:0.25,asp [incomplete]"
     np.testing.assert_allclose(line_of[label].get_xdata(), [float(r["time_s"]) for r in rows])
@@ -249,7 +249,9 @@ def test_bad_input_ends_in_one_line(three_runs, tmp_path, capsys):
 
     shutil.copy(three_runs["bsp"] / "config.json", broken / "config.json")
     (broken / "updates.csv").write_text("version,worker\n1,0\n")
-    err = one_line_error(capsys, ["report", str(broken), "--plot", str(tmp_path / "p.png")])
+    # The dashboard reads updates.csv (staleness); the paper figure has no use for it.
+    dashboard = ["--plot", str(tmp_path / "p.png"), "--plot-style", "dashboard"]
+    err = one_line_error(capsys, ["report", str(broken), *dashboard])
     assert "updates.csv lacks column(s) protocol, staleness" in err
 
     err = one_line_error(

@@ -53,7 +53,10 @@ def test_the_table_names_the_job_and_warns_when_jobs_differ(sim_runs) -> None:
 
 
 def test_simulated_runs_plot_against_simulated_time_with_no_empty_panel(sim_runs) -> None:
-    figure = Report.load([sim_runs["bsp"], sim_runs["longer"]]).figure()
+    report = Report.load([sim_runs["bsp"], sim_runs["longer"]])
+    (paper,) = report.figure().axes
+    assert paper.get_xlabel() == "simulated time (s)"
+    figure = report.figure("dashboard")
     by_time = next(a for a in figure.axes if a.get_title() == ACCURACY_VS_TIME)
     assert by_time.get_xlabel() == "simulated time (s)"
     for axes in figure.axes:

@@ -136,9 +136,15 @@ def test_report_plot_of_huge_runs_is_bounded_and_says_what_it_left_out(tmp_path,
     runs += [big_run_dir(tmp_path, f"run-{i}", 50, 200, 1024) for i in range(1, 14)]
     plot = tmp_path / "out" / "report.png"
     started = time.monotonic()
-    assert main(["report", *map(str, runs), "--plot", str(plot)]) == 0
+    assert main(["report", *map(str, runs), "--plot", str(plot), "--plot-style", "dashboard"]) == 0
     assert time.monotonic() - started < 120
     out = capsys.readouterr().out
     assert "first 12 of 14 runs" in out and "thinned" in out
     width, height = Image.open(plot).size
     assert height <= 6000 and width <= 2000
+    # The paper figure of the same runs: one job and schedule, so one line over 14 runs.
+    started = time.monotonic()
+    assert main(["report", *map(str, runs), "--plot", str(plot)]) == 0
+    assert time.monotonic() - started < 120
+    assert "switch markers thinned to 200" in capsys.readouterr().out
+    assert Image.open(plot).size == (1000, 500)
