@@ -156,7 +156,7 @@ def main() -> None:
                     f"{(alone['dataset_us'] - alone['array_us']) / alone['step_us']:.1%}",
                 ]
             ],
-        ),  # fmt: skip
+        ),
     ]
     save_text(args.out / "table.md", "\n".join(lines) + "\n")
 
@@ -188,7 +188,7 @@ def main() -> None:
                         cell(middle["ratio"], ".3f"),
                     ]
                 ],
-            ),  # fmt: skip
+            ),
             "",
             "Per repeat (dataset / array): " + ", ".join(cell(r["ratio"], ".3f") for r in repeats),
         ]

@@ -87,7 +87,7 @@ def main() -> None:
                     "time s",
                 ],
                 rows,
-            ),  # fmt: skip
+            ),
         ]
         save_text(args.out / "table.md", "\n".join(table) + "\n")
         print(f"{label}: done", flush=True)
