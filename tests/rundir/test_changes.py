@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from syncswitch.cli.run_summary import summary_table
+from syncswitch.records.metric import DEFAULT
 from syncswitch.reports.overview import RunOverview
 from syncswitch.reports.tables import RUN_COLUMNS, runs_table
 from syncswitch.rundir import Reliability
@@ -56,7 +57,8 @@ def _overview(label: str, changes: tuple[str, ...]) -> RunOverview:
     return RunOverview(
         label=label, status="complete", status_detail="complete", schedule="bsp:0.25,asp",
         runtime="sim", timing="simulated", dataset="mnist1d (mlp)", workers=8, epochs=1.0,
-        job=(), final_accuracy=0.9, measured_at_fraction=1.0, best_accuracy=0.9,
+        job=(), metric=DEFAULT, final_value=0.9, measured_at_fraction=1.0, best_value=0.9,
+        test_value=None,
         wall_time_s=1.0, samples=100, samples_per_s=100.0, switches=(), switch_overhead_s=0.0,
         dropped=0, time_by_protocol_s={}, notes=(), schedule_changes=changes,
     )  # fmt: skip

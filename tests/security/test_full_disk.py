@@ -216,12 +216,12 @@ def test_rows_the_checkpoint_holds_but_metrics_csv_lost_are_written_again(tmp_pa
     run_dir = tmp_path / "run"
     RunWriter(run_dir, {}, {}).close()
     first = RunWriter(run_dir, {}, {}, resume_at=(0, 0.0))
-    first.metric({"samples": 448, "test_accuracy": 0.1})
+    first.metric({"samples": 448, "val_accuracy": 0.1})
     first.close()
     with (run_dir / "metrics.csv").open("ab") as handle:
         handle.write(b"0.2,800,0.5")  # the row a full disk cut
     resumed = RunWriter(run_dir, {}, {}, resume_at=(1000, 1.0))
-    resumed.restore_metrics([{"samples": 448}, {"samples": 800, "test_accuracy": 0.2}])
+    resumed.restore_metrics([{"samples": 448}, {"samples": 800, "val_accuracy": 0.2}])
     resumed.close()
     rows = _rows(run_dir / "metrics.csv")
-    assert [(r["samples"], r["test_accuracy"]) for r in rows] == [("448", "0.1"), ("800", "0.2")]
+    assert [(r["samples"], r["val_accuracy"]) for r in rows] == [("448", "0.1"), ("800", "0.2")]
