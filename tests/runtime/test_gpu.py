@@ -94,7 +94,7 @@ def test_the_gpu_benchmark_runs_its_cpu_path(tmp_path):
     assert set(rows) == {"bsp", "asp", "bsp:0.25,asp", "DDP (allreduce)"}
     for schedule in ("bsp", "asp", "bsp:0.25,asp"):
         accounted(rows[schedule])
-        assert rows[schedule]["samples"] >= 256
+        assert rows[schedule]["samples"] >= 0.9 * 256  # 10% of the samples are validation
     assert len(rows["bsp:0.25,asp"]["switch_overhead_ms"]) == 1
     assert rows["DDP (allreduce)"]["backend"] == "gloo" and rows["DDP (allreduce)"]["samples"] > 0
     table = (tmp_path / "cpu-quick.md").read_text()

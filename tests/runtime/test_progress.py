@@ -54,9 +54,12 @@ def test_the_last_frame_is_the_summarys_figures(screen: io.StringIO) -> None:
     with progress.ProgressDisplay(True, 1000, simulated=True) as show:
         show.update(ShardState(samples=400, time_s=2.0), None)
         final = ShardState(samples=1000, time_s=5.1)
-        show.finish(final, MetricsRow(5.0, 1000, 1.0, 40, "asp", 0.9687, 0.1, 0.1, 200.0))
+        show.finish(
+            final,
+            MetricsRow(5.0, 1000, 1.0, 40, "asp", {"accuracy": 0.9687, "loss": 0.1}, 0.1, 200.0),
+        )
     frame = [line for line in screen.getvalue().splitlines() if "samples" in line][-1]
     assert "1,000/1,000 samples" in frame
-    assert "acc  96.9%" in frame
+    assert "val acc 96.87%" in frame
     assert "200 samples/s" in frame  # 1000 samples / 5.0 s, as summary.json computes it
     assert "sim 5.0 s" in frame and "host" in frame and "ETA" in frame
