@@ -83,7 +83,7 @@ def test_losing_the_servers_node_mid_run_loses_nothing_unaccounted(three_nodes):
     run_dir = out / "node_loss"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["final_value"] is not None
-    assert summary["samples"] >= 12 * 320
+    assert summary["samples"] >= 12 * 288  # 320 training samples, 32 carved for validation
     accounted(summary)
     failures = summary["reliability"]["failures"]
     [server] = [f for f in failures if f["kind"] == "server"]
