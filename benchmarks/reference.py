@@ -52,7 +52,9 @@ class Case:
 @dataclass
 class RunRow:
     """One run's line in runs.jsonl. `final_accuracy` None and `stopped` set: the run stopped
-    itself (every worker quarantined for NaN gradients)."""
+    itself (every worker quarantined for NaN gradients). `final_accuracy` is on the split the
+    run's decisions read (validation; the test set in runs.jsonl files from before 0.2, which
+    have no `test_accuracy`), `test_accuracy` the final weights on the test split."""
 
     case: str
     seed: int
@@ -65,6 +67,7 @@ class RunRow:
     emulation: Any
     stopped: str | None = None
     samples: int | None = None
+    test_accuracy: float | None = None
 
 
 CASES = (
@@ -168,6 +171,7 @@ def measure(case: Case, seed: int, summary: Summary, run_dir: Path, args) -> Run
         case=case.label,
         seed=seed,
         final_accuracy=summary.final_value,
+        test_accuracy=(summary.test or {}).get("accuracy"),
         wall_time_s=summary.wall_time_s,
         samples_per_s=summary.samples_per_s,
         asp_efficiency=(
@@ -189,7 +193,8 @@ def print_table(rows: list[RunRow], args) -> None:
     print(f"\n{check_timing(title, Timing.EMULATED)}\n")
     columns = (
         "schedule (async momentum)",
-        "final acc % (per seed)",
+        "validation acc % (per seed)",
+        "test acc %",
         "wall time s",
         "samples/s",
         "time vs BSP",
@@ -206,6 +211,7 @@ def print_table(rows: list[RunRow], args) -> None:
         acc_cell = (
             f"{statistics.median(accs):.1f} ({', '.join(f'{a:.1f}' for a in accs)})" if accs else ""
         ) + (f"{' + ' if accs else ''}{stopped} stopped (diverged to NaN)" if stopped else "")
+        tests = [100 * r.test_accuracy for r in group if r.test_accuracy is not None]
         wall = statistics.median(r.wall_time_s for r in group)
         rate = statistics.median(r.samples_per_s for r in group)
         effs = [r.asp_efficiency for r in group if r.asp_efficiency is not None]
@@ -215,6 +221,7 @@ def print_table(rows: list[RunRow], args) -> None:
             (
                 label,
                 acc_cell,
+                f"{statistics.median(tests):.1f}" if tests else "-",
                 f"{wall:.1f}",
                 f"{rate:,.0f}",
                 f"{wall / bsp_time:.2f}x",

@@ -11,6 +11,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.utils.data import TensorDataset
 
 from syncswitch import TrainConfig, train
 from syncswitch.workloads import Cnn1d, load_dataset
@@ -119,3 +120,16 @@ def _column(run_dir: Path, name: str) -> list[float]:
     lines = (run_dir / "metrics.csv").read_text().splitlines()
     index = lines[0].split(",").index(name)
     return [float(line.split(",")[index]) for line in lines[1:]]
+
+
+def test_a_tensor_dataset_batch_is_what_collating_its_samples_gives() -> None:
+    tensors = (torch.randn(20, 2, 2).double(), torch.arange(20))
+    indices = np.array([7, 0, 19, 7])
+    fast = TorchData(TensorDataset(*tensors), TensorDataset(*tensors)).train_batch(indices, None)
+
+    class Plain(TensorDataset):  # a subclass may read otherwise: it is read one by one
+        pass
+
+    slow = TorchData(Plain(*tensors), Plain(*tensors)).train_batch(indices, None)
+    for a, b in zip(fast, slow, strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)
