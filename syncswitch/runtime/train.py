@@ -256,8 +256,8 @@ def check_runnable(config: TrainConfig) -> None:
         # One process computes every simulated gradient, on this machine's CPU.
         if "cuda" in (config.device, config.evaluator_device, config.server_device):
             raise ConfigError(
-                "--device cuda: the simulator (--runtime sim) computes on the CPU; use "
-                "--device auto or cpu with it"
+                "device 'cuda' (--device cuda): the simulator (runtime 'sim') computes on the "
+                "CPU; use device 'auto' or 'cpu' with it"
             )
         return
     from syncswitch.runtime.ray.launch import check_before_start
@@ -332,8 +332,9 @@ def refuse_used_run_dir(run_dir: Path) -> None:
     used = run_dir_in_use(run_dir)
     if used:
         raise ConfigError(
-            f"--out {str(run_dir)!r} already holds a run ({', '.join(used)}); choose another "
-            f"directory, remove this one, or continue that run with --resume {run_dir}"
+            f"out {str(run_dir)!r} (--out) already holds a run ({', '.join(used)}); choose "
+            f"another directory, remove this one, or continue that run (--resume {run_dir}, "
+            "or resume=True)"
         )
 
 
@@ -346,7 +347,7 @@ def refuse_finished_run(run_dir: Path) -> None:
     if summary is not None and summary.complete:
         raise ConfigError(
             f"cannot resume {str(run_dir)!r}: the run is finished (its {names.SUMMARY} says "
-            "complete); start a new run with another --out"
+            "complete); start a new run with another out directory (--out)"
         )
 
 
