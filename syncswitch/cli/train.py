@@ -27,6 +27,7 @@ from syncswitch.config import (
 from syncswitch.config.checks import short
 from syncswitch.config.declare import (
     JOB_GROUP,
+    LOCAL_GROUP,
     OUTPUT_GROUP,
     SCHEDULE_GROUP,
     flag_groups,
@@ -170,6 +171,11 @@ def config_values(args: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
+# The options that tune a local phase (their --help group): given for a schedule without one,
+# they would do nothing, so a named schedule refuses them.
+LOCAL_OPTIONS = flag_groups(config_fields())[LOCAL_GROUP]
+
+
 # What a resumed run takes from the command line, as each field declares it (`Resume`). The
 # cluster address, the fault plan, the loggers and the tracking URI are taken only from there:
 # a run directory can come from anywhere (see docs/security.md), and its config.json must not
@@ -297,6 +303,15 @@ def run(args: argparse.Namespace) -> int:
         schedule = values.get("schedule") or _default("schedule")
         values["out"] = str(default_run_dir(schedule))
     config = _config_with_switch_options(values, given)
+    local = [name for name in LOCAL_OPTIONS if name in values]
+    if local and not any(p.spec.local_steps for p in config.parsed_schedule().phases):
+        if schedule_source is None:  # a schedule the user named: the flags would do nothing
+            raise ConfigError(
+                f"{_flags(local)} {'apply' if len(local) > 1 else 'applies'} to a local "
+                f"phase (e.g. --schedule bsp:0.25,local-16); schedule {config.schedule!r} has "
+                "none: drop them or add a local phase"
+            )
+        set_aside += local  # a stored decision's schedule: said below, as for switch options
     if set_aside:
         print(
             f"syncswitch: {_flags(set_aside)} not used: the stored decision fixes the BSP "

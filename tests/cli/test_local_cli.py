@@ -39,3 +39,15 @@ def test_bsp_then_local_runs_on_the_simulator_and_reports_the_phase(capsys, tmp_
     assert "local-16" in (out / "updates.csv").read_text()
     assert main(["report", str(out)]) == 0
     assert "local-16" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("schedule", ["bsp", "bsp:0.25,asp", "online"])
+def test_local_options_for_a_schedule_without_a_local_phase_are_refused(
+    schedule, tmp_path, capsys
+) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "--runtime", "sim", "--schedule", schedule, "--outer-optimizer", "nesterov",
+            "--local-lr-factor", "0.5", "--out", str(out)]  # fmt: skip
+    err = one_line_error(capsys, argv)
+    assert "--outer-optimizer, --local-lr-factor apply to a local phase" in err
+    assert f"schedule {schedule!r} has none" in err and not out.exists()
