@@ -50,6 +50,8 @@ def main() -> None:
         out = args.out / "runs" / label.replace(":", "").replace(",", "-").replace(" ", "")
         shutil.rmtree(out, ignore_errors=True)
         argv = [str(command), "train", "--runtime", args.runtime, *flags, "--out", str(out)]
+        # Its own registry: an online run's stored share must not reach the user's.
+        argv += ["--registry", str(args.out / "registry.db")]
         subprocess.run([*argv, "--no-progress", "--json"], check=True, capture_output=True)
         summary = read_summary(out)
         test = (summary.test or {}).get("accuracy")
