@@ -14,7 +14,7 @@ import numpy as np
 from syncswitch.control.decisions import Evaluate
 from syncswitch.control.shard import ShardReport
 from syncswitch.core.sync.records import EvalPoint
-from syncswitch.records.metric import COLUMN_PREFIX, SPLITS, VALIDATION
+from syncswitch.records.metric import COLUMN_PREFIX, SPLITS, VALIDATION, column
 
 
 @dataclass(frozen=True)
@@ -44,14 +44,13 @@ class MetricsRow:
         return self.values.get("loss", float("nan"))
 
     def to_plain(self) -> dict[str, Any]:
-        prefix = COLUMN_PREFIX[self.split]
         return {
             "time_s": self.time_s,
             "samples": self.samples,
             "fraction": self.fraction,
             "version": self.version,
             "protocol": self.protocol,
-            **{f"{prefix}_{name}": value for name, value in self.values.items()},
+            **{column(self.split, name): value for name, value in self.values.items()},
             "train_loss": self.train_loss,
             "samples_per_s": "" if self.samples_per_s is None else self.samples_per_s,
         }

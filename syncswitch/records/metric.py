@@ -22,6 +22,11 @@ SPLITS = (VALIDATION, TEST)
 COLUMN_PREFIX = {VALIDATION: "val", TEST: "test"}
 
 
+def column(split: str, name: str) -> str:
+    """A measure's metrics.csv column, e.g. ``val_accuracy``."""
+    return f"{COLUMN_PREFIX[split]}_{name}"
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     """A run's primary metric: its name, which way is better, and the split it is read on."""
@@ -29,15 +34,6 @@ class MetricSpec:
     name: str = "accuracy"
     higher_is_better: bool = True
     split: str = VALIDATION
-
-    @property
-    def column(self) -> str:
-        """Its metrics.csv column, e.g. ``val_accuracy``."""
-        return f"{COLUMN_PREFIX[self.split]}_{self.name}"
-
-    @property
-    def direction(self) -> str:
-        return "higher" if self.higher_is_better else "lower"
 
     def better(self, a: float, b: float) -> bool:
         """Whether `a` is strictly better than `b` (NaN is never better)."""
@@ -55,10 +51,6 @@ class MetricSpec:
                 best = value
         return best
 
-    def score(self, value: float) -> float:
-        """`value` oriented so that higher is better (what a search maximises)."""
-        return value if self.higher_is_better else -value
-
     def show(self, value: float | None) -> str:
         """A value as a person reads it: accuracies in percent, others to 4 digits."""
         if value is None:
@@ -66,10 +58,6 @@ class MetricSpec:
         if self.name.endswith("accuracy"):
             return f"{100 * value:.2f}%"
         return f"{value:.4g}"
-
-    def describe(self) -> str:
-        """E.g. "validation accuracy (higher is better)"."""
-        return f"{self.split} {self.name} ({self.direction} is better)"
 
     def to_plain(self) -> dict[str, Any]:
         return {"name": self.name, "higher_is_better": self.higher_is_better, "split": self.split}
@@ -85,6 +73,20 @@ class MetricSpec:
             higher_is_better=higher,
             split=read.text("split", choices=SPLITS),
         )
+
+
+# Names whose direction is known without asking (also as a suffix: val_mse, top-1-acc).
+_HIGHER = ("accuracy", "acc", "f1", "auc", "precision", "recall", "r2", "iou", "dice", "bleu")
+_LOWER = ("loss", "mse", "mae", "rmse", "error", "err", "perplexity", "ppl", "nll", "wer", "cer")
+
+
+def known_direction(name: str) -> bool | None:
+    """Whether higher is better for a metric called `name`; None when the name does not say."""
+    lowered = name.lower()
+    for words, higher in ((_HIGHER, True), (_LOWER, False)):
+        if any(lowered == w or lowered.endswith(("_" + w, "-" + w)) for w in words):
+            return higher
+    return None
 
 
 # What a run is judged by unless told otherwise, and what runs written before validation

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from syncswitch.config import DEFAULT_MODEL
-from syncswitch.records.metric import TEST, MetricSpec
+from syncswitch.records.metric import TEST, MetricSpec, known_direction
 from syncswitch.rundir import RunData, Switch
 from syncswitch.rundir.changes import schedule_changes
 
@@ -70,8 +70,8 @@ def metric_of(run: RunData) -> MetricSpec:
     if run.summary is not None:
         return run.summary.metric
     metric = run.metrics.metric
-    higher = not any(word in metric for word in ("loss", "mse", "mae", "error", "perplexity"))
-    return MetricSpec(metric, higher, run.metrics.split)
+    higher = known_direction(metric)
+    return MetricSpec(metric, True if higher is None else higher, run.metrics.split)
 
 
 def _test_value(run: RunData, metric: MetricSpec) -> float | None:

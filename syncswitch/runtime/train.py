@@ -33,7 +33,7 @@ from syncswitch.core.reliability.checkpoints import (
 from syncswitch.errors import ConfigError, RunDirError
 from syncswitch.import_path import is_import_path
 from syncswitch.loggers import make_loggers
-from syncswitch.records.metric import COLUMN_PREFIX, TEST, VALIDATION
+from syncswitch.records.metric import TEST, VALIDATION, column
 from syncswitch.rundir import (
     RunWriter,
     Summary,
@@ -178,7 +178,7 @@ def _train(
         faults=plan.faults.describe(),
         resume_at=resume_point(checkpoint),
         loggers=make_loggers(config.logger or (), config.tracking_uri, run_dir),
-        measured=tuple(f"{COLUMN_PREFIX[plan.metric.split]}_{n}" for n in parts.task.names),
+        measured=tuple(column(plan.metric.split, n) for n in parts.task.names),
     )
     if plan.simulated:
         return _simulate(plan, writer, parts, checkpoint, schedule_source, weights_state)

@@ -15,15 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from syncswitch.errors import WorkloadError
-from syncswitch.records.metric import VALIDATION, MetricSpec, check_metric_name
+from syncswitch.records.metric import VALIDATION, MetricSpec, check_metric_name, known_direction
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 MetricFn = Callable[[torch.Tensor, torch.Tensor], "float | torch.Tensor"]
 LOSS = "loss"
-
-# Names whose direction is known without asking: everything else must be told.
-_HIGHER = ("accuracy", "acc", "f1", "auc", "precision", "recall", "r2", "iou", "dice", "bleu")
-_LOWER = ("loss", "mse", "mae", "rmse", "error", "err", "perplexity", "ppl", "nll", "wer", "cer")
 
 
 def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> float:
@@ -103,13 +99,9 @@ class Task:
 
 
 def _known_direction(name: str) -> bool:
-    lowered = name.lower()
-    for word in _HIGHER:
-        if lowered == word or lowered.endswith(("_" + word, "-" + word)):
-            return True
-    for word in _LOWER:
-        if lowered == word or lowered.endswith(("_" + word, "-" + word)):
-            return False
+    higher = known_direction(name)
+    if higher is not None:
+        return higher
     raise WorkloadError(
         f"primary_metric={name!r}: say whether higher or lower is better with "
         "higher_is_better=True or False"
