@@ -1,0 +1,238 @@
+"""The options that define the job itself: what is trained, by how many workers, under which
+protocols, with which optimizer and data. `TrainOptions` (options.py) adds how it runs and
+what it records; see there for what an option declares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from syncswitch.config.checks import Range
+from syncswitch.config.declare import (
+    JOB_GROUP,
+    LOCAL_GROUP,
+    RUNTIME_GROUP,
+    SCHEDULE_GROUP,
+    Identity,
+    Role,
+    option,
+)
+from syncswitch.config.limits import (
+    DATASET_CHOICES,
+    MAX_BATCH_SIZE,
+    MAX_EPOCHS,
+    MAX_MNIST1D_SAMPLES,
+    MAX_OUTER_LR,
+    MAX_SEED,
+    MAX_SERVERS,
+    MAX_SWITCH_THRESHOLD,
+    MAX_WORKERS,
+    MODEL_CHOICES,
+    VALIDATION_SHARE,
+)
+from syncswitch.core.sync.hyperparams import LrScheduleKind, MomentumPolicy
+from syncswitch.core.sync.local import LocalStepsRule, OuterOptimizerKind, StatePolicy
+from syncswitch.core.timing.rules import RULE_NAMES
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """The job's options, first in `--help`'s groups; the fields of `TrainOptions` follow."""
+
+    # The job: what is trained, by how many workers, under which protocols.
+    workers: int = option(
+        8,
+        "number of worker actors (data-parallel replicas)",
+        Role(JOB_GROUP, Identity.JOB),
+        range=Range(1, MAX_WORKERS),
+    )
+    servers: int = option(
+        1,
+        "parameter-server actors; parameters are sharded evenly over them",
+        Role(RUNTIME_GROUP, Identity.JOB),
+        range=Range(1, MAX_SERVERS),
+    )
+    schedule: str = option(
+        "online",
+        "protocol phases PROTOCOL[:END],...: PROTOCOL is bsp, asp, ssp-S or local-H (H local "
+        "steps per worker between rounds of model deltas, docs/local-updates.md); END is the "
+        "fraction of total training samples where the phase ends; the last phase runs to the end; "
+        "END 'online' (bsp:online,asp; 'online' alone says that, and is the default): the run "
+        "decides when to leave BSP, by --switch-rule, between --switch-floor and --switch-ceiling; "
+        "'auto': this job's stored switch point (from `syncswitch search` or an online run), "
+        "else online",
+        Role(SCHEDULE_GROUP, Identity.NONE),
+    )
+    switch_rule: str = option(
+        "staleness",
+        "for an END 'online': staleness (leave BSP once the error staleness would add under ASP "
+        "falls below --switch-threshold times the gradient's sampling noise), noise-scale (once "
+        "the gradient noise scale exceeds --switch-threshold times the global batch) or plateau "
+        "(once the test loss improves by less than --switch-threshold, relative, per 0.1 of "
+        "training)",
+        Role(SCHEDULE_GROUP, Identity.NONE),
+        choices=list(RULE_NAMES),
+        online_only=True,
+    )
+    switch_threshold: float | None = option(
+        None,
+        "the switch rule's threshold (default: the rule's own, 0.15 staleness, 2 noise-scale, "
+        "0.05 plateau)",
+        Role(SCHEDULE_GROUP, Identity.NONE),
+        range=Range(0, MAX_SWITCH_THRESHOLD, low_open=True),
+        online_only=True,
+    )
+    switch_floor: float = option(
+        1 / 16,
+        "an online phase ends no earlier than this fraction of training",
+        Role(SCHEDULE_GROUP, Identity.NONE),
+        range=Range(0, 1, high_open=True),
+        online_only=True,
+    )
+    switch_ceiling: float = option(
+        7 / 8,
+        "an online phase ends by this fraction of training at the latest, whatever the signal",
+        Role(SCHEDULE_GROUP, Identity.NONE),
+        range=Range(0, 1, low_open=True, high_open=True),
+        online_only=True,
+    )
+    # Local-H phases (core/sync/local.py, docs/local-updates.md).
+    outer_optimizer: str = option(
+        "average",
+        "local-H phases: how a round of workers' model deltas is applied: average (local "
+        "SGD: the mean of the workers' models) or nesterov (DiLoCo: SGD with Nesterov "
+        "momentum over the mean delta, at --outer-lr and --outer-momentum)",
+        Role(LOCAL_GROUP, Identity.WHEN_SET),
+        choices=[k.value for k in OuterOptimizerKind],
+    )
+    outer_lr: float = option(
+        1.0,
+        "local-H phases: the outer step's learning rate (1 with average is plain model "
+        "averaging; DiLoCo uses 0.7 with nesterov)",
+        Role(LOCAL_GROUP, Identity.WHEN_SET),
+        range=Range(0, MAX_OUTER_LR, low_open=True),
+    )
+    outer_momentum: float = option(
+        0.9,
+        "local-H phases: the nesterov outer step's momentum",
+        Role(LOCAL_GROUP, Identity.WHEN_SET),
+        range=Range(0, 1, high_open=True),
+    )
+    local_lr_factor: float = option(
+        1.0,
+        "local-H phases: a worker's own learning rate is --lr (with its schedule) times this; "
+        "1 makes local-1 equal BSP",
+        Role(LOCAL_GROUP, Identity.WHEN_SET),
+        range=Range(0, 1, low_open=True),
+    )
+    local_steps_rule: str = option(
+        "fixed",
+        "local-H phases: fixed (H as the schedule says) or qsr (H grows as the learning rate "
+        "decays: H x (lr at the phase's start / lr now)^2, at most 8 x H)",
+        Role(LOCAL_GROUP, Identity.WHEN_SET),
+        choices=[k.value for k in LocalStepsRule],
+    )
+    local_inner_state: str = option(
+        "keep",
+        "local-H phases: a worker's own momentum buffer carries over from round to round "
+        "(keep; a new local phase starts it at zero) or starts at zero every round (reset)",
+        Role(LOCAL_GROUP, Identity.WHEN_SET),
+        choices=[k.value for k in StatePolicy],
+    )
+    local_server_momentum: str = option(
+        "reset",
+        "when a local-H phase ends: the server's momentum buffer (from before the phase) is "
+        "zeroed (reset) or carried over (keep)",
+        Role(LOCAL_GROUP, Identity.WHEN_SET),
+        choices=[k.value for k in StatePolicy],
+    )
+    epochs: float = option(
+        80.0,
+        "total training workload, in passes over the training set",
+        Role(JOB_GROUP, Identity.JOB),
+        range=Range(0, MAX_EPOCHS, low_open=True),
+    )
+    batch_size: int = option(
+        32,
+        "per-worker batch size (a BSP update consumes workers x this)",
+        Role(JOB_GROUP, Identity.JOB),
+        range=Range(1, MAX_BATCH_SIZE),
+    )
+    lr: float = option(
+        0.2,
+        "learning rate of one BSP update; ASP/SSP updates use lr/workers (linear scaling)",
+        Role(JOB_GROUP, Identity.JOB),
+        range=Range(0, low_open=True),
+    )
+    momentum: float = option(
+        0.9,
+        "SGD momentum (used as is in BSP phases)",
+        Role(JOB_GROUP, Identity.JOB),
+        range=Range(0, 1, high_open=True),
+    )
+    momentum_at_switch: str = option(
+        "scale",
+        "momentum in ASP/SSP phases: keep, scale (momentum/workers), zero, or ramp "
+        "(momentum/workers at the switch, back to momentum over --momentum-ramp)",
+        Role(SCHEDULE_GROUP, Identity.JOB),
+        choices=[p.value for p in MomentumPolicy],
+    )
+    momentum_ramp: float = option(
+        0.1,
+        "fraction of training over which 'ramp' restores momentum",
+        Role(SCHEDULE_GROUP, Identity.JOB),
+        range=Range(0, 1),
+    )
+    weight_decay: float = option(
+        0.0, "L2 weight decay", Role(JOB_GROUP, Identity.JOB), range=Range(0)
+    )
+    lr_schedule: str = option(
+        "cosine",
+        "learning-rate schedule over training progress (fraction of samples)",
+        Role(JOB_GROUP, Identity.JOB),
+        choices=[k.value for k in LrScheduleKind],
+    )
+    warmup: float = option(
+        0.0, "linear learning-rate warmup, as a fraction of training", Role(JOB_GROUP, Identity.JOB)
+    )
+    lr_milestones: list[float] | None = option(
+        None,
+        "for --lr-schedule step: fractions where lr is multiplied by --lr-gamma",
+        Role(JOB_GROUP, Identity.JOB),
+    )
+    lr_gamma: float = option(
+        0.1,
+        "for --lr-schedule step: factor applied at each milestone",
+        Role(JOB_GROUP, Identity.JOB),
+    )
+    # Data and model.
+    dataset: str = option(
+        "mnist1d", "dataset", Role(JOB_GROUP, Identity.JOB), choices=list(DATASET_CHOICES)
+    )
+    data_dir: str | None = option(
+        None, "directory holding CIFAR files (never downloaded)", Role(JOB_GROUP, Identity.NONE)
+    )
+    model: str | None = option(
+        None,
+        "model (default: cnn1d for mnist1d, resnet20 for cifar10, resnet32 for cifar100)",
+        Role(JOB_GROUP, Identity.JOB),
+        choices=list(MODEL_CHOICES),
+    )
+    mnist1d_samples: int = option(
+        10000,
+        "MNIST-1D samples to generate (80% train, 20% test)",
+        Role(JOB_GROUP, Identity.JOB),
+        range=Range(100, MAX_MNIST1D_SAMPLES),
+    )
+    val_fraction: float = option(
+        VALIDATION_SHARE,
+        "share of training samples set aside (seeded alike for every run of a job) as the "
+        "validation split every decision reads; 0: none (the test set decides, as before 0.2)",
+        Role(JOB_GROUP, Identity.WHEN_SET), range=Range(0, 0.5),
+    )  # fmt: skip
+    seed: int = option(
+        0,
+        "seed for model init, data order and emulated jitter",
+        Role(JOB_GROUP, Identity.NONE),
+        range=Range(0, MAX_SEED),
+    )
