@@ -74,12 +74,8 @@ class FlatSGD:
     def step(self, gradient: torch.Tensor, *, lr: float, momentum: float) -> None:
         """One SGD update with `gradient`, which is read and never written."""
         weights = self._weights
-        if gradient.shape != weights.shape:
-            raise ValueError(
-                f"gradient of shape {tuple(gradient.shape)} for weights of shape "
-                f"{tuple(weights.shape)}"
-            )
-        grad = self._on_device(gradient)
+        check_shape(gradient, weights)
+        grad, self._incoming = as_float32_on(gradient, weights, self._incoming)
         # torch.optim.SGD: grad = grad + weight_decay * param, as a new tensor.
         if self._weight_decay != 0:
             grad = torch.add(grad, weights, alpha=self._weight_decay, out=self._scratch)
@@ -109,23 +105,36 @@ class FlatSGD:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._weights.copy_(state["weights"])
-        buffer = state["momentum_buffer"]
+        buffer = state.get("momentum_buffer")
         self._momentum_buffer = (
             None
             if buffer is None
             else buffer.to(device=self._weights.device, dtype=torch.float32, copy=True)
         )
 
-    def _on_device(self, gradient: torch.Tensor) -> torch.Tensor:
-        """`gradient` as float32 on the weights' device: itself when it already is."""
-        if gradient.requires_grad:
-            gradient = gradient.detach()  # so that out= below never meets autograd
-        weights = self._weights
-        if gradient.dtype is torch.float32 and gradient.device == weights.device:
-            return gradient
-        if self._incoming is None:
-            self._incoming = torch.empty_like(weights)
-        return self._incoming.copy_(gradient)
+
+
+def check_shape(gradient: torch.Tensor, weights: torch.Tensor) -> None:
+    if gradient.shape != weights.shape:
+        raise ValueError(
+            f"gradient of shape {tuple(gradient.shape)} for weights of shape "
+            f"{tuple(weights.shape)}"
+        )
+
+
+def as_float32_on(
+    gradient: torch.Tensor, weights: torch.Tensor, incoming: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`gradient` as float32 on the weights' device: itself when it already is, else copied
+    into `incoming` (made on first use, returned to be kept): on a GPU the aggregate crosses
+    over once per update, into memory reused."""
+    if gradient.requires_grad:
+        gradient = gradient.detach()  # so that out= in the step never meets autograd
+    if gradient.dtype is torch.float32 and gradient.device == weights.device:
+        return gradient, incoming
+    if incoming is None:
+        incoming = torch.empty_like(weights)
+    return incoming.copy_(gradient), incoming
 
 
 def flatten_parameters(model: torch.nn.Module) -> torch.Tensor:
