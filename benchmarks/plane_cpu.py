@@ -73,6 +73,7 @@ from server_capacity import BATCH, parameter_count
 
 from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.protocol import Schedule
+from syncswitch.core.sync.server_optimizer import OptimizerConfig
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.ray.server import ParameterServer
 from syncswitch.runtime.shards import ShardSpec
@@ -212,15 +213,14 @@ def measure(
     torch.set_num_threads(1)  # as the server actor is started
     clients = len(pool.jobs)
     config = SyncConfig(
+        optimizer=OptimizerConfig(weight_decay=5e-4),
         workers=clients,
         total_samples=10**12,  # never done within the measurement
         schedule=Schedule.parse(schedule),
         lr=0.01,
         momentum=0.9,
     )
-    server = ParameterServer(
-        ShardSpec(config, np.zeros(numel, dtype=np.float32), 5e-4), host="127.0.0.1"
-    )
+    server = ParameterServer(ShardSpec(config, np.zeros(numel, dtype=np.float32)), host="127.0.0.1")
     submit = CpuTimed(server.shard.submit)
     snapshot = CpuTimed(server._current)
     server.shard.submit = submit  # type: ignore[method-assign]

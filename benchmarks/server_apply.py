@@ -55,6 +55,7 @@ from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import ASP, Schedule
 from syncswitch.core.sync.records import Gradient
+from syncswitch.core.sync.server_optimizer import OptimizerConfig
 from syncswitch.workloads import build_model, load_dataset
 from syncswitch.workloads.models import resnet20
 
@@ -118,6 +119,7 @@ def time_shard_submit(
     initial: torch.Tensor, gradient: torch.Tensor, updates: int
 ) -> tuple[float, float]:
     config = SyncConfig(
+        optimizer=OptimizerConfig(weight_decay=WEIGHT_DECAY),
         workers=WORKERS,
         total_samples=RUN_UPDATES * BATCH,
         schedule=Schedule.single(ASP),
@@ -125,7 +127,7 @@ def time_shard_submit(
         momentum=MOMENTUM,
     )
     # As ParameterServer.__init__ builds its shard (CPU, no restore, steps not observed).
-    shard = ServerShard(config, initial.numpy(), WEIGHT_DECAY, observe_steps=False, device="cpu")
+    shard = ServerShard(config, initial.numpy(), observe_steps=False, device="cpu")
     shard.begin()
     # Built beforehand: the Ray server builds each Gradient from its message (transport side).
     messages = [

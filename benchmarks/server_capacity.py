@@ -41,6 +41,7 @@ from harness import (
 
 from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.protocol import ASP, Schedule
+from syncswitch.core.sync.server_optimizer import OptimizerConfig
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.ray.server import ParameterServer
 from syncswitch.runtime.shards import ShardSpec
@@ -70,6 +71,7 @@ def client(address: str, token: bytes, worker: int, numel: int, stop) -> None:
 def measure(numel: int, clients: int, warmup_s: float, window_s: float) -> dict:
     torch.set_num_threads(1)  # as the server actor is started
     config = SyncConfig(
+        optimizer=OptimizerConfig(weight_decay=5e-4),
         workers=clients,
         total_samples=10**9,  # never done within the measurement
         schedule=Schedule.single(ASP),
@@ -77,7 +79,7 @@ def measure(numel: int, clients: int, warmup_s: float, window_s: float) -> dict:
         momentum=0.9,
     )
     initial = np.zeros(numel, dtype=np.float32)
-    server = ParameterServer(ShardSpec(config, initial, 5e-4), host="127.0.0.1")
+    server = ParameterServer(ShardSpec(config, initial), host="127.0.0.1")
     server.begin()
     for worker in range(clients):
         server.admit(worker, 0)  # rejoin less the weights reply, which is Ray's

@@ -52,7 +52,7 @@ def timed_costs(job: TrainConfig, dataset: ArrayDataset) -> tuple[float, float]:
     asp = job.with_schedule("asp", runtime="sim", cluster=None, out=None)
     data = ArrayData(dataset.with_validation(job.val_fraction))
     plan = RunPlan.resolve(asp, data.size(TRAIN))
-    shard = ServerShard(plan.sync, weights.copy(), job.weight_decay)
+    shard = ServerShard(plan.sync, weights.copy())
     shard.begin()
     gradient = torch.from_numpy(np.full(len(weights), 1e-6, dtype=np.float32))
     started = time.thread_time()

@@ -45,6 +45,7 @@ from syncswitch.core.stragglers.scenarios import StragglerScenario
 from syncswitch.core.sync.hyperparams import LrSchedule
 from syncswitch.core.sync.local import LocalConfig, LocalStepsRule, OuterOptimizerKind, StatePolicy
 from syncswitch.core.sync.protocol import Schedule
+from syncswitch.core.sync.server_optimizer import ADAM_BETAS, OptimizerConfig, OptimizerKind
 from syncswitch.errors import ConfigError
 
 
@@ -127,6 +128,22 @@ class TrainConfig(TrainOptions):
             worker_batch=self.batch_size,
             inner_lr_factor=self.local_lr_factor,
         )
+
+    def optimizer_config(self) -> OptimizerConfig:
+        """The server optimizer (core/sync/server_optimizer.py); Adam's beta1 is not here but
+        `first_moment_decay`, since the momentum policy changes it per phase."""
+        return OptimizerConfig(
+            kind=OptimizerKind(self.optimizer),
+            weight_decay=self.weight_decay,
+            beta2=self.betas[1] if self.betas else ADAM_BETAS[1],
+            eps=self.eps,
+        )
+
+    def first_moment_decay(self) -> float:
+        """SGD's momentum, or Adam's beta1: what BSP uses and the momentum policy acts on."""
+        if self.optimizer == OptimizerKind.SGD:
+            return self.momentum
+        return self.betas[0] if self.betas else ADAM_BETAS[0]
 
     def detector_config(self) -> DetectorConfig:
         return detector_config(self)

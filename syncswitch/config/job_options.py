@@ -30,8 +30,9 @@ from syncswitch.config.limits import (
     MODEL_CHOICES,
     VALIDATION_SHARE,
 )
-from syncswitch.core.sync.hyperparams import LrScheduleKind, MomentumPolicy
+from syncswitch.core.sync.hyperparams import AsyncLrPolicy, LrScheduleKind, MomentumPolicy
 from syncswitch.core.sync.local import LocalStepsRule, OuterOptimizerKind, StatePolicy
+from syncswitch.core.sync.server_optimizer import OptimizerKind
 from syncswitch.core.timing.rules import RULE_NAMES
 
 
@@ -160,20 +161,28 @@ class JobOptions:
     )
     lr: float = option(
         0.2,
-        "learning rate of one BSP update; ASP/SSP updates use lr/workers (linear scaling)",
+        "learning rate of one BSP update; ASP/SSP updates use lr/workers (see --async-lr)",
         Role(JOB_GROUP, Identity.JOB),
         range=Range(0, low_open=True),
     )
+    optimizer: str = option(
+        "sgd",
+        "the parameter server's optimizer: sgd (momentum SGD, L2 decay), adam (L2 decay) or "
+        "adamw (decoupled decay); every shard, every protocol (docs/optimizers.md)",
+        Role(JOB_GROUP, Identity.WHEN_SET),
+        choices=[k.value for k in OptimizerKind],
+    )
     momentum: float = option(
         0.9,
-        "SGD momentum (used as is in BSP phases)",
+        "SGD momentum (used as is in BSP phases); Adam's beta1 is --betas' first",
         Role(JOB_GROUP, Identity.JOB),
         range=Range(0, 1, high_open=True),
     )
     momentum_at_switch: str = option(
         "scale",
-        "momentum in ASP/SSP phases: keep, scale (momentum/workers), zero, or ramp "
-        "(momentum/workers at the switch, back to momentum over --momentum-ramp)",
+        "momentum (Adam: beta1) in ASP/SSP phases: keep, scale (/workers), zero, ramp "
+        "(/workers at the switch, back over --momentum-ramp), or reset (kept, its buffer or "
+        "first moment started afresh at the switch)",
         Role(SCHEDULE_GROUP, Identity.JOB),
         choices=[p.value for p in MomentumPolicy],
     )
@@ -183,8 +192,30 @@ class JobOptions:
         Role(SCHEDULE_GROUP, Identity.JOB),
         range=Range(0, 1),
     )
+    async_lr: str = option(
+        "linear",
+        "learning rate of an ASP/SSP update: linear (lr x 1/workers, one worker's share of a "
+        "BSP update) or none (lr itself)",
+        Role(SCHEDULE_GROUP, Identity.WHEN_SET),
+        choices=[p.value for p in AsyncLrPolicy],
+    )
     weight_decay: float = option(
-        0.0, "L2 weight decay", Role(JOB_GROUP, Identity.JOB), range=Range(0)
+        0.0,
+        "weight decay: L2 (added to the gradient) for sgd and adam, decoupled for adamw",
+        Role(JOB_GROUP, Identity.JOB),
+        range=Range(0),
+    )
+    betas: list[float] | None = option(
+        None,
+        "--optimizer adam/adamw: B1,B2, the moments' decay (default 0.9,0.999); B1 is what "
+        "--momentum-at-switch acts on",
+        Role(JOB_GROUP, Identity.WHEN_SET),
+    )
+    eps: float = option(
+        1e-8,
+        "--optimizer adam/adamw: added to the second moment's square root",
+        Role(JOB_GROUP, Identity.WHEN_SET),
+        range=Range(0, 1, low_open=True),
     )
     lr_schedule: str = option(
         "cosine",

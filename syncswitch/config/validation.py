@@ -24,6 +24,7 @@ from syncswitch.core.stragglers.policies import StragglerPolicyKind
 from syncswitch.core.stragglers.scenarios import StragglerScenario, build_scenario
 from syncswitch.core.sync.hyperparams import LrSchedule, LrScheduleKind
 from syncswitch.core.sync.protocol import Protocol, Schedule, ScheduleError
+from syncswitch.core.sync.server_optimizer import OptimizerKind
 from syncswitch.errors import ConfigError
 from syncswitch.import_path import is_import_path
 from syncswitch.loggers import LOGGERS
@@ -66,6 +67,7 @@ def validate_job(config: TrainOptions, build_cluster: Callable[[], ClusterModel]
             f"greedy_return applies to online_policy greedy, not {config.online_policy!r}"
         )
     _check_loggers(config)
+    _check_optimizer(config)
     if config.speed_factors and len(config.speed_factors) != config.workers:
         raise ConfigError(
             f"speed_factors has {len(config.speed_factors)} values but workers is "
@@ -166,6 +168,30 @@ def _check_cluster(
             "run's timing is the real one (or --step-time-ms emulation)"
         )
     return None
+
+
+def _check_optimizer(config: TrainOptions) -> None:
+    """Adam's options with SGD, SGD's momentum with Adam: each would do nothing."""
+    defaults = {f.name: f.default for f in fields(config)}
+    adam = config.optimizer != OptimizerKind.SGD
+    if not adam:
+        moot = [n for n in ("betas", "eps") if getattr(config, n) != defaults[n]]
+        if moot:
+            flags = " and ".join("--" + n for n in moot)
+            raise ConfigError(
+                f"{flags} {'are' if len(moot) > 1 else 'is'} Adam's: give --optimizer adam or "
+                "adamw, or drop it"
+            )
+        return
+    if config.momentum != defaults["momentum"]:
+        raise ConfigError(
+            f"momentum = {config.momentum:g} is SGD's; with optimizer {config.optimizer} "
+            "beta1 is the first of --betas (e.g. --betas 0.9,0.999)"
+        )
+    betas = config.betas
+    if betas is not None and (len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas)):
+        shown = ",".join(f"{b:g}" for b in betas)
+        raise ConfigError(f"betas = {shown}: give two values B1,B2, each in [0, 1)")
 
 
 def _check_loggers(config: TrainOptions) -> None:

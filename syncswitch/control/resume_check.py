@@ -18,7 +18,7 @@ import torch
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.run_state import RunCheckpoint
 from syncswitch.core.reliability.checkpoints import LoadedCheckpoint
-from syncswitch.core.sync.optimizer import FlatSGD
+from syncswitch.core.sync.server_optimizer import make_optimizer
 from syncswitch.core.sync.sharding import parameter_shards
 from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.core.sync.synchronizer import Synchronizer
@@ -65,8 +65,15 @@ class ResumeCheck:
         _check_vector(optimizer.weights, "weights", length)
         if optimizer.momentum_buffer is not None:
             _check_vector(optimizer.momentum_buffer, "momentum_buffer", length)
+        if optimizer.second_moment is not None:
+            _check_vector(optimizer.second_moment, "second_moment", length)
+        kind = self.plan.sync.optimizer.kind
+        if (optimizer.adam is not None) != self.plan.sync.optimizer.is_adam:
+            held = "Adam's" if optimizer.adam is not None else "SGD's"
+            raise ValueError(f"it holds {held} optimizer state, this run's optimizer is {kind}")
         # The synchronizer a server shard restores the state into, with this run's settings.
-        Synchronizer(self.plan.sync, FlatSGD(torch.zeros(length))).restore(shard_state)
+        server = make_optimizer(self.plan.sync.optimizer, torch.zeros(length))
+        Synchronizer(self.plan.sync, server).restore(shard_state)
         named = set(shard_state.clocks) | set(shard_state.excluded)
         workers = self.plan.sync.workers
         if not named <= set(range(workers)):

@@ -21,7 +21,6 @@ from syncswitch.core.stragglers.monitor import carry_out
 from syncswitch.core.sync.config import SyncConfig, check_worker
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.local import LocalRound
-from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import ProtocolSpec
 from syncswitch.core.sync.records import (
     Decision,
@@ -30,6 +29,7 @@ from syncswitch.core.sync.records import (
     Snapshot,
     StepObservation,
 )
+from syncswitch.core.sync.server_optimizer import make_optimizer
 from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.core.sync.synchronizer import Synchronizer
 from syncswitch.records import Accounting
@@ -79,7 +79,6 @@ class ServerShard:
         self,
         config: SyncConfig,
         initial: np.ndarray,
-        weight_decay: float,
         *,
         restore: SynchronizerState | None = None,
         observe_steps: bool = False,
@@ -90,8 +89,8 @@ class ServerShard:
         `observe_steps`: record arriving step times for the straggler detector; `device`:
         where the weights and the optimizer state live (gradients come and weights go in
         CPU memory either way)."""
-        optimizer = FlatSGD(
-            torch.from_numpy(np.array(initial)), weight_decay=weight_decay, device=device
+        optimizer = make_optimizer(
+            config.optimizer, torch.from_numpy(np.array(initial)), device=device
         )
         self.sync = Synchronizer(config, optimizer, clock=clock)
         self.restored = restore is not None

@@ -32,7 +32,6 @@ class ShardSpec:
 
     config: SyncConfig
     initial: np.ndarray  # the shard's slice of the flat parameters
-    weight_decay: float
     restore: SynchronizerState | None = None  # a snapshot's state (a replaced server, a resume)
     observe_steps: bool = False  # record arriving step times for the straggler detector
 
@@ -42,7 +41,6 @@ class ShardSpec:
         return ServerShard(
             self.config,
             self.initial,
-            self.weight_decay,
             restore=self.restore,
             observe_steps=self.observe_steps,
             clock=clock,
@@ -62,7 +60,6 @@ def shard_specs(
         ShardSpec(
             plan.sync,
             initial[part],
-            plan.job.weight_decay,
             restore=restore[index] if restore else None,
             observe_steps=index == 0 and plan.online is not None,
         )

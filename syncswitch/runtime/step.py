@@ -20,6 +20,7 @@ import torch
 from syncswitch.core.cluster.emulation import EmulationConfig, StepTimeModel
 from syncswitch.core.reliability.faults import Fault, FaultKind, inject
 from syncswitch.core.sync.local import InnerLoop, LocalRound
+from syncswitch.core.sync.server_optimizer import OptimizerConfig
 from syncswitch.core.sync.sharding import BatchStream
 
 # A worker's gradient (a copy or a buffer it reuses) and loss on the weights it is given.
@@ -73,12 +74,18 @@ class Computed:
 class WorkerStep:
     """One worker's steps: its own SGD for local rounds, its injected faults, its step time."""
 
-    def __init__(self, worker: int, emulation: EmulationConfig, faults: tuple[Fault, ...]) -> None:
+    def __init__(
+        self,
+        worker: int,
+        emulation: EmulationConfig,
+        faults: tuple[Fault, ...],
+        optimizer: OptimizerConfig | None = None,
+    ) -> None:
         self.worker = worker
         self.emulation = emulation
         self.all_faults = faults
         self.faults = faults  # those of the current incarnation
-        self.inner = InnerLoop()  # its own SGD in local phases
+        self.inner = InnerLoop(optimizer)  # its own optimizer in local phases
 
     def start(self, incarnation: int, *, new_process: bool = False) -> None:
         """A run of the worker starts: a crash or a hang happens in the first incarnation

@@ -24,6 +24,13 @@ from tests.security.helpers import one_line_error
         (["--momentum", "1.5"], "momentum = 1.5"),
         (["--dataset", "imagenet"], "choose one of mnist1d, cifar10, cifar100"),
         (["--speed-factors", "1,2", "--workers", "3"], "one factor per worker"),
+        (["--optimizer", "lamb"], "choose one of sgd, adam, adamw"),
+        (["--betas", "0.9,0.99"], "--betas is Adam's: give --optimizer adam or adamw"),
+        (["--optimizer", "adam", "--momentum", "0.5"], "momentum = 0.5 is SGD's"),
+        (["--optimizer", "adamw", "--betas", "0.9,1.0"], "betas = 0.9,1: give two values"),
+        (["--optimizer", "adamw", "--betas", "0.9"], "betas = 0.9: give two values"),
+        (["--optimizer", "adam", "--eps", "0"], "eps = 0"),
+        (["--async-lr", "sqrt"], "choose one of linear, none"),
     ],
 )
 def test_bad_input_gets_one_line_naming_value_and_allowed(capsys, argv, fragment) -> None:

@@ -182,7 +182,6 @@ class ScriptedRun:
             ServerShard(
                 self.plan.sync,
                 initial[part],
-                weight_decay=0.0,
                 restore=restore[i] if restore else None,
                 observe_steps=i == 0 and self.plan.online is not None,
                 clock=lambda: self.now_s,

@@ -29,7 +29,7 @@ def main() -> None:
     config = SyncConfig(
         workers=workers, total_samples=total, schedule=Schedule.single(ASP), lr=0.01
     )
-    server = ParameterServer(ShardSpec(config, np.zeros(VALUES, np.float32), 0.0), host="127.0.0.1")
+    server = ParameterServer(ShardSpec(config, np.zeros(VALUES, np.float32)), host="127.0.0.1")
     server.begin()
     for worker in range(workers):
         server.admit(worker, 0)

@@ -373,8 +373,8 @@ class GiveUp:
 
 
 def lower_momentum(policy: MomentumPolicy) -> MomentumPolicy:
-    """One step down MOMENTUM_LADDER (ZERO stays ZERO)."""
-    index = MOMENTUM_LADDER.index(policy)
+    """One step down MOMENTUM_LADDER (ZERO stays ZERO); RESET has KEEP's momentum."""
+    index = MOMENTUM_LADDER.index(MomentumPolicy.KEEP if policy is MomentumPolicy.RESET else policy)
     return MOMENTUM_LADDER[min(index + 1, len(MOMENTUM_LADDER) - 1)]
 
 

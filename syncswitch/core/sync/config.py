@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Set
 from dataclasses import dataclass, field
 
-from syncswitch.core.sync.hyperparams import LrSchedule, MomentumPolicy
+from syncswitch.core.sync.hyperparams import AsyncLrPolicy, LrSchedule, MomentumPolicy
 from syncswitch.core.sync.local import LocalConfig
 from syncswitch.core.sync.protocol import Protocol, Schedule
+from syncswitch.core.sync.server_optimizer import OptimizerConfig
 
 
 @dataclass(frozen=True)
@@ -16,10 +17,12 @@ class SyncConfig:
     total_samples: int
     schedule: Schedule
     lr: float  # learning rate of one BSP update (global batch = workers x worker batch)
-    momentum: float = 0.9
+    momentum: float = 0.9  # SGD's momentum, or Adam's beta1: what the momentum policy acts on
     momentum_policy: MomentumPolicy = MomentumPolicy.SCALE
     momentum_ramp_fraction: float = 0.1
     lr_schedule: LrSchedule = LrSchedule()
+    async_lr: AsyncLrPolicy = AsyncLrPolicy.LINEAR
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     eval_every: float = 0.05  # evaluate each time progress crosses a multiple of this
     count_bsp_by_work: bool = False  # a BSP phase ends on its planned BSP samples, not progress
     checkpoint_every: float = 0.0  # snapshot each time progress crosses a multiple; 0 = off

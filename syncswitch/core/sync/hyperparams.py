@@ -25,6 +25,14 @@ class MomentumPolicy(StrEnum):
     SCALE = "scale"  # momentum / n
     ZERO = "zero"
     RAMP = "ramp"  # momentum / n at the switch, then linearly back to momentum
+    RESET = "reset"  # the configured momentum, its buffer (Adam: first moment) started afresh
+
+
+class AsyncLrPolicy(StrEnum):
+    """The learning rate of an asynchronous update, which applies one worker's gradient."""
+
+    LINEAR = "linear"  # lr * gradients / workers: BSP's lr over n for one gradient
+    NONE = "none"  # BSP's lr as it is (an adaptive optimizer's step is already normalised)
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ def async_momentum(
     ramp_fraction: float,
 ) -> float:
     """Momentum of an update in an asynchronous phase that began at `async_start`."""
-    if policy is MomentumPolicy.KEEP:
+    if policy in (MomentumPolicy.KEEP, MomentumPolicy.RESET):
         return momentum
     if policy is MomentumPolicy.ZERO:
         return 0.0

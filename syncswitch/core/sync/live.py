@@ -2,8 +2,8 @@
 frozen `SynchronizerState` and back.
 
 Everything the synchronizer changes as it runs is a field of `LiveState`, except what its
-collaborators own: the weights and momentum (FlatSGD), the SSP clocks and the barrier
-(WaitRoom), the exactly-once ledger and quarantine (admission.py), the outer optimizer's
+collaborators own: the weights and the optimizer's state (ServerOptimizer), the SSP clocks and
+the barrier (WaitRoom), the exactly-once ledger and quarantine (admission.py), the outer optimizer's
 momentum (local_phase.py) and the statistics accumulator. Taking a snapshot copies this value
 (with those collaborators' parts) into a `SynchronizerState`; restoring and rolling back build
 a new value from one and assign it.

@@ -42,14 +42,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import numpy as np
 import torch
 
-from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import MAX_LOCAL_STEPS, Protocol, ProtocolSpec
+from syncswitch.core.sync.server_optimizer import OptimizerConfig, ServerOptimizer, make_optimizer
 
 QSR_MAX_GROWTH = 8  # qsr: H grows at most to this multiple of the phase's H
 
@@ -166,8 +166,10 @@ class InnerLoop:
     `gradient` computes a step's gradient (and loss) on weights given as a float32 array; the
     Ray worker and the simulator pass their own (runtime/gradient.py underneath both)."""
 
-    def __init__(self) -> None:
-        self._sgd: FlatSGD | None = None
+    def __init__(self, optimizer: OptimizerConfig | None = None) -> None:
+        # The server's kind: a worker's local steps with Adam are Adam steps.
+        self.optimizer = optimizer or OptimizerConfig()
+        self._sgd: ServerOptimizer | None = None
         self._epoch: int | None = None
 
     def forget(self) -> None:
@@ -185,10 +187,10 @@ class InnerLoop:
         sgd = self._sgd
         keep = plan.keep_inner_state and sgd is not None and self._epoch == plan.epoch
         if keep and sgd is not None:
-            state = sgd.state_dict()
-            sgd.load_state_dict({"weights": start, "momentum_buffer": state["momentum_buffer"]})
+            sgd.load_state_dict({**sgd.state_dict(), "weights": start})
         else:
-            sgd = self._sgd = FlatSGD(start, weight_decay=plan.weight_decay)
+            config = replace(self.optimizer, weight_decay=plan.weight_decay)
+            sgd = self._sgd = make_optimizer(config, start)
         self._epoch = plan.epoch
         losses = []
         for _ in range(plan.steps):

@@ -14,13 +14,13 @@ import torch
 from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.live import LiveState
 from syncswitch.core.sync.local import LocalRound, OuterOptimizer, StatePolicy, round_steps
-from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import ASP, Protocol, ProtocolSpec
 from syncswitch.core.sync.records import Gradient
+from syncswitch.core.sync.server_optimizer import ServerOptimizer
 
 
 class LocalPhase:
-    def __init__(self, config: SyncConfig, optimizer: FlatSGD) -> None:
+    def __init__(self, config: SyncConfig, optimizer: ServerOptimizer) -> None:
         self.config = config
         self.optimizer = optimizer  # the server's: its momentum is reset when a phase ends
         self.outer = OuterOptimizer(config.local)  # the outer step's (Nesterov's) momentum

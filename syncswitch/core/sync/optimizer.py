@@ -113,12 +113,10 @@ class FlatSGD:
         )
 
 
-
 def check_shape(gradient: torch.Tensor, weights: torch.Tensor) -> None:
     if gradient.shape != weights.shape:
         raise ValueError(
-            f"gradient of shape {tuple(gradient.shape)} for weights of shape "
-            f"{tuple(weights.shape)}"
+            f"gradient of shape {tuple(gradient.shape)} for weights of shape {tuple(weights.shape)}"
         )
 
 

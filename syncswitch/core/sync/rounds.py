@@ -12,6 +12,7 @@ from collections.abc import Callable
 from syncswitch.core.sync.admission import DropReason
 from syncswitch.core.sync.config import SyncConfig, scheduled_phase
 from syncswitch.core.sync.gate import Gate
+from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.live import LiveState
 from syncswitch.core.sync.local_phase import LocalPhase
 from syncswitch.core.sync.milestones import Milestones
@@ -101,6 +102,8 @@ class Rounds:
         live.spec = spec
         if spec.protocol.is_async and not old.protocol.is_async:
             live.async_start = cfg.progress(live.samples)
+            if live.momentum_policy is MomentumPolicy.RESET:
+                self.updater.optimizer.reset_momentum()
         self.local.switch(live, old, spec)
         if spec.protocol is Protocol.SSP:
             room.reset_clocks()

@@ -16,6 +16,8 @@ import torch
 from syncswitch.core.sync.adam import FlatAdam
 from syncswitch.core.sync.optimizer import FlatSGD
 
+ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults
+
 
 class OptimizerKind(StrEnum):
     SGD = "sgd"  # momentum SGD, L2 weight decay (torch.optim.SGD)

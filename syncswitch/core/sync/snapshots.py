@@ -7,8 +7,8 @@ from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.gate import Gate
 from syncswitch.core.sync.live import LiveState
 from syncswitch.core.sync.local_phase import LocalPhase
-from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.records import Snapshot
+from syncswitch.core.sync.server_optimizer import ServerOptimizer
 from syncswitch.core.sync.state import OptimizerState, SynchronizerState
 from syncswitch.core.sync.update import Updater
 from syncswitch.core.sync.waitroom import WaitRoom
@@ -18,7 +18,7 @@ class Snapshots:
     def __init__(
         self,
         config: SyncConfig,
-        optimizer: FlatSGD,
+        optimizer: ServerOptimizer,
         room: WaitRoom,
         gate: Gate,
         local: LocalPhase,
@@ -35,9 +35,8 @@ class Snapshots:
         """The synchronizer's state at run second `now_s`, at a version boundary."""
         if self.room.pending:
             raise RuntimeError("a snapshot is taken at a version boundary, with no one waiting")
-        optimizer = self.optimizer.state_dict()
         state = live.capture(
-            optimizer=OptimizerState(optimizer["weights"], optimizer["momentum_buffer"]),
+            optimizer=OptimizerState.of(self.optimizer.state_dict()),
             clocks=self.room.clocks,
             ledger=self.gate.ledger.to_plain(),
             outer_buffer=self.local.outer_buffer(),
@@ -49,9 +48,7 @@ class Snapshots:
     def load(self, state: SynchronizerState) -> None:
         """The parts of `state` the collaborators hold: weights and momentum, SSP clocks, the
         outer momentum; the statistics forget the round before (the weights jumped)."""
-        self.optimizer.load_state_dict(
-            {"weights": state.optimizer.weights, "momentum_buffer": state.optimizer.momentum_buffer}
-        )
+        self.optimizer.load_state_dict(state.optimizer.as_dict())
         self.room.clocks = dict(state.clocks)
         self.local.load_outer_buffer(state.local.outer_buffer)
         stats = self.updater.stats

@@ -29,12 +29,34 @@ class StateFormatError(ValueError):
     """A plain-data state that is not a synchronizer's (a missing or wrong-typed field)."""
 
 
+# Adam's counters (core/sync/adam.py), in a checkpoint beside its moments.
+_ADAM_COUNTS = ("steps", "first_steps")
+_ADAM_NUMBERS = ("first_decay", "first_beta")
+
+
 @dataclass(frozen=True)
 class OptimizerState:
-    """FlatSGD's state: the weights and the momentum buffer (None before the first step)."""
+    """The server optimizer's state: the weights and the momentum buffer (SGD's momentum,
+    Adam's first moment; None before the first step), and Adam's second moment and counters
+    (`adam`: absent for SGD, so an SGD checkpoint is what it always was)."""
 
     weights: torch.Tensor
     momentum_buffer: torch.Tensor | None
+    second_moment: torch.Tensor | None = None
+    adam: Mapping[str, float] | None = None  # steps, first_decay, first_beta, first_steps
+
+    @classmethod
+    def of(cls, state: Mapping[str, Any]) -> OptimizerState:
+        """From an optimizer's state_dict()."""
+        adam = {k: state[k] for k in _ADAM_COUNTS + _ADAM_NUMBERS if k in state} or None
+        return cls(state["weights"], state["momentum_buffer"], state.get("second_moment"), adam)
+
+    def as_dict(self) -> dict[str, Any]:
+        """An optimizer's load_state_dict() argument."""
+        plain: dict[str, Any] = {"weights": self.weights, "momentum_buffer": self.momentum_buffer}
+        if self.adam is not None:
+            plain |= {"second_moment": self.second_moment, **self.adam}
+        return plain
 
 
 @dataclass(frozen=True)
@@ -68,10 +90,7 @@ class SynchronizerState:
 
     def to_plain(self) -> dict[str, Any]:
         return {
-            "optimizer": {
-                "weights": self.optimizer.weights,
-                "momentum_buffer": self.optimizer.momentum_buffer,
-            },
+            "optimizer": self.optimizer.as_dict(),
             "version": self.version,
             "samples": self.samples,
             "phase_index": self.phase_index,
@@ -112,7 +131,7 @@ class SynchronizerState:
             )
         pinned = plain.get("pinned")
         return cls(
-            optimizer=OptimizerState(weights, buffer),
+            optimizer=_adam_part(OptimizerState(weights, buffer), optimizer),
             version=read.count("version"),
             samples=read.count("samples"),
             phase_index=read.count("phase_index"),
@@ -199,6 +218,21 @@ class LocalState:
             bytes_by_protocol=counts("bytes_by_protocol"),
             unsent_samples=counts("unsent_samples"),
         )
+
+
+def _adam_part(sgd: OptimizerState, optimizer: Mapping[str, Any]) -> OptimizerState:
+    """`sgd` with Adam's second moment and counters, when the checkpoint holds them."""
+    if "steps" not in optimizer:
+        return sgd
+    read = _Reader(optimizer)
+    second = optimizer.get("second_moment")
+    if second is not None and type(second) is not torch.Tensor:
+        raise StateFormatError(
+            f"optimizer second_moment is a {type(second).__name__}, not a tensor or None"
+        )
+    adam: dict[str, float] = {k: read.count(k) for k in _ADAM_COUNTS}
+    adam |= {k: read.number(k) for k in _ADAM_NUMBERS}
+    return OptimizerState(sgd.weights, sgd.momentum_buffer, second, adam)
 
 
 class _Reader:

@@ -52,10 +52,10 @@ from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.live import LiveState
 from syncswitch.core.sync.local import LocalRound
 from syncswitch.core.sync.local_phase import LocalPhase
-from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import Protocol, ProtocolSpec
 from syncswitch.core.sync.records import Gradient, Outcome, Snapshot
 from syncswitch.core.sync.rounds import Rounds
+from syncswitch.core.sync.server_optimizer import ServerOptimizer
 from syncswitch.core.sync.snapshots import Snapshots
 from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.core.sync.update import Updater
@@ -67,7 +67,7 @@ class Synchronizer:
     def __init__(
         self,
         config: SyncConfig,
-        optimizer: FlatSGD,
+        optimizer: ServerOptimizer,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.config = config

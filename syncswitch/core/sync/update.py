@@ -10,12 +10,17 @@ import torch
 
 from syncswitch.core.sync.admission import GradientLedger
 from syncswitch.core.sync.config import SyncConfig
-from syncswitch.core.sync.hyperparams import MomentumPolicy, async_momentum, update_learning_rate
+from syncswitch.core.sync.hyperparams import (
+    AsyncLrPolicy,
+    MomentumPolicy,
+    async_momentum,
+    update_learning_rate,
+)
 from syncswitch.core.sync.live import LiveState
 from syncswitch.core.sync.local_phase import LocalPhase
-from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import ASP, Protocol, ProtocolSpec
 from syncswitch.core.sync.records import Gradient, UpdateRecord
+from syncswitch.core.sync.server_optimizer import ServerOptimizer
 from syncswitch.core.timing.gradient_stats import RoundStatsAccumulator
 
 
@@ -23,7 +28,7 @@ class Updater:
     def __init__(
         self,
         config: SyncConfig,
-        optimizer: FlatSGD,
+        optimizer: ServerOptimizer,
         local: LocalPhase,
         now_s: Callable[[], float],
     ) -> None:
@@ -106,7 +111,7 @@ class Updater:
         mean (measured on the way when the statistics want this round). Returns the gradients
         in the order they were summed, the mean and the samples it stands for."""
         if len(gradients) == 1:
-            # Every asynchronous update: the gradient itself (FlatSGD only reads it).
+            # Every asynchronous update: the gradient itself (the optimizer only reads it).
             return gradients, gradients[0].values, gradients[0].samples
         # A fixed summation order keeps BSP bit-for-bit reproducible whatever the arrival order.
         gradients = sorted(gradients, key=lambda g: g.worker)
@@ -133,6 +138,8 @@ class Updater:
         progress = cfg.progress(live.samples)
         # A plain gradient in a local phase (sent before the switch) is an ASP update.
         spec = ASP if live.spec.protocol is Protocol.LOCAL else live.spec
+        if spec.protocol.is_async and cfg.async_lr is AsyncLrPolicy.NONE:
+            count = cfg.workers  # one gradient at BSP's learning rate
         lr = live.lr_scale * update_learning_rate(
             cfg.lr, cfg.lr_schedule, progress, count, cfg.workers
         )

@@ -402,6 +402,7 @@ class RaySupervisor:
             loss_fn=self.task.loss_fn,
             shards=tuple(self.shards),
             faults=plan.faults.for_worker(index),
+            optimizer=plan.sync.optimizer,
             threads=self.resources.worker.threads,
             device=self.resources.worker.device,
         )

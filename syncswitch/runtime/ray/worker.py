@@ -10,7 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import ray
@@ -21,6 +21,7 @@ from syncswitch.core.cluster.emulation import EmulationConfig
 from syncswitch.core.reliability.faults import Fault, FaultKind
 from syncswitch.core.sync.optimizer import FlatParameters
 from syncswitch.core.sync.records import WorkerStats
+from syncswitch.core.sync.server_optimizer import OptimizerConfig
 from syncswitch.core.sync.sharding import worker_shard
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.gradient import backward_on_batch
@@ -43,6 +44,8 @@ class WorkerSpec:
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     shards: tuple[slice, ...]  # the flat-parameter slice each server holds
     faults: tuple[Fault, ...] = ()  # injected faults for this worker (tests of reliability)
+    # A local round's own optimizer: the server's kind.
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     threads: int = 1  # torch intra-op threads (the resource plan's)
     device: str = "cpu"  # "cuda": the model and its batches on the GPU Ray assigned
 
@@ -67,7 +70,7 @@ class Worker:
         # includes waiting for one, and CPU time shows what the step itself cost.
         self._compute_cpu_times: list[float] = []
         self._wait_times: list[float] = []
-        self.step = WorkerStep(spec.worker, spec.emulation, spec.faults)
+        self.step = WorkerStep(spec.worker, spec.emulation, spec.faults, spec.optimizer)
 
     def ready(self) -> ActorPlace:
         return here(self.spec.device)

@@ -115,7 +115,15 @@ class SimRuntime:
         self.events = events  # the controller's clock reads it too
         job = self.plan.job
         self.workers = [
-            SimWorker(w, WorkerStep(w, self.plan.emulation, self.plan.faults.for_worker(w)))
+            SimWorker(
+                w,
+                WorkerStep(
+                    w,
+                    self.plan.emulation,
+                    self.plan.faults.for_worker(w),
+                    self.plan.sync.optimizer,
+                ),
+            )
             for w in range(self.plan.workers)
         ]
         self.computer = GradientComputer(

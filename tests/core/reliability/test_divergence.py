@@ -210,6 +210,7 @@ def test_learning_rate_scale_compounds_and_momentum_options() -> None:
         MomentumPolicy.ZERO,  # from scale
         MomentumPolicy.ZERO,  # from zero
         MomentumPolicy.SCALE,  # from ramp
+        MomentumPolicy.RAMP,  # from reset: the configured momentum, as keep
     ]
 
 

@@ -28,7 +28,9 @@ def test_flat_adam_is_torch_adam_bit_for_bit(kind, weight_decay):
     initial, gradients = _problem()
     param = torch.nn.Parameter(initial.clone())
     torch_class = torch.optim.AdamW if kind is OptimizerKind.ADAMW else torch.optim.Adam
-    reference = torch_class([param], lr=1e-3, betas=(0.9, 0.98), eps=1e-7, weight_decay=weight_decay)
+    reference = torch_class(
+        [param], lr=1e-3, betas=(0.9, 0.98), eps=1e-7, weight_decay=weight_decay
+    )
     config = OptimizerConfig(kind, weight_decay=weight_decay, beta2=0.98, eps=1e-7)
     ours = make_optimizer(config, initial)
     for i, ((lr, beta1), gradient) in enumerate(zip(_STEPS, gradients, strict=True)):
