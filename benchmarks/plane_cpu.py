@@ -12,14 +12,16 @@ what the clients send:
 - bsp: gradients at BSP's barrier: a round of one message per client, one update;
 - local-H: deltas (`local_steps` H, H x 32 samples) at the same barrier, one outer step per
   round (plain averaging); each reply carries the worker's next round.
+- asp-adamw: asp with the server stepping AdamW instead of momentum SGD (issue 33's goal:
+  Adam's server CPU per applied gradient at most 1.5x SGD's).
 
 Over a steady window it reads CPU time (not wall), split three ways:
 
 - data plane: the data-plane thread's CPU (`pthread_getcpuclockid`) less what it spent in the
   two parts timed below: receiving, checking and decoding the message, handing it to the
   shard (the Gradient record, the lock, the waiters) and sending the reply;
-- reply snapshot: `_current`, the copy of the weights (and the reply header) replies share,
-  made once per version: per message under ASP, once per round at a barrier;
+- reply snapshot: `ReplyCache.current`, the copy of the weights (and the reply header)
+  replies share, made once per version: per message under ASP, once per round at a barrier;
 - synchronizer: `ServerShard.submit` (admission, the ledger, the update or the barrier's
   weighted sum and step, the records);
 - whole server: this process's CPU (every thread: the data plane's and the drains), per
@@ -73,7 +75,7 @@ from server_capacity import BATCH, parameter_count
 
 from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.protocol import Schedule
-from syncswitch.core.sync.server_optimizer import OptimizerConfig
+from syncswitch.core.sync.server_optimizer import OptimizerConfig, OptimizerKind
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.ray.server import ParameterServer
 from syncswitch.runtime.shards import ShardSpec
@@ -81,10 +83,17 @@ from syncswitch.runtime.shards import ShardSpec
 PARTS = ("data_plane_us", "snapshot_us", "synchronizer_us", "whole_server_us")
 
 
-def cases(local_steps: int) -> dict[str, tuple[str, int]]:
-    """Case name -> (the server's schedule, the local_steps the clients' messages carry)."""
+def cases(local_steps: int) -> dict[str, tuple[str, int, OptimizerKind]]:
+    """Case name -> (the server's schedule, the local_steps the clients' messages carry, the
+    server's optimizer)."""
     local = f"local-{local_steps}"
-    return {"asp": ("asp", 0), "bsp": ("bsp", 0), local: (local, local_steps)}
+    sgd = OptimizerKind.SGD
+    return {
+        "asp": ("asp", 0, sgd),
+        "bsp": ("bsp", 0, sgd),
+        local: (local, local_steps, sgd),
+        "asp-adamw": ("asp", 0, OptimizerKind.ADAMW),  # issue 33: Adam's cost per gradient
+    }
 
 
 # -- the clients (separate processes, kept across measurements) -------------------------------
@@ -208,12 +217,18 @@ def per_message(start: Mark, end: Mark) -> dict[str, float]:
 
 
 def measure(
-    pool: Pool, schedule: str, local_steps: int, numel: int, warmup_s: float, window_s: float
+    pool: Pool,
+    schedule: str,
+    local_steps: int,
+    optimizer: OptimizerKind,
+    numel: int,
+    warmup_s: float,
+    window_s: float,
 ) -> dict[str, float]:
     torch.set_num_threads(1)  # as the server actor is started
     clients = len(pool.jobs)
     config = SyncConfig(
-        optimizer=OptimizerConfig(weight_decay=5e-4),
+        optimizer=OptimizerConfig(optimizer, weight_decay=5e-4),
         workers=clients,
         total_samples=10**12,  # never done within the measurement
         schedule=Schedule.parse(schedule),
@@ -222,9 +237,9 @@ def measure(
     )
     server = ParameterServer(ShardSpec(config, np.zeros(numel, dtype=np.float32)), host="127.0.0.1")
     submit = CpuTimed(server.shard.submit)
-    snapshot = CpuTimed(server._current)
+    snapshot = CpuTimed(server._replies.current)
     server.shard.submit = submit  # type: ignore[method-assign]
-    server._current = snapshot  # type: ignore[method-assign]
+    server._replies.current = snapshot  # type: ignore[method-assign]
     thread = server._endpoint._thread
     assert thread.ident is not None
     plane_clock = time.pthread_getcpuclockid(thread.ident)
@@ -386,8 +401,8 @@ def main() -> None:
             turn = order[repeat % len(order) :] + order[: repeat % len(order)]
             for size in comma_list(args.sizes):
                 numel = parameter_count(size)
-                for case, (schedule, steps) in turn:
-                    row = measure(pool, schedule, steps, numel, args.warmup_s, args.window_s)
+                for case, (schedule, steps, kind) in turn:
+                    row = measure(pool, schedule, steps, kind, numel, args.warmup_s, args.window_s)
                     row.update(repeat=repeat, size=size, numel=numel, case=case)
                     rows.append(row)
                     log.append(row)
