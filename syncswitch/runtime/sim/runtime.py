@@ -114,18 +114,12 @@ class SimRuntime:
         self.progress = progress
         self.events = events  # the controller's clock reads it too
         job = self.plan.job
-        self.workers = [
-            SimWorker(
-                w,
-                WorkerStep(
-                    w,
-                    self.plan.emulation,
-                    self.plan.faults.for_worker(w),
-                    self.plan.sync.optimizer,
-                ),
-            )
-            for w in range(self.plan.workers)
+        plan = self.plan
+        steps = [
+            WorkerStep(w, plan.emulation, plan.faults.for_worker(w), plan.sync.optimizer)
+            for w in range(plan.workers)
         ]
+        self.workers = [SimWorker(w, step) for w, step in enumerate(steps)]
         self.computer = GradientComputer(
             data,
             model_factory,
