@@ -35,6 +35,7 @@ from syncswitch.config.limits import (
     MAX_JITTER_SIGMA,
     MAX_MNIST1D_SAMPLES,
     MAX_OUTER_LR,
+    MAX_PYSOURCE_BYTES,
     MAX_SECONDS,
     MAX_SEED,
     MAX_SERVERS,
@@ -45,8 +46,10 @@ from syncswitch.config.limits import (
     MAX_WORKER_RESTARTS,
     MAX_WORKERS,
     MIN_EVERY_FRACTION,
+    MIN_PYSOURCE_BYTES,
     MODEL_CHOICES,
     PLACEMENTS,
+    PYSOURCE_BYTES,
     RUNTIMES,
     VALIDATION_SHARE,
 )
@@ -237,7 +240,8 @@ class TrainOptions:
     )
     model: str | None = option(
         None,
-        "model (default: cnn1d for mnist1d, resnet20 for cifar10, resnet32 for cifar100)",
+        "model (default: cnn1d for mnist1d, resnet20 for cifar10, resnet32 for cifar100, "
+        "char-transformer for pysource)",
         Role(JOB_GROUP, Identity.JOB),
         choices=list(MODEL_CHOICES),
     )
@@ -246,6 +250,15 @@ class TrainOptions:
         "MNIST-1D samples to generate (80% train, 20% test)",
         Role(JOB_GROUP, Identity.JOB),
         range=Range(100, MAX_MNIST1D_SAMPLES),
+    )
+    # The pysource corpus (workloads/pysource.py): its size. Part of the job when set; the
+    # corpus's checksum is in a pysource job's fingerprint whatever the size.
+    pysource_bytes: int = option(
+        PYSOURCE_BYTES,
+        "pysource: bytes of standard-library text to take, in the fixed file order "
+        "(docs/language-model.md); more is slower; above ~2.4 MB takes every file",
+        Role(JOB_GROUP, Identity.WHEN_SET),
+        range=Range(MIN_PYSOURCE_BYTES, MAX_PYSOURCE_BYTES),
     )
     val_fraction: float = option(
         VALIDATION_SHARE,
