@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from syncswitch import TrainConfig, train
+from syncswitch.calibration.runs import load_runs
+from syncswitch.errors import ConfigError
 from syncswitch.workloads.pysource import read_corpus
 
 pytestmark = pytest.mark.ray
@@ -36,3 +38,6 @@ def test_the_language_model_trains_on_ray(ray_session, tmp_path: Path) -> None:
     assert summary.test["perplexity"] == pytest.approx(math.exp(summary.test["loss"]))
     recorded = json.loads((tmp_path / "ray" / "config.json").read_text())["corpus_sha256"]
     assert recorded == read_corpus(30_000).sha256
+    # Calibration holds its runs' data as arrays: it says so rather than failing inside.
+    with pytest.raises(ConfigError, match="trained dataset 'pysource'; calibrate reads runs of"):
+        load_runs([tmp_path / "ray"])
