@@ -77,6 +77,13 @@ def test_mismatched_models_and_sizes_are_refused_in_one_line(
     assert len(errors) == 1 and said in errors[0], done.stderr
 
 
+def test_the_switch_point_search_refuses_it_in_one_line() -> None:
+    # The search's tolerance is in accuracy points; this job is judged by its loss.
+    done = _cli("search", "--runtime", "sim", "--dataset", "pysource")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and "judged by its loss" in done.stderr
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "syncswitch.cli.main", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=300)

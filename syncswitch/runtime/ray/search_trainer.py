@@ -15,7 +15,6 @@ from typing import Any
 
 from syncswitch.config import TrainConfig
 from syncswitch.recurring.search import AUTO
-from syncswitch.workloads.pysource import PYSOURCE
 
 
 class RayTrainer:
@@ -64,33 +63,23 @@ class RayTrainer:
         return slots, note
 
     def run(self, config: TrainConfig, source: dict[str, Any], started: threading.Event) -> Any:
-        from syncswitch.runtime.job import BuiltinModel, pysource_model, shape_only
+        from syncswitch.runtime.job import BuiltinModel, shape_only
         from syncswitch.runtime.train import train
         from syncswitch.workloads import load_dataset
 
+        with _DATASET_LOCK:
+            if self._dataset is None:
+                self._dataset = load_dataset(
+                    config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
+                )
         token = f"{self._token}-{source.get('fraction')}-{source.get('seed')}"
-        if config.dataset == PYSOURCE:
-            # Its text is read in milliseconds, and by each process that reads it.
-            factory = _SignallingFactory(pysource_model(config), token)
-            dataset, model_name = None, config.model_name
-        else:
-            with _DATASET_LOCK:
-                if self._dataset is None:
-                    self._dataset = load_dataset(
-                        config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
-                    )
-            dataset, model_name = self._dataset, None
-            factory = _SignallingFactory(
-                BuiltinModel(config.model_name, shape_only(dataset)), token
-            )
+        factory = _SignallingFactory(
+            BuiltinModel(config.model_name, shape_only(self._dataset)), token
+        )
         _BUILT[token] = started
         try:
             result = train(
-                config,
-                model_factory=factory,
-                dataset=dataset,
-                schedule_source=source,
-                model_name=model_name,
+                config, model_factory=factory, dataset=self._dataset, schedule_source=source
             )
         finally:
             _BUILT.pop(token, None)
