@@ -1,4 +1,5 @@
-"""Which runs a report calls the same job: the language model's text counts, for it only."""
+"""Which runs a report (and `syncswitch jobs`) calls the same job: the language model's text
+counts, for it only."""
 
 from __future__ import annotations
 
@@ -23,3 +24,11 @@ def test_other_jobs_ignore_the_pysource_settings() -> None:
     job = _job(dataset="mnist1d", mnist1d_samples=10_000, pysource_bytes=1_500_000)
     assert "pysource_bytes" not in job and "corpus_sha256" not in job
     assert job == _job(dataset="mnist1d", mnist1d_samples=10_000, pysource_bytes=100_000)
+
+
+def test_jobs_names_a_pysource_jobs_text_by_its_checksum() -> None:
+    from syncswitch.cli.jobs import _dataset
+
+    job = {"dataset": "pysource", "corpus_sha256": "0123456789abcdef" * 4}
+    assert _dataset(job) == "pysource (text 0123456789ab)"
+    assert _dataset({"dataset": "mnist1d", "mnist1d_samples": 2000}) == "mnist1d (2000)"
