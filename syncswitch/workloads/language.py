@@ -119,7 +119,7 @@ def _splits(corpus: Corpus, val_fraction: float) -> dict[str, tuple[np.ndarray, 
 def perplexity(measured: Mapping[str, float]) -> float:
     """exp of the split's mean loss (a mean of per-batch exps would overstate it)."""
     loss = measured[LOSS]
-    return math.exp(loss) if loss <= _MAX_LOG else math.inf
+    return math.inf if loss > _MAX_LOG else math.exp(loss)  # a NaN loss stays NaN
 
 
 def language_task(primary_metric: str | None = None) -> Task:

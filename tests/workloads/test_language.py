@@ -170,5 +170,6 @@ def test_perplexity_of_a_diverged_loss_is_infinite_not_an_error():
     task = language_task("perplexity")
     assert task.primary == "perplexity"
     assert task.finish({"loss": 1e6})["perplexity"] == math.inf
+    assert math.isnan(task.finish({"loss": math.nan})["perplexity"])
     with pytest.raises(WorkloadError, match="allowed: loss, perplexity"):
         language_task("accuracy")
