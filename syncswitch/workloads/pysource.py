@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import sysconfig
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -79,7 +79,8 @@ FILES: tuple[str, ...] = (
 class Corpus:
     """The corpus's text, as each file contributes to it, and its checksum."""
 
-    parts: tuple[tuple[str, bytes], ...]  # (file, its bytes taken), in FILES' order
+    # (file, its bytes taken), in FILES' order; megabytes, so left out of the repr
+    parts: tuple[tuple[str, bytes], ...] = field(repr=False)
     sha256: str  # of the concatenated bytes
 
     @property
