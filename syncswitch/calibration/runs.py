@@ -22,7 +22,7 @@ from syncswitch.core.cluster.model import ComputeModel, NodeModel
 from syncswitch.errors import ConfigError
 from syncswitch.rundir import RunData, load_run
 from syncswitch.rundir.parsing import float_cell
-from syncswitch.workloads import ArrayDataset, load_dataset
+from syncswitch.workloads import DATASETS, ArrayDataset, load_dataset
 
 _SPEED_FACTOR_TOLERANCE = 0.10
 _WARM_UP = 0.2  # the share of each phase's updates left out of the step-cost fit
@@ -182,6 +182,12 @@ def load_runs(paths: list[Path]) -> list[CalibrationRun]:
         run = load_run(path)
         _check_usable(run)
         job = _job_config(run)
+        if job.dataset not in DATASETS:
+            # Its timings and replays hold the data as arrays (an ArrayDataset).
+            raise ConfigError(
+                f"{str(path)!r} trained dataset {job.dataset!r}; calibrate reads runs of "
+                f"{', '.join(DATASETS)} only, for now"
+            )
         key = (job.dataset, job.data_dir, job.mnist1d_samples)
         if key not in datasets:  # loaded once: the timings and every replay use it
             datasets[key] = load_dataset(

@@ -194,6 +194,8 @@ def _show(console: Any, registry: Any, prefix: str) -> None:
 def _dataset(job: dict) -> str:
     if job.get("dataset") == "mnist1d" and job.get("mnist1d_samples"):
         return f"mnist1d ({job['mnist1d_samples']})"
+    if job.get("dataset") == "pysource" and isinstance(job.get("corpus_sha256"), str):
+        return f"pysource (text {job['corpus_sha256'][:12]})"  # which interpreter's text
     return str(job.get("dataset"))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,13 @@ def summary_table(summary: Summary, run_dir: Path, *, library_log: Path | None) 
     )
     if summary.test and metric.split != "test" and metric.name in summary.test:
         table.add_row(f"test {metric.name}", f"{metric.show(summary.test[metric.name])} (final)")
+    for split, measured in (("validation", summary.validation), ("test", summary.test)):
+        # The job's other metrics (e.g. a language model's perplexity); the loss beside an
+        # accuracy is in summary.json, and would only lengthen every classifier's table.
+        for name, value in (measured or {}).items():
+            if name not in (metric.name, "loss"):
+                shown = replace(metric, name=name).show(value)
+                table.add_row(f"{split} {name}", f"{shown} (final)")
     wall, setup = summary.wall_time_s or 0.0, summary.setup_time_s or 0.0
     if summary.timing == "simulated" and summary.host_time_s is not None:
         # Simulated seconds are the cluster model's; the host's are what the run took here.

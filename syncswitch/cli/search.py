@@ -128,6 +128,12 @@ def run(args: argparse.Namespace) -> int:
             f"syncswitch search trains the built-in models and datasets; --{own[0]} "
             f"{getattr(config, own[0])!r} is your own code (train it with `syncswitch train`)"
         )
+    if config.dataset == "pysource":
+        # The search's tolerance is in accuracy points, higher being better.
+        raise ConfigError(
+            "syncswitch search judges trials by accuracy; dataset 'pysource' is judged by its "
+            "loss: train it with `syncswitch train` (--schedule online, or a fixed schedule)"
+        )
     options = options_from_args(args)
     options.spec(config.seed)  # bad settings fail here, before the registry or Ray
     # Imported here so that `--help` and input errors answer without loading Ray.

@@ -23,11 +23,14 @@ from syncswitch.config.limits import (
     MAX_EPOCHS,
     MAX_MNIST1D_SAMPLES,
     MAX_OUTER_LR,
+    MAX_PYSOURCE_BYTES,
     MAX_SEED,
     MAX_SERVERS,
     MAX_SWITCH_THRESHOLD,
     MAX_WORKERS,
+    MIN_PYSOURCE_BYTES,
     MODEL_CHOICES,
+    PYSOURCE_BYTES,
     VALIDATION_SHARE,
 )
 from syncswitch.core.sync.hyperparams import AsyncLrPolicy, LrScheduleKind, MomentumPolicy
@@ -245,7 +248,8 @@ class JobOptions:
     )
     model: str | None = option(
         None,
-        "model (default: cnn1d for mnist1d, resnet20 for cifar10, resnet32 for cifar100)",
+        "model (default: cnn1d for mnist1d, resnet20 for cifar10, resnet32 for cifar100, "
+        "char-transformer for pysource)",
         Role(JOB_GROUP, Identity.JOB),
         choices=list(MODEL_CHOICES),
     )
@@ -254,6 +258,15 @@ class JobOptions:
         "MNIST-1D samples to generate (80% train, 20% test)",
         Role(JOB_GROUP, Identity.JOB),
         range=Range(100, MAX_MNIST1D_SAMPLES),
+    )
+    # The pysource corpus (workloads/pysource.py): its size. Part of the job when set; the
+    # corpus's checksum is in a pysource job's fingerprint whatever the size.
+    pysource_bytes: int = option(
+        PYSOURCE_BYTES,
+        "pysource: bytes of standard-library text to take, in the fixed file order "
+        "(docs/language-model.md); more is slower; above ~2.4 MB takes every file",
+        Role(JOB_GROUP, Identity.WHEN_SET),
+        range=Range(MIN_PYSOURCE_BYTES, MAX_PYSOURCE_BYTES),
     )
     val_fraction: float = option(
         VALIDATION_SHARE,

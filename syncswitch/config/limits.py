@@ -7,10 +7,15 @@ hostile file, and would exhaust memory, processes or time.
 
 from __future__ import annotations
 
-DATASETS = ("mnist1d", "cifar10", "cifar100")
+DATASETS = ("mnist1d", "cifar10", "cifar100", "pysource")
 RUNTIMES = ("ray", "sim")
-MODELS = ("cnn1d", "resnet20", "resnet32")
-DEFAULT_MODEL = {"mnist1d": "cnn1d", "cifar10": "resnet20", "cifar100": "resnet32"}
+MODELS = ("cnn1d", "resnet20", "resnet32", "char-transformer")
+DEFAULT_MODEL = {
+    "mnist1d": "cnn1d",
+    "cifar10": "resnet20",
+    "cifar100": "resnet32",
+    "pysource": "char-transformer",
+}
 # Among an option's `choices=`: it also takes an import path to the user's own code
 # (`mypkg.data:make_datasets`, syncswitch/import_path.py); --resume never takes one from a run
 # directory: the command line names it again.
@@ -29,6 +34,12 @@ MAX_BATCH_SIZE = 65536
 MAX_EPOCHS = 100_000.0
 MAX_TOTAL_SAMPLES = 10**10  # epochs x training samples: ~12 days at 10k samples/s
 MAX_MNIST1D_SAMPLES = 1_000_000
+# --pysource-bytes: the default (about 1.5 MB) trains one epoch at 8 simulated workers in about
+# two minutes on two shared cores (docs/language-model.md); the file list holds about 2.4 MB,
+# and a larger value takes all of it.
+PYSOURCE_BYTES = 1_500_000
+MIN_PYSOURCE_BYTES = 10_000
+MAX_PYSOURCE_BYTES = 1 << 30
 CIFAR_TRAIN_SAMPLES = 50_000
 # The share of training samples set aside as the validation split by default (--val-fraction):
 # MNIST-1D's default 8,000 training samples give 7,200 and 800; CIFAR's 50,000, 45,000 and 5,000.

@@ -124,6 +124,8 @@ def _check_workload_size(config: TrainOptions) -> None:
     if is_import_path(config.dataset):
         return
     train_samples = config.mnist1d_samples if config.dataset == "mnist1d" else CIFAR_TRAIN_SAMPLES
+    if config.dataset == "pysource":
+        train_samples = config.pysource_bytes  # a bound: a sample is many bytes
     train_samples = round(train_samples * (1 - config.val_fraction))
     total = config.epochs * train_samples
     if total > MAX_TOTAL_SAMPLES:

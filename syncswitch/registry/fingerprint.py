@@ -26,6 +26,7 @@ from typing import Any
 from syncswitch.config import TrainConfig
 from syncswitch.config.declare import Identity, role_of, with_identity
 from syncswitch.workloads.identity import Workload
+from syncswitch.workloads.pysource import PYSOURCE, corpus_sha256
 
 FINGERPRINT_VERSION = 1
 
@@ -79,6 +80,7 @@ def describe_job(config: TrainConfig, workload: Workload | None = None) -> dict[
     # Settings the other options make irrelevant would split one job into several.
     if job["dataset"] != "mnist1d":
         job["mnist1d_samples"] = None
+    _describe_corpus(job, config, workload)
     if config.lr_schedule == "step":
         job["lr_milestones"] = [float(m) for m in config.lr_schedule_spec().milestones]
     else:
@@ -97,6 +99,20 @@ def describe_job(config: TrainConfig, workload: Workload | None = None) -> dict[
         job["runtime"] = "sim"
         job["cluster"] = cluster
     return job
+
+
+def _describe_corpus(job: dict[str, Any], config: TrainConfig, workload: Workload | None) -> None:
+    """A pysource job is also its text: the corpus's checksum (this interpreter's standard
+    library; another Python ships other text). Only pysource jobs get the key, so no other
+    job's fingerprint changes; its size option counts only for pysource."""
+    if job["dataset"] != PYSOURCE:
+        job.pop("pysource_bytes", None)
+        return
+    recorded = workload.corpus_sha256 if workload is not None else None
+    if recorded is None and config.dataset == PYSOURCE:
+        recorded = corpus_sha256(config.pysource_bytes)
+    if recorded is not None:
+        job["corpus_sha256"] = recorded
 
 
 def fingerprint(config: TrainConfig, workload: Workload | None = None) -> str:

@@ -115,7 +115,10 @@ def overview(run: RunData, label: str | None = None) -> RunOverview:
 # What two runs must share to be the same job (a different seed, schedule, runtime or timing
 # is what a report compares); the timing kind is there too: simulated seconds against real
 # ones is not a time comparison.
-JOB_KEYS = ("dataset", "model", "workers", "epochs", "batch_size", "lr", "mnist1d_samples")
+JOB_KEYS = (
+    "dataset", "model", "workers", "epochs", "batch_size", "lr", "mnist1d_samples",
+    "pysource_bytes", "corpus_sha256",
+)  # fmt: skip
 MAX_NAME_CHARS = 60
 
 
@@ -125,6 +128,9 @@ def job_of(run: RunData) -> tuple[tuple[str, str], ...]:
     values["model"] = _model(config)
     if values["dataset"] != "mnist1d":
         values.pop("mnist1d_samples")
+    if values["dataset"] != "pysource":  # the language model's text: its size and checksum
+        values.pop("pysource_bytes")
+        values.pop("corpus_sha256")
     if (epochs := _number(config.get("epochs"))) is not None:
         values["epochs"] = f"{epochs:g}"
     values["timing"] = run.timing

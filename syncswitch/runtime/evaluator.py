@@ -13,7 +13,7 @@ import torch
 
 from syncswitch.core.sync.optimizer import load_flat_parameters
 from syncswitch.workloads.data import TRAIN, JobData, batch_size_of, to_device
-from syncswitch.workloads.task import Task
+from syncswitch.workloads.task import LOSS, Task
 
 _BN_CALIBRATION_BATCHES = 8
 _BN_CALIBRATION_SAMPLES = 256
@@ -42,7 +42,7 @@ class Evaluator:
         the given flat weights on `split` (by default the one decisions read)."""
         self.trained_model(weights)
         split = split or self.data.decision_split
-        sums = dict.fromkeys(self.task.names, 0.0)
+        sums = dict.fromkeys((LOSS, *self.task.metrics), 0.0)
         count, batches = 0, 0
         with torch.no_grad():
             for x, y in self.data.eval_batches(split):
@@ -53,8 +53,8 @@ class Evaluator:
                     sums[name] += value * size
                 count, batches = count + size, batches + 1
         if batches == 1:
-            return {name: measured[name] for name in self.task.names}  # exactly the batch's
-        return {name: total / count for name, total in sums.items()}
+            return self.task.finish(measured)  # exactly the batch's
+        return self.task.finish({name: total / count for name, total in sums.items()})
 
     def trained_model(self, weights: np.ndarray) -> torch.nn.Module:
         """The model holding the given flat weights, in eval mode, with the BatchNorm running

@@ -12,9 +12,13 @@ import torch
 from syncswitch.config import TrainConfig
 from syncswitch.errors import ConfigError
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset
+from syncswitch.workloads.char_transformer import CHAR_TRANSFORMER, CharTransformerFactory
 from syncswitch.workloads.checks import check_job
 from syncswitch.workloads.data import ArrayData, DataSource, JobData, TorchData
 from syncswitch.workloads.identity import Workload, model_name_of
+from syncswitch.workloads.language import language_task, pysource_data
+from syncswitch.workloads.models import datasets_of
+from syncswitch.workloads.pysource import PYSOURCE, read_corpus
 from syncswitch.workloads.task import Task
 
 
@@ -78,6 +82,8 @@ def job_parts(
                 f"dataset= takes a syncswitch.workloads.ArrayDataset, not "
                 f"{type(dataset).__name__}; give a torch Dataset as train_data= and val_data="
             )
+        if dataset is None and config.dataset == PYSOURCE:
+            return _pysource_parts(config, model_factory, task, model_name)
         arrays = dataset or load_dataset(
             config.dataset, config.data_dir, mnist1d_samples=config.mnist1d_samples
         )
@@ -88,6 +94,38 @@ def job_parts(
     named = dataset_name or (data.name if train_data is not None or dataset is not None else None)
     workload = workload_of(config, named, model_factory, model_name)
     return JobParts(data, model_factory, task, workload)
+
+
+def _pysource_parts(
+    config: TrainConfig,
+    model_factory: Callable[[], torch.nn.Module] | None,
+    task: Task,
+    model_name: str | None,
+) -> JobParts:
+    """The built-in language-model job: the interpreter's own source text, char-transformer
+    by default (another built-in model is refused: none of them reads byte ids)."""
+    model_factory = model_factory or pysource_model(config)
+    corpus = read_corpus(config.pysource_bytes)
+    data = pysource_data(corpus, config.val_fraction)
+    check_job(data, model_factory, task)
+    workload = workload_of(config, PYSOURCE, model_factory, model_name)
+    return JobParts(data, model_factory, task, replace(workload, corpus_sha256=corpus.sha256))
+
+
+def pysource_model(config: TrainConfig) -> CharTransformerFactory:
+    """pysource's built-in model; another built-in one is refused (none reads byte ids)."""
+    if config.model_name != CHAR_TRANSFORMER:
+        raise ConfigError(
+            f"model {config.model_name!r} does not fit dataset 'pysource': it is built for "
+            f"{' / '.join(datasets_of(config.model_name))}; for pysource use {CHAR_TRANSFORMER}"
+        )
+    return CharTransformerFactory()
+
+
+def builtin_task(config: TrainConfig, primary_metric: str | None) -> Task | None:
+    """The task of a built-in dataset that is not classification (pysource's language
+    model), or None: classification's defaults apply."""
+    return language_task(primary_metric) if config.dataset == PYSOURCE else None
 
 
 def workload_of(

@@ -42,7 +42,7 @@ from syncswitch.rundir import (
     read_config,
     read_summary_if_any,
 )
-from syncswitch.runtime.job import JobParts, job_parts
+from syncswitch.runtime.job import JobParts, builtin_task, job_parts
 from syncswitch.runtime.progress import starting, startup_status
 from syncswitch.workloads import ArrayDataset
 from syncswitch.workloads.data import TRAIN, DataSource, JobData
@@ -133,6 +133,10 @@ def train(
             test_data = named.get("test_data", test_data)
             collate_fn = named.get("collate_fn", collate_fn)
             dataset, dataset_name = named.get("dataset"), dataset_name or named["dataset_name"]
+        task = Task.of(loss_fn, metrics, primary_metric, higher_is_better)
+        if train_data is None and dataset is None and loss_fn is None and metrics is None:
+            # A built-in dataset's own task (pysource's: next-byte loss and perplexity).
+            task = builtin_task(config, primary_metric) or task
         parts = job_parts(
             config,
             model_factory=model_factory,
@@ -141,7 +145,7 @@ def train(
             test_data=test_data,
             collate_fn=collate_fn,
             dataset=dataset,
-            task=Task.of(loss_fn, metrics, primary_metric, higher_is_better),
+            task=task,
             model_name=model_name,
             dataset_name=dataset_name,
         )

@@ -23,10 +23,16 @@ class Workload:
 
     dataset: str
     model: str
+    # The SHA-256 of a built-in corpus's text (pysource's), which another Python ships
+    # otherwise: config.json and the job's fingerprint say which text was trained on.
+    corpus_sha256: str | None = None
 
     def config_entries(self) -> dict[str, str]:
         """config.json's entries naming them (in place of the config's own)."""
-        return {"dataset": self.dataset, "model": self.model}
+        entries = {"dataset": self.dataset, "model": self.model}
+        if self.corpus_sha256 is not None:
+            entries["corpus_sha256"] = self.corpus_sha256
+        return entries
 
 
 def model_name_of(factory: Callable[[], Any]) -> str:

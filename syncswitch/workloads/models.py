@@ -9,7 +9,7 @@ from torch import nn
 from syncswitch.errors import WorkloadError
 from syncswitch.workloads.datasets import ArrayDataset
 
-MODELS: tuple[str, ...] = ("cnn1d", "resnet20", "resnet32")
+MODELS: tuple[str, ...] = ("cnn1d", "resnet20", "resnet32", "char-transformer")
 
 # Which datasets each model is built for; build_model refuses other pairings early, with a
 # readable message, rather than letting a shape mismatch surface mid-training.
@@ -17,6 +17,8 @@ _COMPATIBLE: dict[str, tuple[str, ...]] = {
     "cnn1d": ("mnist1d",),
     "resnet20": ("cifar10", "cifar100"),
     "resnet32": ("cifar10", "cifar100"),
+    # Built by runtime/job.py from the pysource corpus (char_transformer.py), never here.
+    "char-transformer": ("pysource",),
 }
 _RESNET_DEPTHS: dict[str, int] = {"resnet20": 20, "resnet32": 32}
 
@@ -131,6 +133,11 @@ def resnet20(num_classes: int = 10) -> CifarResNet:
 
 def resnet32(num_classes: int = 10) -> CifarResNet:
     return CifarResNet(32, num_classes)
+
+
+def datasets_of(model: str) -> tuple[str, ...]:
+    """The built-in datasets a built-in model is built for."""
+    return _COMPATIBLE.get(model, ())
 
 
 def build_model(name: str, dataset: ArrayDataset) -> nn.Module:

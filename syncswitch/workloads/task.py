@@ -3,7 +3,9 @@ metric (with its direction) that every decision reads.
 
 A metric is ``fn(outputs, targets) -> float`` on one evaluation batch; a split's value is the
 mean over its batches weighted by their sizes, so a per-sample mean (accuracy, mean squared
-error) comes out exactly. The loss is always measured too, under the name ``loss``.
+error) comes out exactly. The loss is always measured too, under the name ``loss``. A
+*derived* metric is computed from a split's means once they are taken (perplexity is exp of
+the split's mean loss, which no mean of per-batch values gives).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from syncswitch.records.metric import VALIDATION, MetricSpec, check_metric_name,
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 MetricFn = Callable[[torch.Tensor, torch.Tensor], "float | torch.Tensor"]
+DerivedFn = Callable[[Mapping[str, float]], float]  # a split's means -> one value
 LOSS = "loss"
 
 
@@ -37,6 +40,7 @@ class Task:
     metrics: Mapping[str, MetricFn] = field(default_factory=lambda: {"accuracy": accuracy})
     primary: str = "accuracy"
     higher_is_better: bool = True
+    derived: Mapping[str, DerivedFn] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -87,7 +91,7 @@ class Task:
     @property
     def names(self) -> tuple[str, ...]:
         """The measured names, the primary first, then the loss, then the others."""
-        rest = [n for n in (LOSS, *self.metrics) if n != self.primary]
+        rest = [n for n in (LOSS, *self.metrics, *self.derived) if n != self.primary]
         return (self.primary, *rest)
 
     def measure(self, outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
@@ -96,6 +100,14 @@ class Task:
         for name, fn in self.metrics.items():
             values[name] = float(fn(outputs, targets))
         return values
+
+    def finish(self, means: Mapping[str, float]) -> dict[str, float]:
+        """A split's measures in `names`' order: its per-batch means, and the derived
+        metrics computed from them."""
+        values = dict(means)
+        for name, fn in self.derived.items():
+            values[name] = float(fn(means))
+        return {name: values[name] for name in self.names}
 
 
 def _known_direction(name: str) -> bool:

@@ -14,7 +14,7 @@ PINNED_GROUPS = {
     "job": {
         "workers", "epochs", "batch_size", "lr", "momentum", "weight_decay", "lr_schedule",
         "warmup", "lr_milestones", "lr_gamma", "dataset", "data_dir", "model",
-        "mnist1d_samples", "val_fraction", "seed", "eval_every",
+        "mnist1d_samples", "pysource_bytes", "val_fraction", "seed", "eval_every",
     },
     "schedule & switch": {
         "schedule", "momentum_at_switch", "momentum_ramp", "switch_rule", "switch_threshold",

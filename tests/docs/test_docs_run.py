@@ -30,7 +30,10 @@ pytestmark = pytest.mark.own_registry  # the workspace fixture's, shared by the 
 
 # Appended to every train/search command: flags given later win, so the command's own job
 # is kept and only its size shrinks (and a Ray run becomes a simulated one).
-SHORT = ["--runtime", "sim", "--epochs", "0.2", "--mnist1d-samples", "2000", "--no-progress"]
+SHORT = [
+    "--runtime", "sim", "--epochs", "0.2", "--mnist1d-samples", "2000",
+    "--pysource-bytes", "40000", "--no-progress",
+]  # fmt: skip
 
 # Commands this machine cannot run as shown, each with the one-line refusal it must give
 # (exit 2). A new doc command is either run below or listed here on purpose.

@@ -145,3 +145,26 @@ def test_online_policy_settings_count_when_present_and_set() -> None:
         pytest.skip("TrainConfig has no online policies yet")
     elastic = TrainConfig(**EXPLICIT, online_policy="elastic")
     assert fingerprint(elastic) != fingerprint(TrainConfig(**EXPLICIT))
+
+
+def test_a_pysource_job_is_also_its_text() -> None:
+    from syncswitch.workloads.identity import Workload
+    from syncswitch.workloads.pysource import read_corpus
+
+    job = TrainConfig(dataset="pysource")
+    described = describe_job(job)
+    assert described["corpus_sha256"] == read_corpus(job.pysource_bytes).sha256
+    assert described["model"] == "char-transformer"
+    # Another size is another text; another interpreter's text (another checksum recorded
+    # by the run) is another job.
+    assert fingerprint(TrainConfig(dataset="pysource", pysource_bytes=100_000)) != fingerprint(job)
+    elsewhere = Workload("pysource", "char-transformer", corpus_sha256="0" * 64)
+    assert fingerprint(job, elsewhere) != fingerprint(job)
+    here = Workload("pysource", "char-transformer", read_corpus(job.pysource_bytes).sha256)
+    assert fingerprint(job, here) == fingerprint(job)
+
+
+def test_the_pysource_options_leave_other_jobs_alone() -> None:
+    plain = TrainConfig(**EXPLICIT)
+    assert "corpus_sha256" not in describe_job(plain)
+    assert fingerprint(TrainConfig(**EXPLICIT, pysource_bytes=100_000)) == fingerprint(plain)
