@@ -45,6 +45,7 @@ from syncswitch.core.stragglers.scenarios import StragglerScenario
 from syncswitch.core.sync.hyperparams import LrSchedule
 from syncswitch.core.sync.local import LocalConfig, LocalStepsRule, OuterOptimizerKind, StatePolicy
 from syncswitch.core.sync.protocol import Schedule
+from syncswitch.core.sync.staleness import StalenessConfig, StalenessLr
 from syncswitch.errors import ConfigError
 
 
@@ -126,6 +127,14 @@ class TrainConfig(TrainOptions):
             server_momentum_after=StatePolicy(self.local_server_momentum),
             worker_batch=self.batch_size,
             inner_lr_factor=self.local_lr_factor,
+        )
+
+    def staleness_config(self) -> StalenessConfig:
+        """The staleness rules of ASP/SSP updates (core/sync/staleness.py)."""
+        return StalenessConfig(
+            lr_rule=StalenessLr(self.staleness_lr),
+            lr_floor=self.staleness_lr_floor,
+            delay_compensation=self.delay_compensation,
         )
 
     def detector_config(self) -> DetectorConfig:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from syncswitch.core.sync.hyperparams import LrSchedule, MomentumPolicy
 from syncswitch.core.sync.local import LocalConfig
 from syncswitch.core.sync.protocol import Protocol, Schedule
+from syncswitch.core.sync.staleness import StalenessConfig
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class SyncConfig:
     stats_every: int = 1  # measure one BSP round in this many (in pairs, for the drift)
     stats_workers: int = 0  # square this many workers' gradients per measured round (0: all)
     local: LocalConfig = field(default_factory=LocalConfig)  # local-H phases (core/sync/local.py)
+    # ASP/SSP updates' staleness rules (core/sync/staleness.py); none by default.
+    staleness: StalenessConfig = field(default_factory=StalenessConfig)
 
     def __post_init__(self) -> None:
         if self.workers < 1:
