@@ -120,7 +120,8 @@ def _check_staleness_options(config: TrainOptions, schedule: Schedule | None) ->
     if given and not asynchronous:
         raise ConfigError(
             f"{flags} {'apply' if len(given) > 1 else 'applies'} to ASP/SSP phases; "
-            f"schedule {config.schedule!r} has none: drop them or add one (e.g. bsp:0.25,asp)"
+            f"schedule {config.schedule!r} has none: drop {'them' if len(given) > 1 else 'it'} "
+            "or add one (e.g. bsp:0.25,asp)"
         )
     if "staleness_lr_floor" in given and config.staleness_lr == "none":
         raise ConfigError(
