@@ -61,6 +61,11 @@ class StalenessConfig:
         return " + ".join(parts) or "none"
 
 
+def handed_out_bytes(workers: int, parameters: int) -> int:
+    """Delay compensation's worst case: one float32 copy of the weights per worker."""
+    return workers * parameters * 4
+
+
 def staleness_lr_factor(rule: StalenessLr, staleness: int, floor: float) -> float:
     """The factor a gradient of `staleness` multiplies the learning rate by."""
     if rule is StalenessLr.NONE or staleness <= 1:
@@ -91,12 +96,12 @@ class WeightsHandedOut:
         self.numel = weights.numel()
         self._version_of: dict[int, int] = {}
         self._copies: dict[int, torch.Tensor] = {}
-        self.peak_copies = 0
+        self.peak_bytes = 0  # the most held at once
         self.reset(version, weights)
 
     @property
     def worst_case_bytes(self) -> int:
-        return self.workers * self.numel * 4
+        return handed_out_bytes(self.workers, self.numel)
 
     @property
     def held_bytes(self) -> int:
@@ -121,7 +126,7 @@ class WeightsHandedOut:
         held = set(self._version_of.values())
         for old in [v for v in self._copies if v not in held]:
             del self._copies[old]
-        self.peak_copies = max(self.peak_copies, len(self._copies))
+        self.peak_bytes = max(self.peak_bytes, self.held_bytes)
 
     def weights_of(self, worker: int, version: int) -> torch.Tensor | None:
         """The weights `worker` computed on if they were those of `version`; None when the

@@ -73,14 +73,14 @@ def _hands_out(
     """A public entry point whose released workers go on with the weights as they are on
     return (both runtimes answer them at once): delay compensation notes who got which."""
 
-    @functools.wraps(method)
-    def wrapper(self: Synchronizer, *args: _P.args, **kwargs: _P.kwargs) -> Outcome:
+    def wrapper(self: Synchronizer, /, *args: _P.args, **kwargs: _P.kwargs) -> Outcome:
         outcome = method(self, *args, **kwargs)
         handed_out = self.updater.staleness.handed_out
         if handed_out is not None and outcome.released:
             handed_out.handed(outcome.released, self.live.version, self.optimizer.weights)
         return outcome
 
+    functools.update_wrapper(wrapper, method)  # its name and docstring
     return wrapper
 
 
