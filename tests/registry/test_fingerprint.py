@@ -145,3 +145,14 @@ def test_online_policy_settings_count_when_present_and_set() -> None:
         pytest.skip("TrainConfig has no online policies yet")
     elastic = TrainConfig(**EXPLICIT, online_policy="elastic")
     assert fingerprint(elastic) != fingerprint(TrainConfig(**EXPLICIT))
+
+
+def test_the_staleness_rules_count_only_when_set() -> None:
+    asp = {**EXPLICIT, "schedule": "bsp:0.25,asp"}
+    plain = fingerprint(TrainConfig(**asp))
+    assert fingerprint(TrainConfig(**asp, staleness_lr="none", delay_compensation=0.0)) == plain
+    inverse = TrainConfig(**asp, staleness_lr="inverse")
+    floored = TrainConfig(**asp, staleness_lr="inverse", staleness_lr_floor=0.5)
+    compensated = TrainConfig(**asp, delay_compensation=0.04)
+    prints = {fingerprint(c) for c in (inverse, floored, compensated)}
+    assert len(prints) == 3 and plain not in prints
