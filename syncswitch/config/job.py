@@ -20,8 +20,10 @@ from syncswitch.config.files import read_structured_file
 from syncswitch.config.limits import DEFAULT_MODEL
 from syncswitch.config.options import TrainOptions
 from syncswitch.config.validation import (
+    STALENESS_OPTIONS,
     SWITCH_OPTIONS,
     Parsed,
+    StalenessOptionsError,
     SwitchOptionsError,
     detector_config,
     is_auto,
@@ -70,12 +72,19 @@ class TrainConfig(TrainOptions):
 
     def with_schedule(self, schedule: str, **changes: Any) -> TrainConfig:
         """This job under another schedule (and `changes`); switch options that a schedule
-        with no online END makes moot are set aside (back to their defaults), not refused."""
-        try:
-            return replace(self, schedule=schedule, **changes)
-        except SwitchOptionsError:
-            defaults = {f.name: f.default for f in fields(self) if f.name in SWITCH_OPTIONS}
-            return replace(self, schedule=schedule, **{**defaults, **changes})
+        with no online END makes moot, and staleness options that one with no ASP/SSP phase
+        makes moot (a search's BSP baseline), are set aside (back to their defaults), not
+        refused."""
+        aside: dict[str, Any] = {}
+        while True:
+            try:
+                return replace(self, schedule=schedule, **{**aside, **changes})
+            except (SwitchOptionsError, StalenessOptionsError) as error:
+                switch = isinstance(error, SwitchOptionsError)
+                moot = SWITCH_OPTIONS if switch else STALENESS_OPTIONS
+                if all(name in aside for name in moot):
+                    raise
+                aside |= {f.name: f.default for f in fields(self) if f.name in moot}
 
     # -- what validation built, and views derived from the fields -----------------------------
 

@@ -53,6 +53,10 @@ class SwitchOptionsError(ConfigError):
         self.schedule = schedule
 
 
+class StalenessOptionsError(ConfigError):
+    """Staleness options set for a schedule with no ASP/SSP phase."""
+
+
 def validate_job(config: TrainOptions, build_cluster: Callable[[], ClusterModel]) -> Parsed:
     """Every check that relates options to each other, in order; the parsed parts."""
     _check_own_code(config)
@@ -118,7 +122,7 @@ def _check_staleness_options(config: TrainOptions, schedule: Schedule | None) ->
     flags = ", ".join("--" + name.replace("_", "-") for name in given)
     asynchronous = schedule is None or any(p.spec.protocol.is_async for p in schedule.phases)
     if given and not asynchronous:
-        raise ConfigError(
+        raise StalenessOptionsError(
             f"{flags} {'apply' if len(given) > 1 else 'applies'} to ASP/SSP phases; "
             f"schedule {config.schedule!r} has none: drop {'them' if len(given) > 1 else 'it'} "
             "or add one (e.g. bsp:0.25,asp)"

@@ -4,6 +4,7 @@ the rule in force said at start-up and in the terminal summary."""
 import pytest
 
 from syncswitch.cli.main import main
+from syncswitch.config import TrainConfig
 from tests.security.helpers import one_line_error
 
 
@@ -45,3 +46,14 @@ def test_the_rules_in_force_are_said_at_start_up_and_in_the_summary(capsys, tmp_
     )
     assert "4 x 5,210 parameters x 4 bytes = 0.08 MiB" in captured.out + captured.err
     assert "ASP/SSP rules" in captured.out
+
+
+def test_a_search_trial_without_asp_sets_the_staleness_options_aside() -> None:
+    job = TrainConfig(
+        schedule="online", staleness_lr="inverse", staleness_lr_floor=0.5, delay_compensation=1.0
+    )
+    baseline = job.with_schedule("bsp", seed=3)  # the search's BSP trial: moot there
+    assert (baseline.staleness_lr, baseline.staleness_lr_floor) == ("none", 0.1)
+    assert baseline.delay_compensation == 0.0 and baseline.seed == 3
+    trial = job.with_schedule("bsp:0.25,asp")  # kept where they act
+    assert (trial.staleness_lr, trial.delay_compensation) == ("inverse", 1.0)
