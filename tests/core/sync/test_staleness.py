@@ -8,7 +8,7 @@ import torch
 from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.optimizer import FlatSGD
-from syncswitch.core.sync.protocol import Schedule
+from syncswitch.core.sync.protocol import ASP, Schedule
 from syncswitch.core.sync.records import Gradient, UpdateRecord
 from syncswitch.core.sync.staleness import (
     StalenessConfig,
@@ -239,3 +239,28 @@ def test_a_restored_server_compensates_against_the_restored_weights() -> None:
     g1 = g1 + 0.5 * g1 * g1 * (after_first - w_restored)
     close(restored.optimizer.weights, after_first - ASP_LR * g1)
     assert restored.updater.staleness.uncompensated == 0
+
+
+def test_after_a_rollback_the_workers_are_compensated_against_the_restored_weights() -> None:
+    sync = make_sync(staleness=StalenessConfig(delay_compensation=0.5))
+    for step, (worker, version) in enumerate(SCRIPT[:4]):
+        sync.submit(gradient(step, worker, version))
+    state = sync.snapshot("checkpoint").state
+    for step, (worker, version) in enumerate(SCRIPT[4:7], start=4):
+        sync.submit(gradient(step, worker, version))
+    sync.roll_back(
+        state, protocol=ASP, lr_scale=1.0, momentum_policy=MomentumPolicy.KEEP, reason="test"
+    )
+    restored, at = state.optimizer.weights.clone(), sync.live.version
+    # Computed on the abandoned weights: dropped, and each worker goes on with the restored.
+    for worker, version in ((0, 5), (1, 6)):
+        outcome = sync.submit(gradient(20 + worker, worker, version))
+        assert outcome.applied == [] and outcome.released == [worker]
+    sync.submit(gradient(30, 0, at))
+    after_first = restored - ASP_LR * values(30, 0)
+    sync.submit(gradient(31, 1, at))  # one version stale, computed on the restored weights
+    g = values(31, 1)
+    close(
+        sync.optimizer.weights, after_first - ASP_LR * (g + 0.5 * g * g * (after_first - restored))
+    )
+    assert sync.updater.staleness.uncompensated == 0
