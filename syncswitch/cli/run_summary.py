@@ -64,6 +64,8 @@ def summary_table(summary: Summary, run_dir: Path, *, library_log: Path | None) 
     table.add_row("switches", _switches(summary.switches))
     if summary.online_timing is not None:
         table.add_row("online timing", online_timing_line(summary.online_timing))
+    if summary.staleness_rules is not None:
+        table.add_row("ASP/SSP rules", _staleness_rules(summary.staleness_rules))
     table.add_row("dropped", _dropped(summary.gradients))
     if summary.placement:
         table.add_row("placement", _placement(summary.placement))
@@ -93,6 +95,17 @@ def print_summary(
     print(f"results written to {run_dir}/ ({names.SUMMARY}, {names.METRICS}, {names.UPDATES}, ...)")
     plot = shlex.quote(str(run_dir / "report.png"))
     print(f"plot them: {program()} report {shlex.quote(str(run_dir))} --plot {plot}")
+
+
+def _staleness_rules(rules: dict[str, Any]) -> str:
+    """The staleness rules in force, with delay compensation's memory (peak held)."""
+    line = str(rules.get("describe", ""))
+    peak = rules.get("handed_out_peak_bytes")
+    if peak is not None:
+        line += f"; weights kept for workers: {peak / 2**20:.2f} MiB at most"
+        if rules.get("uncompensated"):
+            line += f", {rules['uncompensated']} stale gradients uncompensated"
+    return line
 
 
 def _phases(summary: Summary) -> str:

@@ -20,8 +20,10 @@ from syncswitch.config.files import read_structured_file
 from syncswitch.config.limits import DEFAULT_MODEL
 from syncswitch.config.options import TrainOptions
 from syncswitch.config.validation import (
+    STALENESS_OPTIONS,
     SWITCH_OPTIONS,
     Parsed,
+    StalenessOptionsError,
     SwitchOptionsError,
     detector_config,
     is_auto,
@@ -46,6 +48,7 @@ from syncswitch.core.sync.hyperparams import LrSchedule
 from syncswitch.core.sync.local import LocalConfig, LocalStepsRule, OuterOptimizerKind, StatePolicy
 from syncswitch.core.sync.protocol import Schedule
 from syncswitch.core.sync.server_optimizer import ADAM_BETAS, OptimizerConfig, OptimizerKind
+from syncswitch.core.sync.staleness import StalenessConfig, StalenessLr
 from syncswitch.errors import ConfigError
 
 
@@ -70,12 +73,19 @@ class TrainConfig(TrainOptions):
 
     def with_schedule(self, schedule: str, **changes: Any) -> TrainConfig:
         """This job under another schedule (and `changes`); switch options that a schedule
-        with no online END makes moot are set aside (back to their defaults), not refused."""
-        try:
-            return replace(self, schedule=schedule, **changes)
-        except SwitchOptionsError:
-            defaults = {f.name: f.default for f in fields(self) if f.name in SWITCH_OPTIONS}
-            return replace(self, schedule=schedule, **{**defaults, **changes})
+        with no online END makes moot, and staleness options that one with no ASP/SSP phase
+        makes moot (a search's BSP baseline), are set aside (back to their defaults), not
+        refused."""
+        aside: dict[str, Any] = {}
+        while True:
+            try:
+                return replace(self, schedule=schedule, **{**aside, **changes})
+            except (SwitchOptionsError, StalenessOptionsError) as error:
+                switch = isinstance(error, SwitchOptionsError)
+                moot = SWITCH_OPTIONS if switch else STALENESS_OPTIONS
+                if all(name in aside for name in moot):
+                    raise
+                aside |= {f.name: f.default for f in fields(self) if f.name in moot}
 
     # -- what validation built, and views derived from the fields -----------------------------
 
@@ -144,6 +154,14 @@ class TrainConfig(TrainOptions):
         if self.optimizer == OptimizerKind.SGD:
             return self.momentum
         return self.betas[0] if self.betas else ADAM_BETAS[0]
+
+    def staleness_config(self) -> StalenessConfig:
+        """The staleness rules of ASP/SSP updates (core/sync/staleness.py)."""
+        return StalenessConfig(
+            lr_rule=StalenessLr(self.staleness_lr),
+            lr_floor=self.staleness_lr_floor,
+            delay_compensation=self.delay_compensation,
+        )
 
     def detector_config(self) -> DetectorConfig:
         return detector_config(self)

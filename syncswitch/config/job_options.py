@@ -36,6 +36,7 @@ from syncswitch.config.limits import (
 from syncswitch.core.sync.hyperparams import AsyncLrPolicy, LrScheduleKind, MomentumPolicy
 from syncswitch.core.sync.local import LocalStepsRule, OuterOptimizerKind, StatePolicy
 from syncswitch.core.sync.server_optimizer import OptimizerKind
+from syncswitch.core.sync.staleness import DEFAULT_LR_FLOOR, StalenessLr
 from syncswitch.core.timing.rules import RULE_NAMES
 
 
@@ -194,6 +195,28 @@ class JobOptions:
         "fraction of training over which 'ramp' restores momentum",
         Role(SCHEDULE_GROUP, Identity.JOB),
         range=Range(0, 1),
+    )
+    # Staleness-aware ASP/SSP updates (core/sync/staleness.py, docs/protocols.md); count in
+    # the job only when set, and a schedule without an ASP/SSP phase refuses them.
+    staleness_lr: str = option(
+        "none",
+        "ASP/SSP phases: inverse applies a gradient of staleness tau at lr/tau (not below "
+        "--staleness-lr-floor x lr); none: lr as is",
+        Role(SCHEDULE_GROUP, Identity.WHEN_SET),
+        choices=[k.value for k in StalenessLr],
+    )
+    staleness_lr_floor: float = option(
+        DEFAULT_LR_FLOOR,
+        "for --staleness-lr inverse: the smallest learning-rate factor a stale gradient gets",
+        Role(SCHEDULE_GROUP, Identity.WHEN_SET),
+        range=Range(0, 1, low_open=True),
+    )
+    delay_compensation: float = option(
+        0.0,
+        "ASP/SSP phases: DC-ASGD's lambda (g + lambda*g*g*(w - w_stale)); the server keeps up "
+        "to workers x parameters x 4 bytes of weights; 0: off",
+        Role(SCHEDULE_GROUP, Identity.WHEN_SET),
+        range=Range(0),
     )
     async_lr: str = option(
         "linear",

@@ -59,3 +59,7 @@ MAX_GPUS_PER_ACTOR = 64.0  # more GPUs than any one machine holds
 MAX_CONFIG_FILE_BYTES = 1 << 20
 MAX_SWITCH_THRESHOLD = 1e6
 MAX_OUTER_LR = 100.0  # a local phase's outer step: DiLoCo uses 0.7, plain averaging 1
+# Delay compensation's copies of the weights handed to each worker, on one server shard
+# (workers x the shard's parameters x 4 bytes at worst): beyond this, more --servers spread
+# them (a shard is one process, on one device). The default job needs 0.17 MB.
+MAX_HANDED_OUT_BYTES_PER_SHARD = 4 << 30

@@ -54,6 +54,10 @@ class SwitchOptionsError(ConfigError):
         self.schedule = schedule
 
 
+class StalenessOptionsError(ConfigError):
+    """Staleness options set for a schedule with no ASP/SSP phase."""
+
+
 def validate_job(config: TrainOptions, build_cluster: Callable[[], ClusterModel]) -> Parsed:
     """Every check that relates options to each other, in order; the parsed parts."""
     _check_own_code(config)
@@ -99,12 +103,37 @@ def validate_job(config: TrainOptions, build_cluster: Callable[[], ClusterModel]
         detector_config(config)  # its own checks of the thresholds
     except (ScheduleError, ValueError, TypeError, OverflowError) as error:
         raise ConfigError(str(error)) from None
+    _check_staleness_options(config, schedule)
     if schedule is not None and schedule.online_index is None:
         defaults = {f.name: f.default for f in fields(config)}
         moot = [name for name in SWITCH_OPTIONS if getattr(config, name) != defaults[name]]
         if moot:
             raise SwitchOptionsError(moot, config.schedule)
     return parsed
+
+
+# The staleness rules' options (core/sync/staleness.py): they act in ASP/SSP phases only.
+STALENESS_OPTIONS = ("staleness_lr", "staleness_lr_floor", "delay_compensation")
+
+
+def _check_staleness_options(config: TrainOptions, schedule: Schedule | None) -> None:
+    """Staleness options that would do nothing are refused, naming them: a schedule with no
+    ASP/SSP phase, or a floor without --staleness-lr inverse."""
+    defaults = {f.name: f.default for f in fields(config)}
+    given = [name for name in STALENESS_OPTIONS if getattr(config, name) != defaults[name]]
+    flags = ", ".join("--" + name.replace("_", "-") for name in given)
+    asynchronous = schedule is None or any(p.spec.protocol.is_async for p in schedule.phases)
+    if given and not asynchronous:
+        raise StalenessOptionsError(
+            f"{flags} {'apply' if len(given) > 1 else 'applies'} to ASP/SSP phases; "
+            f"schedule {config.schedule!r} has none: drop {'them' if len(given) > 1 else 'it'} "
+            "or add one (e.g. bsp:0.25,asp)"
+        )
+    if "staleness_lr_floor" in given and config.staleness_lr == "none":
+        raise ConfigError(
+            f"--staleness-lr-floor {config.staleness_lr_floor:g} applies to --staleness-lr "
+            "inverse; --staleness-lr is none: drop it or set --staleness-lr inverse"
+        )
 
 
 def switch_options_problem(names: list[str], schedule: str) -> str:

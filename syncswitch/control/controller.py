@@ -63,7 +63,7 @@ from syncswitch.control.resume_check import say_refused
 from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.control.stragglers import StragglerResponse
-from syncswitch.control.summary import build_summary, traffic_of
+from syncswitch.control.summary import build_summary, staleness_rules_of, traffic_of
 from syncswitch.control.timing import OnlineTiming
 from syncswitch.core.reliability.checkpoints import CheckpointError, LoadedCheckpoint
 from syncswitch.core.sync.records import EvalPoint, Snapshot, WorkerStats
@@ -104,6 +104,7 @@ class RunController:
         self._phases = PhaseMachine()
         self.state = ShardState()  # the first shard's, as of the last drain
         self.traffic: dict[str, Any] = {}  # every shard's received traffic (summary.py)
+        self.staleness_rules = staleness_rules_of(plan, [])  # the rules, memory once drained
         self.record = RunRecord()
         if resumed_from is not None:
             self.record = run_checkpoint(resumed_from).record
@@ -169,6 +170,7 @@ class RunController:
         first = reports[0]
         self.state = first.state
         self.traffic = traffic_of([r.state for r in reports])
+        self.staleness_rules = staleness_rules_of(self.plan, [r.state for r in reports])
         if not self._workload_done and any(report.state.done for report in reports):
             self._workload_done = True
             decisions += finish_the_other_shards(reports)
@@ -346,6 +348,7 @@ class RunController:
             status=status,
             placement=self.placement,
             traffic=self.traffic or None,
+            staleness_rules=self.staleness_rules,
         )
 
     # -- bookkeeping ----------------------------------------------------------------------------

@@ -159,6 +159,7 @@ class RunPlan:
                 count_bsp_by_work=config.greedy_return,
                 checkpoint_every=config.checkpoint_every,
                 local=config.local_config(),
+                staleness=config.staleness_config(),
                 # Shards measure gradient statistics only for a rule that reads them.
                 stats_coordinates=(
                     STATS_COORDINATES

@@ -62,6 +62,11 @@ class ShardState:
     messages_by_protocol: dict[str, int] = field(default_factory=dict)
     bytes_by_protocol: dict[str, int] = field(default_factory=dict)
     unsent_samples: dict[str, int] = field(default_factory=dict)
+    # Delay compensation (core/sync/staleness.py): the bytes of weights kept for the workers
+    # at most at once, their worst case, and stale gradients applied uncompensated.
+    handed_out_peak_bytes: int = 0
+    handed_out_worst_case_bytes: int = 0
+    uncompensated: int = 0
 
 
 @dataclass(frozen=True)
@@ -196,6 +201,7 @@ class ServerShard:
             messages_by_protocol=dict(live.messages_by_protocol),
             bytes_by_protocol=dict(live.bytes_by_protocol),
             unsent_samples=dict(live.unsent_samples),
+            **_compensation_state(sync),
         )
 
     def _record(self, outcome: Outcome) -> Outcome:
@@ -206,3 +212,16 @@ class ServerShard:
         self._since_drain.merge(outcome)
         outcome.released = released
         return outcome
+
+
+def _compensation_state(sync: Synchronizer) -> dict[str, int]:
+    """Delay compensation's memory and misses, for ShardState (zeros when it is off)."""
+    rules = sync.updater.staleness
+    handed_out = rules.handed_out
+    if handed_out is None:
+        return {}
+    return {
+        "handed_out_peak_bytes": handed_out.peak_bytes,
+        "handed_out_worst_case_bytes": handed_out.worst_case_bytes,
+        "uncompensated": rules.uncompensated,
+    }

@@ -34,6 +34,7 @@ def build_summary(
     status: str,
     placement: dict[str, Any] | None = None,
     traffic: dict[str, Any] | None = None,
+    staleness_rules: dict[str, Any] | None = None,
 ) -> Summary:
     """What the run did so far (`status` says whether it is over); `state` is the first
     shard's latest."""
@@ -66,6 +67,7 @@ def build_summary(
         samples_by_protocol=state.samples_by_protocol,
         switches=tuple(s.rounded() for s in record.switches),  # as events.jsonl has them
         staleness=record.staleness_summary(),
+        staleness_rules=staleness_rules,
         # No drain yet (a run that failed while starting): no gradient was sent.
         gradients=state.accounting or Accounting(),
         workers=plan.workers,
@@ -115,6 +117,26 @@ def traffic_of(states: list[ShardState]) -> dict[str, Any]:
         "bytes_sent": sum(bytes_by_protocol.values()),
         "unsent_local_samples": total("unsent_samples", max),
     }
+
+
+def staleness_rules_of(plan: RunPlan, states: list[ShardState]) -> dict[str, Any] | None:
+    """The staleness rules in force (core/sync/staleness.py), with delay compensation's
+    memory summed over the shards: the most held at once and the worst case (workers x
+    parameters x 4 bytes); None when none is."""
+    rules = plan.sync.staleness
+    if not rules.enabled:
+        return None
+    block: dict[str, Any] = {
+        "describe": rules.describe(),
+        "lr": rules.lr_rule.value,
+        "lr_floor": rules.lr_floor,
+        "delay_compensation": rules.delay_compensation,
+    }
+    if rules.delay_compensation > 0:
+        block["handed_out_peak_bytes"] = sum(s.handed_out_peak_bytes for s in states)
+        block["handed_out_worst_case_bytes"] = sum(s.handed_out_worst_case_bytes for s in states)
+        block["uncompensated"] = max((s.uncompensated for s in states), default=0)
+    return block
 
 
 def _timing_summary(plan: RunPlan, record: RunRecord) -> OnlineTimingSummary | None:

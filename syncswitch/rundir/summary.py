@@ -148,6 +148,9 @@ class Summary:
     samples_by_protocol: dict[str, int] = field(default_factory=dict)
     switches: tuple[Switch, ...] = field(metadata=_HEADLINE)
     staleness: dict[str, dict[str, Any]]  # per protocol: mean, max, gradients, ...
+    # The staleness-aware rules in force in ASP/SSP phases, with delay compensation's memory
+    # (core/sync/staleness.py); None when none is (and in runs from before them).
+    staleness_rules: dict[str, Any] | None = None
     gradients: Accounting
     workers: int
     worker_step_time_mean_s: float | None
@@ -233,6 +236,7 @@ class Summary:
                 Switch.from_plain(s, f"{where}: switches[{i}]") for i, s in enumerate(switches)
             ),
             staleness=_objects_by_name(read, "staleness"),
+            staleness_rules=read.mapping("staleness_rules", None, optional=True),
             gradients=Accounting.from_plain(read.mapping("gradients"), f"{where}: gradients"),
             workers=read.integer("workers", low=1),
             worker_step_time_mean_s=read.number("worker_step_time_mean_s", **rate),

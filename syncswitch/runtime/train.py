@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from syncswitch.config import TrainConfig
-from syncswitch.config.limits import MAX_CONFIG_FILE_BYTES
+from syncswitch.config.limits import MAX_CONFIG_FILE_BYTES, MAX_HANDED_OUT_BYTES_PER_SHARD
 from syncswitch.control.controller import (
     CHECKPOINT_DIR,
     RunController,
@@ -30,6 +30,7 @@ from syncswitch.core.reliability.checkpoints import (
     CheckpointStore,
     LoadedCheckpoint,
 )
+from syncswitch.core.sync.staleness import handed_out_bytes
 from syncswitch.errors import ConfigError, RunDirError
 from syncswitch.import_path import is_import_path
 from syncswitch.loggers import make_loggers
@@ -44,6 +45,7 @@ from syncswitch.rundir import (
 )
 from syncswitch.runtime.job import JobParts, builtin_task, job_parts
 from syncswitch.runtime.progress import starting, startup_status
+from syncswitch.terminal import project_console
 from syncswitch.workloads import ArrayDataset
 from syncswitch.workloads.data import TRAIN, DataSource, JobData
 from syncswitch.workloads.identity import Workload
@@ -164,6 +166,7 @@ def _train(
     plan = RunPlan.resolve(
         config, train_samples=data.size(TRAIN), metric=parts.task.spec(data.decision_split)
     )
+    announce_staleness_rules(plan, model_factory)
     run_dir = Path(config.out or default_run_dir(config.schedule))
     checkpoint: LoadedCheckpoint | None = None
     if resume:
@@ -202,6 +205,33 @@ def _train(
         return weights_state.result(summary, writer.dir, final_weights)
     finally:
         writer.close()
+
+
+def announce_staleness_rules(plan: RunPlan, model_factory: Callable[[], torch.nn.Module]) -> None:
+    """Say the staleness rules in force (stderr, one line) and what delay compensation's
+    copies of the weights may cost; refuse it when one shard's would pass the limit."""
+    rules = plan.sync.staleness
+    if not rules.enabled:
+        return
+    line = f"syncswitch: ASP/SSP updates: {rules.describe()}"
+    if rules.delay_compensation > 0:
+        parameters = sum(p.numel() for p in model_factory().parameters())
+        worst = handed_out_bytes(plan.workers, parameters)
+        servers = plan.job.servers
+        per_shard = -(-worst // servers)
+        if per_shard > MAX_HANDED_OUT_BYTES_PER_SHARD:
+            raise ConfigError(
+                f"delay_compensation = {rules.delay_compensation:g} keeps up to {plan.workers} "
+                f"workers x {parameters:,} parameters x 4 bytes = {worst / 2**30:.1f} GiB of "
+                f"weights over {servers} server(s); at most "
+                f"{MAX_HANDED_OUT_BYTES_PER_SHARD / 2**30:g} GiB per server: use more --servers "
+                "or fewer --workers, or drop it"
+            )
+        line += (
+            f"; the servers keep each worker's weights: up to {plan.workers} x {parameters:,} "
+            f"parameters x 4 bytes = {worst / 2**20:.2f} MiB"
+        )
+    project_console().print(line, markup=False)  # the terminal, also while libraries' goes to a log
 
 
 class ModelState:

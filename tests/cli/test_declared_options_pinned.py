@@ -18,7 +18,8 @@ PINNED_GROUPS = {
     },
     "schedule & switch": {
         "schedule", "momentum_at_switch", "momentum_ramp", "switch_rule", "switch_threshold",
-        "switch_floor", "switch_ceiling",
+        "switch_floor", "switch_ceiling", "staleness_lr", "staleness_lr_floor",
+        "delay_compensation",
     },
     "local phases": {
         "outer_optimizer", "outer_lr", "outer_momentum", "local_lr_factor", "local_steps_rule",

@@ -168,3 +168,14 @@ def test_the_pysource_options_leave_other_jobs_alone() -> None:
     plain = TrainConfig(**EXPLICIT)
     assert "corpus_sha256" not in describe_job(plain)
     assert fingerprint(TrainConfig(**EXPLICIT, pysource_bytes=100_000)) == fingerprint(plain)
+
+
+def test_the_staleness_rules_count_only_when_set() -> None:
+    asp = {**EXPLICIT, "schedule": "bsp:0.25,asp"}
+    plain = fingerprint(TrainConfig(**asp))
+    assert fingerprint(TrainConfig(**asp, staleness_lr="none", delay_compensation=0.0)) == plain
+    inverse = TrainConfig(**asp, staleness_lr="inverse")
+    floored = TrainConfig(**asp, staleness_lr="inverse", staleness_lr_floor=0.5)
+    compensated = TrainConfig(**asp, delay_compensation=0.04)
+    prints = {fingerprint(c) for c in (inverse, floored, compensated)}
+    assert len(prints) == 3 and plain not in prints

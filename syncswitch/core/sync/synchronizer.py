@@ -42,8 +42,10 @@ parts back into the collaborators.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
+from typing import Concatenate, ParamSpec
 
 from syncswitch.core.sync.admission import DropReason, GradientLedger
 from syncswitch.core.sync.config import SyncConfig, check_worker
@@ -61,6 +63,25 @@ from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.core.sync.update import Updater
 from syncswitch.core.sync.waitroom import WaitRoom
 from syncswitch.records import Accounting
+
+_P = ParamSpec("_P")
+
+
+def _hands_out(
+    method: Callable[Concatenate[Synchronizer, _P], Outcome],
+) -> Callable[Concatenate[Synchronizer, _P], Outcome]:
+    """A public entry point whose released workers go on with the weights as they are on
+    return (both runtimes answer them at once): delay compensation notes who got which."""
+
+    def wrapper(self: Synchronizer, /, *args: _P.args, **kwargs: _P.kwargs) -> Outcome:
+        outcome = method(self, *args, **kwargs)
+        handed_out = self.updater.staleness.handed_out
+        if handed_out is not None and outcome.released:
+            handed_out.handed(outcome.released, self.live.version, self.optimizer.weights)
+        return outcome
+
+    functools.update_wrapper(wrapper, method)  # its name and docstring
+    return wrapper
 
 
 class Synchronizer:
@@ -127,6 +148,7 @@ class Synchronizer:
 
     # -- the protocol -----------------------------------------------------------------------
 
+    @_hands_out
     def submit(self, gradient: Gradient) -> Outcome:
         """Take one gradient; return what the runtime must do next."""
         outcome, live = Outcome(), self.live
@@ -163,6 +185,7 @@ class Synchronizer:
             outcome.merge(self.rounds.after_update(live))
         return outcome
 
+    @_hands_out
     def exclude(self, worker: int) -> Outcome:
         """Stop waiting for `worker` at the barrier (elastic BSP); it may complete a barrier."""
         check_worker(worker, self.config.workers)
@@ -189,6 +212,7 @@ class Synchronizer:
             live.admitted_from[worker] = live.version
         return Outcome()
 
+    @_hands_out
     def end_online_phase(self, reason: str) -> Outcome:
         """The run controller decided the online phase ends now: go on to the next phase (a
         protocol a divergence rollback pinned stays in force)."""
@@ -197,6 +221,7 @@ class Synchronizer:
             return Outcome()  # ended already (its ceiling), or no such phase
         return self.rounds.enter_phase(self.live, index + 1, reason)
 
+    @_hands_out
     def switch_to(self, spec: ProtocolSpec, reason: str) -> Outcome:
         """Put a new protocol in force now, in place, at the current version."""
         return self.rounds.switch_to(self.live, spec, reason)
@@ -229,6 +254,10 @@ class Synchronizer:
         start = self.gate.ledger.restart_worker(worker)
         self.gate.quarantine.release(worker)
         self.readmit(worker)
+        handed_out = self.updater.staleness.handed_out
+        if handed_out is not None:
+            # It pulls the current weights next (a runtime pulls them at once).
+            handed_out.handed([worker], self.live.version, self.optimizer.weights)
         return start
 
     def local_round(self) -> LocalRound | None:
@@ -236,6 +265,7 @@ class Synchronizer:
         outside one): H steps of its own SGD at the job's learning rate, then one delta."""
         return self.local.round(self.live, len(self.active))
 
+    @_hands_out
     def finish_now(self) -> Outcome:
         """End the workload here: another shard has applied it all (shards that dropped a
         gradient differently can differ by a few samples). Gradients at the barrier are dropped
@@ -264,7 +294,13 @@ class Synchronizer:
         self.snapshots.load(state)
         self.gate.ledger = GradientLedger.from_plain(dict(state.ledger))
         self.live = self.live.restored(state, started_at=self._clock() - state.time_s)
+        handed_out = self.updater.staleness.handed_out
+        if handed_out is not None:
+            # Not in the snapshot: every worker rejoins and computes on the restored weights
+            # first, so what workers held before is never needed again.
+            handed_out.reset(self.live.version, self.optimizer.weights)
 
+    @_hands_out
     def roll_back(
         self,
         state: SynchronizerState,

@@ -21,6 +21,7 @@ from syncswitch.core.sync.local_phase import LocalPhase
 from syncswitch.core.sync.protocol import ASP, Protocol, ProtocolSpec
 from syncswitch.core.sync.records import Gradient, UpdateRecord
 from syncswitch.core.sync.server_optimizer import ServerOptimizer
+from syncswitch.core.sync.staleness import StalenessRules
 from syncswitch.core.timing.gradient_stats import RoundStatsAccumulator
 
 
@@ -36,6 +37,8 @@ class Updater:
         self.optimizer = optimizer
         self.local = local
         self.now_s = now_s
+        # Effective lr and compensated gradient of a stale ASP/SSP update (staleness.py).
+        self.staleness = StalenessRules(config.staleness, config.workers, optimizer.weights)
         # Gradient statistics of each BSP round, while the schedule's online phase (whose end
         # the run controller decides from them) is in force; None without one.
         self.online_index = config.schedule.online_index  # asked every round: kept
@@ -63,7 +66,8 @@ class Updater:
         if gradients[0].local_steps > 0:
             lr, momentum = self.local.step(live, mean, gathered=gathered)
         else:
-            lr, momentum = self._step(live, mean, count=len(gradients))
+            alone = gradients[0] if len(gradients) == 1 else None
+            lr, momentum = self._step(live, mean, count=len(gradients), alone=alone)
         applied_to = live.version
         live.version += 1
         live.samples += total
@@ -131,9 +135,12 @@ class Updater:
         del rows
         return gradients, mean, total
 
-    def _step(self, live: LiveState, mean: torch.Tensor, *, count: int) -> tuple[float, float]:
-        """An SGD step by `mean`, the combination of `count` gradients. Returns the learning
-        rate and momentum, as recorded."""
+    def _step(
+        self, live: LiveState, mean: torch.Tensor, *, count: int, alone: Gradient | None
+    ) -> tuple[float, float]:
+        """An SGD step by `mean`, the combination of `count` gradients (`alone`: the one
+        gradient of an update of its own). Returns the effective learning rate and momentum,
+        as recorded."""
         cfg = self.config
         progress = cfg.progress(live.samples)
         # A plain gradient in a local phase (sent before the switch) is an ASP update.
@@ -144,6 +151,16 @@ class Updater:
             cfg.lr, cfg.lr_schedule, progress, count, cfg.workers
         )
         momentum = update_momentum(cfg, spec, live.momentum_policy, progress, live.async_start)
+        if alone is not None and spec.protocol.is_async and cfg.staleness.enabled:
+            staleness = live.version - alone.computed_version
+            lr = self.staleness.lr(lr, staleness)
+            mean = self.staleness.gradient(
+                mean,
+                worker=alone.worker,
+                computed_version=alone.computed_version,
+                staleness=staleness,
+                weights_now=self.optimizer.weights,
+            )
         self.optimizer.step(mean, lr=lr, momentum=momentum)
         return lr, momentum
 
