@@ -170,10 +170,18 @@ def table(rows: list[dict[str, Any]], args: Any) -> str:
             ]
         )
     seeds = ", ".join(str(s) for s in sorted({r["seed"] for r in rows}))
+    timing = _timing(args)
+    said = {
+        Timing.SIMULATED: "SIMULATED time (virtual clock)",
+        Timing.EMULATED: f"real time with EMULATED {args.step_time_ms:g} ms steps",
+        Timing.REAL: "real time",
+    }[timing]
+    extra = f", flags {' '.join(args.extra)}" if args.extra else ""
     title = check_timing(
-        f"Language model (pysource, char-transformer), {args.epochs} epoch(s), runtime "
-        f"{args.runtime}, seeds {seeds}: validation loss (lower is better), medians over seeds",
-        _timing(args),
+        f"Language model (pysource, char-transformer), {args.epochs:g} epoch(s){extra}, "
+        f"runtime {args.runtime}, {said}, seeds {seeds}: validation loss (lower is better), "
+        "medians over seeds",
+        timing,
     )
     columns = [
         "optimizer",

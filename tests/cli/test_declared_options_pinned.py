@@ -14,12 +14,13 @@ PINNED_GROUPS = {
     "job": {
         "workers", "epochs", "batch_size", "lr", "momentum", "weight_decay", "lr_schedule",
         "warmup", "lr_milestones", "lr_gamma", "dataset", "data_dir", "model",
-        "mnist1d_samples", "pysource_bytes", "val_fraction", "seed", "eval_every",
+        "mnist1d_samples", "pysource_bytes", "val_fraction", "seed", "eval_every", "optimizer",
+        "betas", "eps",
     },
     "schedule & switch": {
         "schedule", "momentum_at_switch", "momentum_ramp", "switch_rule", "switch_threshold",
         "switch_floor", "switch_ceiling", "staleness_lr", "staleness_lr_floor",
-        "delay_compensation",
+        "delay_compensation", "async_lr",
     },
     "local phases": {
         "outer_optimizer", "outer_lr", "outer_momentum", "local_lr_factor", "local_steps_rule",
