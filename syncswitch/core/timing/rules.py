@@ -65,6 +65,7 @@ class TimingReason(StrEnum):
     BEFORE_FLOOR = "before_floor"  # not yet: the BSP share's floor is not reached
     NO_SIGNAL = "no_signal"  # not yet: too few measurements to judge
     WAITING = "waiting"  # not yet: the signal says stay with BSP
+    UNCERTAIN = "uncertain"  # not yet: below on the estimate, which cannot tell yet
     SIGNAL = "signal"  # switch: the rule fired
     CEILING = "ceiling"  # switch: the BSP share's ceiling is reached, whatever the signal
 
@@ -123,6 +124,8 @@ class GradientPoint:
     noise_trace: float  # tr(Sigma)
     grad_sq: float  # |G|^2
     drift_sq: float | None  # |G_t - G_{t-1}|^2 per BSP update
+    drift_stderr: float | None = None  # the drift's standard error (None: not yet known)
+    drift_rounds: int = 0  # rounds that measured a drift
 
     @classmethod
     def from_signals(cls, progress: float, signals: GradientSignals) -> GradientPoint:
@@ -133,6 +136,8 @@ class GradientPoint:
             noise_trace=signals.noise_trace,
             grad_sq=signals.grad_sq,
             drift_sq=signals.drift_sq,
+            drift_stderr=signals.drift_stderr,
+            drift_rounds=signals.drift_rounds,
         )
 
 
@@ -165,6 +170,7 @@ class Verdict:
     fired: bool
     values: Mapping[str, float]
     enough: bool = True  # False: too little history to judge
+    uncertain: bool = False  # below on the estimate, but its error cannot rule out above
 
 
 class Rule(TypingProtocol):
@@ -235,23 +241,68 @@ class StalenessNoiseRule:
     threshold: float = 0.15
     staleness_exponent: float = 0.5
     patience: int = 3  # consecutive points below the threshold
+    # A check counts as below only when the ratio's upper confidence bound is: the smoothed
+    # drift plus `confidence` standard errors, after `min_drift_rounds` measured drifts
+    # (benchmarks/results/online-transfer-study.md).
+    confidence: float = 2.0
+    min_drift_rounds: int = 8
     name: str = "staleness_noise"
 
     def check(self, history: Sequence[GradientPoint]) -> Verdict:
         exponent = self.staleness_exponent
-        ratios = [r for r in (staleness_ratio(p, exponent) for p in history) if r is not None]
-        if not ratios:
+        judged = [
+            (r, self.upper_ratio(p))
+            for p in history
+            if (r := staleness_ratio(p, exponent)) is not None
+        ]
+        if not judged:
             return Verdict(False, {}, enough=False)
         last = history[-1]
+        ratio, upper = judged[-1]
         values = {
-            "staleness_ratio": ratios[-1],
+            "staleness_ratio": ratio,
+            "staleness_ratio_upper": upper if upper is not None else math.nan,
             "threshold": self.threshold,
             "drift_sq": last.drift_sq if last.drift_sq is not None else math.nan,
+            "drift_stderr": last.drift_stderr if last.drift_stderr is not None else math.nan,
             "noise_trace": last.noise_trace,
             "noise_scale": _noise_scale(last),
         }
-        fired = _FallingBelow(self.threshold, self.patience).fired(ratios)
-        return Verdict(fired, values)
+        fired = _fell_below_surely(judged, self.threshold, self.patience)
+        # Below on the estimate, not on its bound: the estimate cannot tell yet.
+        uncertain = ratio < self.threshold and (upper is None or upper >= self.threshold)
+        return Verdict(fired, values, uncertain=uncertain and not fired)
+
+    def upper_ratio(self, point: GradientPoint) -> float | None:
+        """The ratio with the drift at its upper confidence bound; None while the drift's
+        error is unknown or rests on fewer than `min_drift_rounds` measured drifts (a
+        negative, noise-dominated drift after a few rounds is no evidence of a slow one)."""
+        if (
+            point.drift_sq is None
+            or point.drift_stderr is None
+            or point.drift_rounds < self.min_drift_rounds
+            or point.noise_trace <= 0
+        ):
+            return None
+        high = max(point.drift_sq + self.confidence * point.drift_stderr, 0.0)
+        stale = float((point.workers - 1) ** self.staleness_exponent) * high
+        return stale / (point.noise_trace / point.worker_batch)
+
+
+def _fell_below_surely(
+    judged: Sequence[tuple[float, float | None]], threshold: float, patience: int
+) -> bool:
+    """`_FallingBelow` with confidence: the estimate at or above `threshold` arms it; a point
+    counts as below only when its upper bound is below; any other point breaks the run."""
+    armed, below = False, 0
+    for ratio, upper in judged:
+        if ratio >= threshold:
+            armed, below = True, 0
+        elif upper is not None and upper < threshold:
+            below += 1 if armed else 0
+        else:
+            below = 0
+    return armed and below >= patience
 
 
 def _noise_scale(point: GradientPoint) -> float:
@@ -292,7 +343,7 @@ def decide(
     elif verdict.fired:
         return OnlineSwitchDecision(True, TimingReason.SIGNAL, rule.name, progress, verdict.values)
     else:
-        reason = TimingReason.WAITING
+        reason = TimingReason.UNCERTAIN if verdict.uncertain else TimingReason.WAITING
     return OnlineSwitchDecision(False, reason, rule.name, progress, verdict.values)
 
 

@@ -21,12 +21,30 @@ from syncswitch.core.timing.rules import (
 NO_BOUNDS = ShareBounds(floor=0.0, ceiling=1.0)
 
 
-def point(progress: float, ratio: float, workers: int = 8, batch: int = 32) -> GradientPoint:
+def point(
+    progress: float,
+    ratio: float,
+    workers: int = 8,
+    batch: int = 32,
+    *,
+    stderr_ratio: float = 0.0,
+    rounds: int = 100,
+) -> GradientPoint:
     """A point whose staleness ratio (n - 1)^p D b / tr(Sigma) is `ratio` under the default
-    exponent p (tr(Sigma) = 64)."""
+    exponent p (tr(Sigma) = 64), its drift's standard error `stderr_ratio` in the same units
+    (0 and 100 measured drifts: an estimate the rule trusts)."""
     noise = 64.0
-    drift = ratio * (noise / batch) / (workers - 1) ** StalenessNoiseRule().staleness_exponent
-    return GradientPoint(progress, workers, batch, noise, grad_sq=1.0, drift_sq=drift)
+    per_ratio = (noise / batch) / (workers - 1) ** StalenessNoiseRule().staleness_exponent
+    return GradientPoint(
+        progress,
+        workers,
+        batch,
+        noise,
+        grad_sq=1.0,
+        drift_sq=ratio * per_ratio,
+        drift_stderr=stderr_ratio * per_ratio,
+        drift_rounds=rounds,
+    )
 
 
 def test_staleness_ratio_is_the_staleness_error_over_the_asp_gradients_noise():
@@ -87,13 +105,53 @@ def test_more_workers_switch_later_for_the_same_drift_and_noise():
 
     def share(workers: int) -> float:
         history = [
-            GradientPoint(0.025 * (i + 1), workers, 32, 64.0, 1.0, d) for i, d in enumerate(drifts)
+            GradientPoint(0.025 * (i + 1), workers, 32, 64.0, 1.0, d, 0.0, 100)
+            for i, d in enumerate(drifts)
         ]
         decision = first_switch(rule, history, NO_BOUNDS)
         assert decision is not None
         return decision.progress
 
     assert share(8) < share(16) < share(32)
+
+
+def test_a_negative_noise_dominated_drift_never_counts_as_below_the_threshold():
+    # The held-out job's case: a drift estimated below zero after few measured rounds, its
+    # error far larger than the threshold's drift: read as a ratio of 0, it used to fire.
+    rule = StalenessNoiseRule(threshold=0.15, patience=3)
+    armed = [point(0.05, 2.0, rounds=10)]
+    noisy = [point(0.1 + 0.01 * i, -0.4, stderr_ratio=0.5, rounds=10) for i in range(20)]
+    decision = first_switch(rule, armed + noisy, NO_BOUNDS)
+    assert decision is None
+    last = decide(rule, armed + noisy, 0.3, NO_BOUNDS)
+    assert last.reason is TimingReason.UNCERTAIN
+    assert last.values["staleness_ratio"] == 0.0
+    assert last.values["staleness_ratio_upper"] > 0.15
+
+
+def test_too_few_measured_drifts_never_count_however_small_the_error():
+    rule = StalenessNoiseRule(threshold=0.15, patience=3, min_drift_rounds=8)
+    history = [point(0.05, 2.0, rounds=2)] + [
+        point(0.1 + 0.01 * i, 0.01, stderr_ratio=0.001, rounds=3 + i) for i in range(4)
+    ]
+    # Rounds 3-6: under 8 measured drifts, never trusted.
+    assert first_switch(rule, history, NO_BOUNDS) is None
+    more = history + [point(0.2 + 0.01 * i, 0.01, rounds=8 + i) for i in range(3)]
+    decision = first_switch(rule, more, NO_BOUNDS)
+    assert decision is not None and decision.progress == pytest.approx(0.22)
+
+
+def test_a_clear_fall_fires_and_an_uncertain_check_breaks_the_run_of_checks_below():
+    rule = StalenessNoiseRule(threshold=0.15, patience=3, confidence=2.0)
+    falling = [point(0.05, 1.0), point(0.1, 0.5), point(0.15, 0.3)]
+    # 0.02 + 2 * 0.03 = 0.08 < 0.15: sure; 0.05 + 2 * 0.06 = 0.17: below, but not surely.
+    sure = [point(0.2 + 0.01 * i, 0.02, stderr_ratio=0.03) for i in range(2)]
+    unsure = [point(0.22, 0.05, stderr_ratio=0.06)]
+    again = [point(0.23 + 0.01 * i, 0.02, stderr_ratio=0.03) for i in range(3)]
+    decision = first_switch(rule, falling + sure + unsure + again, NO_BOUNDS)
+    assert decision is not None and decision.reason is TimingReason.SIGNAL
+    assert decision.progress == pytest.approx(0.25)  # three sure checks after the unsure one
+    assert decide(rule, falling + sure + unsure, 0.22, NO_BOUNDS).reason is TimingReason.UNCERTAIN
 
 
 def test_noise_scale_rule_switches_when_the_noise_scale_passes_a_multiple_of_the_batch():
