@@ -29,10 +29,12 @@ def point(
     *,
     stderr_ratio: float = 0.0,
     rounds: int = 100,
+    grad_sq: float = 0.01,
 ) -> GradientPoint:
     """A point whose staleness ratio (n - 1)^p D b / tr(Sigma) is `ratio` under the default
     exponent p (tr(Sigma) = 64), its drift's standard error `stderr_ratio` in the same units
-    (0 and 100 measured drifts: an estimate the rule trusts)."""
+    (0 and 100 measured drifts: an estimate the rule trusts); |G|^2 0.01 by default, a noise
+    scale of 6400, noise-dominated at any batch here."""
     noise = 64.0
     per_ratio = (noise / batch) / (workers - 1) ** StalenessNoiseRule().staleness_exponent
     return GradientPoint(
@@ -40,7 +42,7 @@ def point(
         workers,
         batch,
         noise,
-        grad_sq=1.0,
+        grad_sq=grad_sq,
         drift_sq=ratio * per_ratio,
         drift_stderr=stderr_ratio * per_ratio,
         drift_rounds=rounds,
@@ -105,7 +107,7 @@ def test_more_workers_switch_later_for_the_same_drift_and_noise():
 
     def share(workers: int) -> float:
         history = [
-            GradientPoint(0.025 * (i + 1), workers, 32, 64.0, 1.0, d, 0.0, 100)
+            GradientPoint(0.025 * (i + 1), workers, 32, 64.0, 0.01, d, 0.0, 100)
             for i, d in enumerate(drifts)
         ]
         decision = first_switch(rule, history, NO_BOUNDS)
@@ -152,6 +154,22 @@ def test_a_clear_fall_fires_and_an_uncertain_check_breaks_the_run_of_checks_belo
     assert decision is not None and decision.reason is TimingReason.SIGNAL
     assert decision.progress == pytest.approx(0.25)  # three sure checks after the unsure one
     assert decide(rule, falling + sure + unsure, 0.22, NO_BOUNDS).reason is TimingReason.UNCERTAIN
+
+
+def test_a_still_descending_run_stays_in_bsp_however_small_its_staleness_ratio():
+    # |G|^2 above the noise of BSP's averaged gradient (noise scale 64 < n b = 256): the
+    # slope, not the noise, dominates, and a stale gradient would overshoot it.
+    rule = StalenessNoiseRule(threshold=0.15, patience=3)
+    descending = [point(0.05, 2.0, grad_sq=1.0)] + [
+        point(0.1 + 0.01 * i, 0.01, grad_sq=1.0) for i in range(10)
+    ]
+    assert first_switch(rule, descending, NO_BOUNDS) is None
+    decision = decide(rule, descending, 0.2, NO_BOUNDS)
+    assert decision.values["noise_scale_over_batch"] == pytest.approx(64 / 256)
+    # The same ratios once the noise dominates (|G|^2 0.2: noise scale 320 >= 256) fire.
+    settled = descending + [point(0.3 + 0.01 * i, 0.01, grad_sq=0.2) for i in range(3)]
+    fired = first_switch(rule, settled, NO_BOUNDS)
+    assert fired is not None and fired.progress == pytest.approx(0.32)
 
 
 def test_noise_scale_rule_switches_when_the_noise_scale_passes_a_multiple_of_the_batch():
