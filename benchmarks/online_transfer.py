@@ -99,7 +99,9 @@ def _sequence() -> dict[str, Any]:
 _MNIST = {k: v for k, v in SIM_JOB.items() if k not in CLUSTER}
 JOBS = {
     "mnist1d": Job("mnist1d", _MNIST, _mnist1d, "points"),
-    "regression": Job("regression", {"epochs": 5.0, "batch_size": 32, "lr": 0.05}, _regression, "relative"),
+    "regression": Job(
+        "regression", {"epochs": 5.0, "batch_size": 32, "lr": 0.05}, _regression, "relative"
+    ),
     "sequence": Job("sequence", {"epochs": 6.0, "batch_size": 32, "lr": 0.5}, _sequence, "points"),
 }
 CASES = {"bsp": HELD, "online": {"schedule": "online"}}
@@ -170,7 +172,8 @@ def run_cases(args: argparse.Namespace, cases: tuple[str, ...]) -> None:
                 print(
                     f"{job.name} {case} w{workers} s{seed}: {row['metric']} "
                     f"{row['final_value']:.4f} share {row['share']:.3f} "
-                    f"{row['time_s']:.1f} s SIMULATED ({row['host_time_s']} s host) {row['reason']}",
+                    f"{row['time_s']:.1f} s SIMULATED ({row['host_time_s']} s host) "
+                    f"{row['reason']}",
                     flush=True,
                 )
 
@@ -257,8 +260,8 @@ def table(args: argparse.Namespace) -> str:
     runs = read_runs(Path(args.out))
     bsp = {(r["job"], r["workers"], r["seed"]): r for r in runs if r["case"] == "bsp"}
     lines = [
-        "| job | workers | seed | metric | BSP value | online value | gap | within | share "
-        "| BSP time | online time | timing |",
+        "| job | workers | seed | metric | BSP value | online value | online behind BSP "
+        "| within | share | BSP time | online time | timing |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted((r for r in runs if r["case"] == "online"), key=_order):
@@ -273,6 +276,71 @@ def table(args: argparse.Namespace) -> str:
             f"{r['time_s']:.1f} s | SIMULATED |"
         )
     return "\n".join(lines)
+
+
+def means(args: argparse.Namespace) -> str:
+    """Per job and worker count: BSP's and online's mean, the gap, and the runs within."""
+    runs = read_runs(Path(args.out))
+    bsp = {(r["job"], r["workers"], r["seed"]): r for r in runs if r["case"] == "bsp"}
+    groups: dict[tuple[str, int], list[tuple[dict, dict]]] = {}
+    for r in sorted((r for r in runs if r["case"] == "online"), key=_order):
+        ref = bsp.get((r["job"], r["workers"], r["seed"]))
+        if ref is not None:
+            groups.setdefault((r["job"], r["workers"]), []).append((ref, r))
+    lines = [
+        "| job | workers | seeds | BSP mean | online mean | online behind BSP (means) "
+        "| runs within | shares | BSP time | online time | timing |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (name, workers), pairs in groups.items():
+        job = JOBS[name]
+        ref = _mean_row([p[0] for p in pairs])
+        online = _mean_row([p[1] for p in pairs])
+        gap, _ = _gap(job, ref, online)
+        within = sum(_gap(job, a, b)[1] for a, b in pairs)
+        shares = ", ".join(f"{b['share']:.2f}" for _, b in pairs)
+        lines.append(
+            f"| {name} | {workers} | {len(pairs)} | {ref['final_value']:.4f} | "
+            f"{online['final_value']:.4f} | {gap} | {within}/{len(pairs)} | {shares} | "
+            f"{ref['time_s']:.1f} s | {online['time_s']:.1f} s | SIMULATED |"
+        )
+    return "\n".join(lines)
+
+
+def grid_table(args: argparse.Namespace) -> str:
+    """Per job and worker count: BSP's mean against each fixed share's (what a switch there
+    would have cost)."""
+    runs = read_runs(Path(args.out))
+    cases = ("bsp", *GRID)
+    lines = [
+        "| job | workers | seeds | " + " | ".join(cases) + " | timing |",
+        "|---|---|---|" + "---|" * len(cases) + "---|",
+    ]
+    keys = sorted(
+        {(r["job"], r["workers"]) for r in runs}, key=lambda k: (list(JOBS).index(k[0]), k[1])
+    )
+    for name, workers in keys:
+        by_case = {
+            c: [r for r in runs if (r["job"], r["workers"], r["case"]) == (name, workers, c)]
+            for c in cases
+        }
+        if not all(by_case.values()):
+            continue
+        cells = [f"{_mean_row(rows)['final_value']:.4f}" for rows in by_case.values()]
+        lines.append(
+            f"| {name} | {workers} | {len(by_case['bsp'])} | "
+            + " | ".join(cells)
+            + " | SIMULATED |"
+        )
+    return "\n".join(lines)
+
+
+def _mean_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "final_value": sum(r["final_value"] for r in rows) / len(rows),
+        "time_s": sum(r["time_s"] for r in rows) / len(rows),
+        "higher_is_better": rows[0]["higher_is_better"],
+    }
 
 
 def _order(row: dict[str, Any]) -> tuple:
@@ -304,7 +372,7 @@ def main() -> None:
     elif args.command == "replay":
         replay(args)
     else:
-        text = table(args)
+        text = table(args) + "\n\n" + means(args) + "\n\n" + grid_table(args)
         print(text)
         (Path(args.out) / "table.md").write_text(text + "\n")
 
