@@ -46,8 +46,9 @@ The rules:
     job). A check counts as below only when r computed with D at its upper confidence bound,
     D + `confidence` standard errors (the spread of the rounds' own estimates,
     gradient_stats.py), is below `threshold`, and only after `min_drift_rounds` measured
-    drifts. The threshold (0.3) now applies to that bound: with the drift's usual error on
-    the scale study it lands where 0.15 on the estimate did.
+    drifts. The threshold (0.25) now applies to that bound: on the scale study's recordings
+    it leaves BSP within 0.02 of the samples of where 0.15 on the estimate did (0.3 left up
+    to 0.08 earlier at 16 and 32 workers, where leaving early costs most).
   * Noise-dominated. The comparison of staleness with sampling noise only says ASP costs
     little once the noise is what the updates mostly carry. While the true gradient is
     larger than the noise of BSP's own averaged gradient, |G|^2 > tr(Sigma) / (n b) (a noise
@@ -258,7 +259,7 @@ class StalenessNoiseRule:
     # The exponent chosen on the simulated scale study (online-timing-study.md, "Third
     # round"); the threshold, on the drift's upper bound, with the confidence and the noise
     # condition below, on that job and the regression example (online-transfer-study.md).
-    threshold: float = 0.3
+    threshold: float = 0.25
     staleness_exponent: float = 0.5
     patience: int = 3  # consecutive points below the threshold
     # A check counts as below only when the ratio's upper confidence bound is: the smoothed
