@@ -86,6 +86,7 @@ class TimingReason(StrEnum):
     NO_SIGNAL = "no_signal"  # not yet: too few measurements to judge
     WAITING = "waiting"  # not yet: the signal says stay with BSP
     UNCERTAIN = "uncertain"  # not yet: below on the estimate, which cannot tell yet
+    DESCENDING = "descending"  # not yet: below, but the gradient still dominates its noise
     SIGNAL = "signal"  # switch: the rule fired
     CEILING = "ceiling"  # switch: the BSP share's ceiling is reached, whatever the signal
 
@@ -190,7 +191,9 @@ class Verdict:
     fired: bool
     values: Mapping[str, float]
     enough: bool = True  # False: too little history to judge
-    uncertain: bool = False  # below on the estimate, but its error cannot rule out above
+    # Why a rule below its threshold on the estimate does not count it (UNCERTAIN or
+    # DESCENDING), for the decision's reason; None: nothing held back.
+    held: TimingReason | None = None
 
 
 class Rule(TypingProtocol):
@@ -294,9 +297,13 @@ class StalenessNoiseRule:
             "noise_scale_over_batch": _noise_scale(last) / (last.workers * last.worker_batch),
         }
         fired = _fell_below_surely(judged, self.threshold, self.patience)
-        # Below on the estimate, not on its bound: the estimate cannot tell yet.
-        uncertain = ratio < self.threshold and (upper is None or upper >= self.threshold)
-        return Verdict(fired, values, uncertain=uncertain and not fired)
+        held = None
+        if not fired and ratio < self.threshold:
+            if not self.noise_dominated(last):
+                held = TimingReason.DESCENDING
+            elif upper is None or upper >= self.threshold:
+                held = TimingReason.UNCERTAIN  # below on the estimate, not on its bound
+        return Verdict(fired, values, held=held)
 
     def noise_dominated(self, point: GradientPoint) -> bool:
         """Whether |G|^2 is at most the noise of BSP's averaged gradient, tr(Sigma) / (n b),
@@ -376,7 +383,7 @@ def decide(
     elif verdict.fired:
         return OnlineSwitchDecision(True, TimingReason.SIGNAL, rule.name, progress, verdict.values)
     else:
-        reason = TimingReason.UNCERTAIN if verdict.uncertain else TimingReason.WAITING
+        reason = verdict.held or TimingReason.WAITING
     return OnlineSwitchDecision(False, reason, rule.name, progress, verdict.values)
 
 

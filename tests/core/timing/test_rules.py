@@ -165,6 +165,7 @@ def test_a_still_descending_run_stays_in_bsp_however_small_its_staleness_ratio()
     ]
     assert first_switch(rule, descending, NO_BOUNDS) is None
     decision = decide(rule, descending, 0.2, NO_BOUNDS)
+    assert decision.reason is TimingReason.DESCENDING
     assert decision.values["noise_scale_over_batch"] == pytest.approx(64 / 256)
     # The same ratios once the noise dominates (|G|^2 0.2: noise scale 320 >= 256) fire.
     settled = descending + [point(0.3 + 0.01 * i, 0.01, grad_sq=0.2) for i in range(3)]
