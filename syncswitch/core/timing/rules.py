@@ -260,8 +260,8 @@ class _FallingBelow:
 @dataclass(frozen=True)
 class StalenessNoiseRule:
     # The exponent chosen on the simulated scale study (online-timing-study.md, "Third
-    # round"); the threshold, on the drift's upper bound, with the confidence and the noise
-    # condition below, on that job and the regression example (online-transfer-study.md).
+    # round"); the threshold, now on the drift's upper bound, on that job's recordings
+    # (online-transfer-study.md).
     threshold: float = 0.25
     staleness_exponent: float = 0.5
     patience: int = 3  # consecutive points below the threshold

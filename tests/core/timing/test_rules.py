@@ -201,8 +201,17 @@ def test_loss_plateau_switches_when_the_loss_stops_improving_over_the_window():
 
 def test_points_come_from_the_estimators_signals():
     signals = GradientSignals(
-        version=10, rounds=10, workers=8, samples=256, noise_trace=64.0, grad_sq=0.5, drift_sq=0.2
+        version=10,
+        rounds=10,
+        workers=8,
+        samples=256,
+        noise_trace=64.0,
+        grad_sq=0.5,
+        drift_sq=0.2,
+        drift_stderr=0.05,
+        drift_rounds=9,
     )
     p = GradientPoint.from_signals(0.25, signals)
     assert (p.workers, p.worker_batch, p.drift_sq) == (8, 32.0, 0.2)
+    assert (p.drift_stderr, p.drift_rounds) == (0.05, 9)
     assert staleness_ratio(p) == pytest.approx(7 * 0.2 / 2.0)
