@@ -1,9 +1,13 @@
 """Online timing across jobs (issue 33 item 6): one rule, three jobs, 8-32 workers, SIMULATED.
 
     python benchmarks/online_transfer.py record    # BSP runs that record the signals
+    python benchmarks/online_transfer.py grid      # fixed shares 0.25, 0.5, 0.75 of BSP
     python benchmarks/online_transfer.py online    # the default online rule, end to end
     python benchmarks/online_transfer.py replay    # rule variants replayed on the recordings
-    python benchmarks/online_transfer.py table     # BSP against online, per job and workers
+    python benchmarks/online_transfer.py table     # BSP against online (and the grid)
+
+Defaults: all three jobs, 8, 16 and 32 workers, seeds 0-2 (the committed grid is
+`--jobs regression,sequence`).
 
 The jobs: the scale study's MNIST-1D (benchmarks/online_eval.py SIM_JOB), and the regression
 and sequence examples' jobs (examples/regression.py, examples/sequence.py: their data, model,
@@ -362,7 +366,7 @@ def main() -> None:
     parser.add_argument("command", choices=["record", "online", "grid", "replay", "table"])
     parser.add_argument("--jobs", default=",".join(JOBS))
     parser.add_argument("--workers", default="8,16,32")
-    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--out", default=str(OUT))
     parser.add_argument("--keep", action="store_true", help="skip runs already in runs.jsonl")
     args = parser.parse_args()
