@@ -81,7 +81,7 @@ class JobOptions:
     )
     switch_threshold: float | None = option(
         None,
-        "the switch rule's threshold (default: the rule's own, 0.15 staleness, 2 noise-scale, "
+        "the switch rule's threshold (default: the rule's own, 0.25 staleness, 2 noise-scale, "
         "0.05 plateau)",
         Role(SCHEDULE_GROUP, Identity.NONE),
         range=Range(0, MAX_SWITCH_THRESHOLD, low_open=True),

@@ -132,6 +132,8 @@ class OnlineTiming:
                     noise_trace=signals.noise_trace,
                     grad_sq=signals.grad_sq,
                     drift_sq=signals.drift_sq,
+                    drift_stderr=signals.drift_stderr,
+                    drift_rounds=signals.drift_rounds,
                 )
             )
         observed = history.losses if uses_losses(self.plan.rule) else history.points
@@ -195,6 +197,8 @@ class OnlineTiming:
             "noise_trace": point.noise_trace if point else None,
             "grad_sq": point.grad_sq if point else None,
             "drift_sq": point.drift_sq if point else None,
+            "drift_stderr": point.drift_stderr if point else None,
+            "drift_rounds": point.drift_rounds if point else None,
             "noise_scale": values.get("noise_scale"),
             "loss": values.get("loss"),
             "signal": values.get(signal_key),

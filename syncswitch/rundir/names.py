@@ -81,6 +81,8 @@ TIMING_SIGNAL_COLUMNS = (
     "noise_trace",
     "grad_sq",
     "drift_sq",
+    "drift_stderr",
+    "drift_rounds",
     "noise_scale",
     "loss",
     "signal",

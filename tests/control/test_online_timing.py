@@ -52,6 +52,8 @@ class SyntheticSignal:
             noise_trace=1.0,
             grad_sq=0.01,
             drift_sq=ratio / (8 * 3**DEFAULT_RULE.staleness_exponent),
+            drift_stderr=0.0,  # a sure estimate: the rule's confidence is tested in core
+            drift_rounds=self.rounds,
         )
 
     def to_plain(self) -> dict:

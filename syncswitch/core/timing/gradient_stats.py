@@ -67,6 +67,11 @@ class GradientSignals:
     noise_trace: float  # tr(Sigma)
     grad_sq: float  # |G|^2
     drift_sq: float | None  # per BSP update; None until two consecutive rounds were seen
+    # The smoothed drift's standard error, from the spread of the rounds' own estimates
+    # around it (None until two drifts were seen), and how many rounds measured a drift: a
+    # drift of 0 or below is noise-dominated, not "no drift", until this error says so.
+    drift_stderr: float | None = None
+    drift_rounds: int = 0
 
     @property
     def noise_scale(self) -> float:
@@ -81,13 +86,30 @@ class ExponentialAverage:
     decay: float
     value: float = 0.0
     weight: float = 0.0  # 1 - decay^k after k values
+    square: float = 0.0  # the same average of x^2: the values' spread around the average
+    weight_sq: float = 0.0  # the sum of the squared weights: the average's effective count
 
     def add(self, x: float) -> None:
         self.value = self.decay * self.value + (1.0 - self.decay) * x
+        self.square = self.decay * self.square + (1.0 - self.decay) * x * x
         self.weight = self.decay * self.weight + (1.0 - self.decay)
+        self.weight_sq = self.decay**2 * self.weight_sq + (1.0 - self.decay) ** 2
 
     def get(self) -> float | None:
         return self.value / self.weight if self.weight > 0 else None
+
+    def stderr(self) -> float | None:
+        """The standard error of `get()`: the values' weighted spread over the effective
+        count (weight^2 / weight_sq, Kish's), with the small-sample correction; None until
+        two values were taken in. A trend in the values counts as spread (conservative)."""
+        if self.weight <= 0 or self.weight_sq <= 0:
+            return None
+        count = self.weight**2 / self.weight_sq
+        if count < 1.5:
+            return None
+        mean = self.value / self.weight
+        spread = max(self.square / self.weight - mean * mean, 0.0) * count / (count - 1.0)
+        return math.sqrt(spread / count)
 
 
 class GradientStatsEstimator:
@@ -105,6 +127,7 @@ class GradientStatsEstimator:
         self._grad = ExponentialAverage(decay)
         self._drift = ExponentialAverage(decay)
         self._rounds = 0
+        self._drift_rounds = 0
         self._last: RoundPartials | None = None
         self._last_noise_per_sample: float | None = None  # S/B of the last round measured
         self._workers = 0
@@ -152,6 +175,7 @@ class GradientStatsEstimator:
                 raw = partials.mean_sq + previous[0] - 2.0 * partials.cross
                 drift = raw - here - there
                 self._drift.add(drift)
+                self._drift_rounds += 1
         if noise is not None:
             self._last_noise_per_sample = noise / big_b
         self._last = partials
@@ -171,6 +195,8 @@ class GradientStatsEstimator:
             noise_trace=noise,
             grad_sq=grad,
             drift_sq=self._drift.get(),
+            drift_stderr=self._drift.stderr(),
+            drift_rounds=self._drift_rounds,
         )
 
     def forget_previous(self) -> None:
@@ -185,7 +211,9 @@ class GradientStatsEstimator:
             "noise": [self._noise.value, self._noise.weight],
             "grad": [self._grad.value, self._grad.weight],
             "drift": [self._drift.value, self._drift.weight],
+            "drift_spread": [self._drift.square, self._drift.weight_sq],
             "rounds": self._rounds,
+            "drift_rounds": self._drift_rounds,
             "workers": self._workers,
             "last": asdict(self._last) if self._last is not None else None,
             "last_noise_per_sample": self._last_noise_per_sample,
@@ -197,7 +225,11 @@ class GradientStatsEstimator:
         emas = {"noise": estimator._noise, "grad": estimator._grad, "drift": estimator._drift}
         for key, ema in emas.items():
             ema.value, ema.weight = (float(x) for x in state[key])
+        # Absent from states saved before the drift's error was kept: it restarts at 0.
+        square, weight_sq = state.get("drift_spread", (0.0, 0.0))
+        estimator._drift.square, estimator._drift.weight_sq = float(square), float(weight_sq)
         estimator._rounds = int(state["rounds"])
+        estimator._drift_rounds = int(state.get("drift_rounds", 0))
         estimator._workers = int(state["workers"])
         last = state["last"]
         estimator._last = RoundPartials(**last) if last is not None else None

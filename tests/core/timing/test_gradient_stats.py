@@ -402,3 +402,44 @@ def test_the_synchronizers_form_reports_measured_rounds_only_and_adds_across_sha
     whole.forget()
     skipped = whole.observe_rows(16, rows, batches, rows.sum(dim=0))
     assert skipped is not None and skipped.cross is None and skipped.previous_sq is None
+
+
+def test_the_drifts_standard_error_matches_its_spread_across_runs():
+    # 24 independent runs of the same oracle: the smoothed drift scatters across them about
+    # as much as each run's own standard error says (the rule's confidence rests on it).
+    finals, errors = [], []
+    for seed in range(24):
+        oracle = Oracle(seed=100 + seed, drift_sq=0.5)
+        acc = RoundStatsAccumulator(PARAMS)
+        est = GradientStatsEstimator(half_life_rounds=8)
+        batches = [4] * WORKERS
+        for t in range(1, 61):
+            grads, mean = oracle.round(t, batches)
+            est.add(acc.observe(t, grads, batches, mean))  # type: ignore[arg-type]
+        signals = est.signals
+        assert signals is not None and signals.drift_sq is not None
+        assert signals.drift_stderr is not None and signals.drift_rounds == 59
+        finals.append(signals.drift_sq)
+        errors.append(signals.drift_stderr)
+    spread = float(torch.tensor(finals).std())
+    typical = sum(errors) / len(errors)
+    assert 0.7 * spread <= typical <= 1.4 * spread
+    # Noise-dominated (some runs estimate it below 0), but unbiased across runs.
+    assert min(finals) < 0
+    assert 0.5 - 3 * spread / math.sqrt(24) < sum(finals) / 24
+    assert sum(finals) / 24 < 0.5 + 3 * spread / math.sqrt(24)
+
+
+def test_the_drifts_error_is_unknown_until_two_drifts_were_seen():
+    oracle = Oracle(seed=7)
+    acc = RoundStatsAccumulator(PARAMS)
+    est = GradientStatsEstimator(half_life_rounds=8)
+    batches = [4] * WORKERS
+    seen = []
+    for t in range(1, 4):
+        grads, mean = oracle.round(t, batches)
+        est.add(acc.observe(t, grads, batches, mean))  # type: ignore[arg-type]
+        signals = est.signals
+        assert signals is not None
+        seen.append((signals.drift_rounds, signals.drift_stderr is not None))
+    assert seen == [(0, False), (1, False), (2, True)]

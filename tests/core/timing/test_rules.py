@@ -21,12 +21,32 @@ from syncswitch.core.timing.rules import (
 NO_BOUNDS = ShareBounds(floor=0.0, ceiling=1.0)
 
 
-def point(progress: float, ratio: float, workers: int = 8, batch: int = 32) -> GradientPoint:
+def point(
+    progress: float,
+    ratio: float,
+    workers: int = 8,
+    batch: int = 32,
+    *,
+    stderr_ratio: float = 0.0,
+    rounds: int = 100,
+    grad_sq: float = 0.01,
+) -> GradientPoint:
     """A point whose staleness ratio (n - 1)^p D b / tr(Sigma) is `ratio` under the default
-    exponent p (tr(Sigma) = 64)."""
+    exponent p (tr(Sigma) = 64), its drift's standard error `stderr_ratio` in the same units
+    (0 and 100 measured drifts: an estimate the rule trusts); |G|^2 0.01 by default, a noise
+    scale of 6400, noise-dominated at any batch here."""
     noise = 64.0
-    drift = ratio * (noise / batch) / (workers - 1) ** StalenessNoiseRule().staleness_exponent
-    return GradientPoint(progress, workers, batch, noise, grad_sq=1.0, drift_sq=drift)
+    per_ratio = (noise / batch) / (workers - 1) ** StalenessNoiseRule().staleness_exponent
+    return GradientPoint(
+        progress,
+        workers,
+        batch,
+        noise,
+        grad_sq=grad_sq,
+        drift_sq=ratio * per_ratio,
+        drift_stderr=stderr_ratio * per_ratio,
+        drift_rounds=rounds,
+    )
 
 
 def test_staleness_ratio_is_the_staleness_error_over_the_asp_gradients_noise():
@@ -87,13 +107,70 @@ def test_more_workers_switch_later_for_the_same_drift_and_noise():
 
     def share(workers: int) -> float:
         history = [
-            GradientPoint(0.025 * (i + 1), workers, 32, 64.0, 1.0, d) for i, d in enumerate(drifts)
+            GradientPoint(0.025 * (i + 1), workers, 32, 64.0, 0.01, d, 0.0, 100)
+            for i, d in enumerate(drifts)
         ]
         decision = first_switch(rule, history, NO_BOUNDS)
         assert decision is not None
         return decision.progress
 
     assert share(8) < share(16) < share(32)
+
+
+def test_a_negative_noise_dominated_drift_never_counts_as_below_the_threshold():
+    # The held-out job's case: a drift estimated below zero after few measured rounds, its
+    # error far larger than the threshold's drift: read as a ratio of 0, it used to fire.
+    rule = StalenessNoiseRule(threshold=0.15, patience=3)
+    armed = [point(0.05, 2.0, rounds=10)]
+    noisy = [point(0.1 + 0.01 * i, -0.4, stderr_ratio=0.5, rounds=10) for i in range(20)]
+    decision = first_switch(rule, armed + noisy, NO_BOUNDS)
+    assert decision is None
+    last = decide(rule, armed + noisy, 0.3, NO_BOUNDS)
+    assert last.reason is TimingReason.UNCERTAIN
+    assert last.values["staleness_ratio"] == 0.0
+    assert last.values["staleness_ratio_upper"] > 0.15
+
+
+def test_too_few_measured_drifts_never_count_however_small_the_error():
+    rule = StalenessNoiseRule(threshold=0.15, patience=3, min_drift_rounds=8)
+    history = [point(0.05, 2.0, rounds=2)] + [
+        point(0.1 + 0.01 * i, 0.01, stderr_ratio=0.001, rounds=3 + i) for i in range(4)
+    ]
+    # Rounds 3-6: under 8 measured drifts, never trusted.
+    assert first_switch(rule, history, NO_BOUNDS) is None
+    more = history + [point(0.2 + 0.01 * i, 0.01, rounds=8 + i) for i in range(3)]
+    decision = first_switch(rule, more, NO_BOUNDS)
+    assert decision is not None and decision.progress == pytest.approx(0.22)
+
+
+def test_a_clear_fall_fires_and_an_uncertain_check_breaks_the_run_of_checks_below():
+    rule = StalenessNoiseRule(threshold=0.15, patience=3, confidence=2.0)
+    falling = [point(0.05, 1.0), point(0.1, 0.5), point(0.15, 0.3)]
+    # 0.02 + 2 * 0.03 = 0.08 < 0.15: sure; 0.05 + 2 * 0.06 = 0.17: below, but not surely.
+    sure = [point(0.2 + 0.01 * i, 0.02, stderr_ratio=0.03) for i in range(2)]
+    unsure = [point(0.22, 0.05, stderr_ratio=0.06)]
+    again = [point(0.23 + 0.01 * i, 0.02, stderr_ratio=0.03) for i in range(3)]
+    decision = first_switch(rule, falling + sure + unsure + again, NO_BOUNDS)
+    assert decision is not None and decision.reason is TimingReason.SIGNAL
+    assert decision.progress == pytest.approx(0.25)  # three sure checks after the unsure one
+    assert decide(rule, falling + sure + unsure, 0.22, NO_BOUNDS).reason is TimingReason.UNCERTAIN
+
+
+def test_a_still_descending_run_stays_in_bsp_however_small_its_staleness_ratio():
+    # |G|^2 above the noise of BSP's averaged gradient (noise scale 64 < n b = 256): the
+    # slope, not the noise, dominates, and a stale gradient would overshoot it.
+    rule = StalenessNoiseRule(threshold=0.15, patience=3)
+    descending = [point(0.05, 2.0, grad_sq=1.0)] + [
+        point(0.1 + 0.01 * i, 0.01, grad_sq=1.0) for i in range(10)
+    ]
+    assert first_switch(rule, descending, NO_BOUNDS) is None
+    decision = decide(rule, descending, 0.2, NO_BOUNDS)
+    assert decision.reason is TimingReason.DESCENDING
+    assert decision.values["noise_scale_over_batch"] == pytest.approx(64 / 256)
+    # The same ratios once the noise dominates (|G|^2 0.2: noise scale 320 >= 256) fire.
+    settled = descending + [point(0.3 + 0.01 * i, 0.01, grad_sq=0.2) for i in range(3)]
+    fired = first_switch(rule, settled, NO_BOUNDS)
+    assert fired is not None and fired.progress == pytest.approx(0.32)
 
 
 def test_noise_scale_rule_switches_when_the_noise_scale_passes_a_multiple_of_the_batch():
@@ -124,8 +201,17 @@ def test_loss_plateau_switches_when_the_loss_stops_improving_over_the_window():
 
 def test_points_come_from_the_estimators_signals():
     signals = GradientSignals(
-        version=10, rounds=10, workers=8, samples=256, noise_trace=64.0, grad_sq=0.5, drift_sq=0.2
+        version=10,
+        rounds=10,
+        workers=8,
+        samples=256,
+        noise_trace=64.0,
+        grad_sq=0.5,
+        drift_sq=0.2,
+        drift_stderr=0.05,
+        drift_rounds=9,
     )
     p = GradientPoint.from_signals(0.25, signals)
     assert (p.workers, p.worker_batch, p.drift_sq) == (8, 32.0, 0.2)
+    assert (p.drift_stderr, p.drift_rounds) == (0.05, 9)
     assert staleness_ratio(p) == pytest.approx(7 * 0.2 / 2.0)
