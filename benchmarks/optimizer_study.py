@@ -10,7 +10,8 @@ or a loss that is not finite). The configurations, for each optimizer:
   momentum over the workers, reset: the first moment or momentum buffer started afresh);
 - online timing (`--schedule online`, the default state policy);
 - for AdamW only: the staleness-aware rules (`--staleness-lr inverse`,
-  `--delay-compensation 0.04`) on asp and on bsp:0.25,asp, and `--async-lr none`.
+  `--delay-compensation 0.04`) on asp and on bsp:0.25,asp, and each state policy with
+  `--async-lr linear` and `none` named (the rows above take the optimizer's default).
 
     .venv/bin/python benchmarks/optimizer_study.py --runtime sim --workers 8,32 --seeds 3
     .venv/bin/python benchmarks/optimizer_study.py --runtime ray --workers 8 --seeds 2 \\
@@ -72,8 +73,14 @@ def cases(optimizer: str) -> list[Case]:
     for schedule in ("asp", "bsp:0.25,asp"):
         for label, flags in rules.items():
             out.append(Case(f"{schedule} {label}", ("--schedule", schedule, *flags)))
-    none = ("--schedule", "bsp:0.25,asp", "--async-lr", "none")
-    out.append(Case("bsp:0.25,asp async-lr none", none))
+    # Adam's learning rate in ASP: BSP's over the workers (linear) or BSP's (none), with
+    # each state policy.
+    for schedule in ("asp", "bsp:0.25,asp"):
+        for policy in ("keep", "scale", "reset"):
+            flags = ("--schedule", schedule, "--momentum-at-switch", policy)
+            for lr_policy in ("linear", "none"):
+                label = f"{schedule} {policy} async-lr {lr_policy}"
+                out.append(Case(label, (*flags, "--async-lr", lr_policy)))
     return out
 
 

@@ -44,7 +44,7 @@ from syncswitch.core.stragglers.detector import DetectorConfig
 from syncswitch.core.stragglers.monitor import StragglerMonitorConfig
 from syncswitch.core.stragglers.policies import StragglerPolicyKind
 from syncswitch.core.stragglers.scenarios import StragglerScenario
-from syncswitch.core.sync.hyperparams import LrSchedule
+from syncswitch.core.sync.hyperparams import AsyncLrPolicy, LrSchedule
 from syncswitch.core.sync.local import LocalConfig, LocalStepsRule, OuterOptimizerKind, StatePolicy
 from syncswitch.core.sync.protocol import Schedule
 from syncswitch.core.sync.server_optimizer import ADAM_BETAS, OptimizerConfig, OptimizerKind
@@ -148,6 +148,16 @@ class TrainConfig(TrainOptions):
             beta2=self.betas[1] if self.betas else ADAM_BETAS[1],
             eps=self.eps,
         )
+
+    def async_lr_policy(self) -> AsyncLrPolicy:
+        """`--async-lr`, or the optimizer's default: an Adam step's length does not grow with
+        the gradient, and one at BSP's lr over the workers leaves ASP far behind (measured:
+        docs/optimizers.md), so Adam keeps BSP's lr; SGD takes its linear share."""
+        if self.async_lr is not None:
+            return AsyncLrPolicy(self.async_lr)
+        if self.optimizer == OptimizerKind.SGD:
+            return AsyncLrPolicy.LINEAR
+        return AsyncLrPolicy.NONE
 
     def first_moment_decay(self) -> float:
         """SGD's momentum, or Adam's beta1: what BSP uses and the momentum policy acts on."""

@@ -218,10 +218,11 @@ class JobOptions:
         Role(SCHEDULE_GROUP, Identity.WHEN_SET),
         range=Range(0),
     )
-    async_lr: str = option(
-        "linear",
+    async_lr: str | None = option(
+        None,
         "learning rate of an ASP/SSP update: linear (lr x 1/workers, one worker's share of a "
-        "BSP update) or none (lr itself)",
+        "BSP update) or none (lr itself); default linear for sgd, none for adam and adamw "
+        "(docs/optimizers.md)",
         Role(SCHEDULE_GROUP, Identity.WHEN_SET),
         choices=[p.value for p in AsyncLrPolicy],
     )

@@ -18,7 +18,7 @@ from syncswitch.core.reliability.divergence import RollbackConfig
 from syncswitch.core.reliability.faults import FaultPlan
 from syncswitch.core.stragglers.monitor import StragglerMonitorConfig
 from syncswitch.core.sync.config import SyncConfig
-from syncswitch.core.sync.hyperparams import AsyncLrPolicy, MomentumPolicy
+from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.protocol import Protocol, Schedule
 from syncswitch.core.timing.rules import Rule, ShareBounds, make_rule, rule_threshold, uses_losses
 from syncswitch.records.metric import DEFAULT, MetricSpec
@@ -151,7 +151,7 @@ class RunPlan:
                 lr=config.lr,
                 momentum=config.first_moment_decay(),
                 momentum_policy=MomentumPolicy(config.momentum_at_switch),
-                async_lr=AsyncLrPolicy(config.async_lr),
+                async_lr=config.async_lr_policy(),
                 optimizer=config.optimizer_config(),
                 momentum_ramp_fraction=config.momentum_ramp,
                 lr_schedule=config.lr_schedule_spec(),

@@ -117,3 +117,14 @@ def test_a_local_round_with_adam_takes_adam_steps() -> None:
     for _ in range(3):
         by_hand.step(by_hand.weights - target, lr=0.1, momentum=0.8)
     np.testing.assert_array_equal(delta, (torch.zeros(3) - by_hand.weights).numpy())
+
+
+def test_asynchronous_updates_take_bsp_lr_with_adam_and_its_share_with_sgd() -> None:
+    from syncswitch.core.sync.hyperparams import AsyncLrPolicy
+
+    assert TrainConfig().async_lr_policy() is AsyncLrPolicy.LINEAR
+    assert TrainConfig(optimizer="adamw").async_lr_policy() is AsyncLrPolicy.NONE
+    assert TrainConfig(optimizer="adam", async_lr="linear").async_lr_policy() is (
+        AsyncLrPolicy.LINEAR
+    )
+    assert TrainConfig(async_lr="none").async_lr_policy() is AsyncLrPolicy.NONE
