@@ -3,8 +3,10 @@
 The one reply type is `Reply` (runtime/dataplane/wire.py: the data plane carries it). A shard's
 weights are copied once per version (and once more when the workload ends) and that one
 read-only copy is shared by every reply of the version, with the data plane's header for it
-(`ReplyCache`). A worker joins one reply per shard into the flat weights it computes on next
-(`join_replies`).
+(`ReplyCache`). With a narrower `--wire-dtype` the copy is rounded to it: `weights` are the
+rounded values widened back to float32 (what every runtime's worker computes on) and `wire`
+the bytes the data plane sends (core/sync/wire_dtype.py). A worker joins one reply per
+shard into the flat weights it computes on next (`join_replies`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 
 from syncswitch.core.sync.local import LocalRound
 from syncswitch.core.sync.synchronizer import Synchronizer
+from syncswitch.core.sync.wire_dtype import WireDtype, decode, encode
 from syncswitch.runtime.dataplane.wire import Reply, encode_reply
 
 __all__ = ["Pulled", "Reply", "ReplyCache", "join_replies"]
@@ -28,13 +31,21 @@ class ReplyCache:
     def __init__(self) -> None:
         self.reply: Reply | None = None
         self.weights = np.empty(0, dtype=np.float32)  # the current reply's (read-only)
+        self.wire = self.weights  # the same, as the data plane sends it (--wire-dtype)
         self.header = b""  # the data plane's header for the current reply
 
     def current(self, sync: Synchronizer) -> Reply:
         reply = self.reply
         if reply is None or reply.version != sync.live.version or reply.done != sync.live.done:
-            weights = sync.optimizer.weights_on_cpu().numpy().copy()
+            dtype = sync.config.wire_dtype
+            weights = sync.optimizer.weights_on_cpu().numpy()
+            if dtype is WireDtype.FLOAT32:
+                wire = weights = weights.copy()
+            else:
+                wire = encode(weights, dtype)
+                weights = decode(wire, dtype)
             weights.flags.writeable = False
+            self.wire = wire
             local = sync.local_round()
             reply = Reply(sync.live.version, weights, sync.live.done, sync.progress, local)
             self.reply, self.weights = reply, weights

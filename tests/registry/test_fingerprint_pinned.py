@@ -39,7 +39,7 @@ PINNED_UNCLASSIFIED = {
 }  # fmt: skip
 # Fields added after the lists were pinned: they count in the job when set, so every job
 # made before them keeps its fingerprint.
-PINNED_ADDED_WHEN_SET = {"val_fraction"}
+PINNED_ADDED_WHEN_SET = {"val_fraction", "wire_dtype"}
 PINNED_NOT_JOB_FIELDS = {
     "schedule", "switch_rule", "switch_threshold", "switch_floor", "switch_ceiling", "seed",
     "out", "progress", "ray_address", "data_dir", "eval_every", "checkpoint_every",

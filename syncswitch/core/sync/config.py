@@ -9,6 +9,7 @@ from syncswitch.core.sync.hyperparams import AsyncLrPolicy, LrSchedule, Momentum
 from syncswitch.core.sync.local import LocalConfig
 from syncswitch.core.sync.protocol import Protocol, Schedule
 from syncswitch.core.sync.server_optimizer import OptimizerConfig
+from syncswitch.core.sync.wire_dtype import WireDtype
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class SyncConfig:
     stats_every: int = 1  # measure one BSP round in this many (in pairs, for the drift)
     stats_workers: int = 0  # square this many workers' gradients per measured round (0: all)
     local: LocalConfig = field(default_factory=LocalConfig)  # local-H phases (core/sync/local.py)
+    # What messages' values are rounded to on the way (core/sync/wire_dtype.py).
+    wire_dtype: WireDtype = WireDtype.FLOAT32
 
     def __post_init__(self) -> None:
         if self.workers < 1:

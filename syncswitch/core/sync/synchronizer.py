@@ -80,7 +80,12 @@ class Synchronizer:
             started_at=clock(),
         )
         self.room = WaitRoom(config.workers)  # the barrier, who waits, the SSP clocks
-        self.gate = Gate(optimizer.weights.numel(), config.quarantine_after, self.now_s)
+        self.gate = Gate(
+            optimizer.weights.numel(),
+            config.quarantine_after,
+            self.now_s,
+            value_bytes=config.wire_dtype.itemsize,
+        )
         self.quarantine = self.gate.quarantine
         self.local = LocalPhase(config, optimizer)
         self.updater = Updater(config, optimizer, self.local, self.now_s)

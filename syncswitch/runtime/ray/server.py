@@ -62,6 +62,7 @@ class ParameterServer:
             len(spec.initial),
             self._on_request,
             clock=time.time,
+            wire_dtype=spec.config.wire_dtype,
         )
 
     def where(self) -> ActorPlace:
@@ -177,7 +178,7 @@ class ParameterServer:
 
     def _answer(self, connection: int) -> None:
         self._replies.current(self.shard.sync)
-        self._endpoint.send(connection, self._replies.header, self._replies.weights)
+        self._endpoint.send(connection, self._replies.header, self._replies.wire)
 
     def _weights_reply(self) -> Reply:
         reply = self._replies.current(self.shard.sync)
