@@ -112,8 +112,14 @@ class Rounds:
             # A barrier cut short by the switch: each caught gradient (or delta) the new rule
             # cannot gather is applied on its own (under ASP/SSP, as its worker's share).
             room.pending = [g for g in room.pending if LocalPhase.gathers(spec, g)]
+            # Those already summed (core/sync/barrier_sum.py) are applied as one update.
+            summed, summed_sum = self.updater.barrier.cut_short(caught)
+            if summed_sum is not None:
+                ledger = self.gate.ledger
+                outcome.applied.extend(self.updater.apply(live, ledger, summed, summed=summed_sum))
             for gradient in caught:
-                outcome.applied.extend(self.updater.apply(live, self.gate.ledger, [gradient]))
+                if not any(gradient is g for g in summed):
+                    outcome.applied.extend(self.updater.apply(live, self.gate.ledger, [gradient]))
         if spec.protocol.is_async:
             outcome.released.extend(room.release_within_bound(spec, cfg.active(live.excluded)))
         else:

@@ -160,6 +160,7 @@ class Synchronizer:
         elif barrier:
             room.pending.append(gradient)
             room.waiting.add(gradient.worker)
+            self.updater.gather(live, room.pending, set(self.active) | room.pending_workers())
             outcome.merge(self.rounds.complete_barrier(live))
         else:
             outcome.applied.extend(self.updater.apply(live, self.gate.ledger, [gradient]))
