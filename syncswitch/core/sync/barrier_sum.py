@@ -98,7 +98,8 @@ class BarrierSum:
         if self._sum is None:
             first = self._first
             assert first is not None
-            self._sum = first.values.to(torch.float32) * float(first.samples)
+            # In the messages' dtype (float32 from every runtime; a test may send float64).
+            self._sum = first.values * float(first.samples)
             self._let_go(first, keep_rows)
             self._first = None
         self._sum.add_(gradient.values, alpha=float(gradient.samples))
