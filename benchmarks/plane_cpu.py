@@ -178,10 +178,10 @@ class CpuTimed:
         self.cpu_ns = 0
         self.calls = 0
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         started = time.thread_time_ns()
         try:
-            return self.inner(*args)
+            return self.inner(*args, **kwargs)
         finally:
             self.cpu_ns += time.thread_time_ns() - started
             self.calls += 1

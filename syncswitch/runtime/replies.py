@@ -18,7 +18,7 @@ import numpy as np
 
 from syncswitch.core.sync.local import LocalRound
 from syncswitch.core.sync.synchronizer import Synchronizer
-from syncswitch.core.sync.wire_dtype import WireDtype, decode, encode
+from syncswitch.core.sync.wire_dtype import decode, encode
 from syncswitch.runtime.dataplane.wire import Reply, encode_reply
 
 __all__ = ["Pulled", "Reply", "ReplyCache", "join_replies"]
@@ -34,23 +34,29 @@ class ReplyCache:
         self.wire = self.weights  # the same, as the data plane sends it (--wire-dtype)
         self.header = b""  # the data plane's header for the current reply
 
-    def current(self, sync: Synchronizer) -> Reply:
+    def current(self, sync: Synchronizer, *, decoded: bool = True) -> Reply:
+        """The reply of the shard's current version. `decoded=False` (the data plane, which
+        sends `wire` and `header` only): a narrower wire's float32 copy is not made yet."""
         reply = self.reply
         if reply is None or reply.version != sync.live.version or reply.done != sync.live.done:
-            dtype = sync.config.wire_dtype
             weights = sync.optimizer.weights_on_cpu().numpy()
-            if dtype is WireDtype.FLOAT32:
-                wire = weights = weights.copy()
-            else:
-                wire = encode(weights, dtype)
-                weights = decode(wire, dtype)
-            weights.flags.writeable = False
-            self.wire = wire
+            self.wire = encode(weights, sync.config.wire_dtype)
+            if self.wire is weights:  # float32: the wire is the copy itself
+                self.wire = weights.copy()
+                self.wire.flags.writeable = False
+            self.weights = self.wire if self.wire.dtype == np.float32 else _NOT_DECODED
             local = sync.local_round()
-            reply = Reply(sync.live.version, weights, sync.live.done, sync.progress, local)
-            self.reply, self.weights = reply, weights
+            reply = Reply(sync.live.version, self.weights, sync.live.done, sync.progress, local)
+            self.reply = reply
             self.header = encode_reply(sync.live.version, sync.live.done, sync.progress, local)
+        if decoded and self.weights is _NOT_DECODED:
+            self.weights = decode(self.wire, sync.config.wire_dtype)
+            self.weights.flags.writeable = False
+            self.reply = reply = reply._replace(weights=self.weights)
         return reply
+
+
+_NOT_DECODED = np.empty(0, dtype=np.float32)  # a 16-bit wire's weights, not widened yet
 
 
 class Pulled(NamedTuple):

@@ -184,7 +184,7 @@ class ParameterServer:
                 self._answer(connection)
 
     def _answer(self, connection: int) -> None:
-        self._replies.current(self.shard.sync)
+        self._replies.current(self.shard.sync, decoded=False)
         self._endpoint.send(connection, self._replies.header, self._replies.wire)
 
     def _weights_reply(self) -> Reply:
