@@ -138,7 +138,10 @@ class Updater:
         keep_rows = self._keeps_rows(live)
         gradients, mean, total = self.barrier.finish(gradients, keep_rows=keep_rows)
         stats = self.stats
-        if stats is not None and keep_rows and len(gradients) > 1:
+        # Every row at hand (a round whose measuring began mid-round, were there one, let
+        # some go: it is not measured).
+        rows_kept = all(g.values.numel() == mean.numel() for g in gradients)
+        if stats is not None and keep_rows and len(gradients) > 1 and rows_kept:
             # Measured before the update; the round produces version + 1. The admission
             # check squared each gradient when asked (`squares_wanted`).
             rows = torch.stack([g.values * (g.samples / total) for g in gradients])
