@@ -109,10 +109,10 @@ class Rounds:
             room.reset_clocks()
         caught = [g for g in room.pending if not LocalPhase.gathers(spec, g)]
         if caught:
-            # A barrier cut short by the switch: each caught gradient (or delta) the new rule
-            # cannot gather is applied on its own (under ASP/SSP, as its worker's share).
+            # A barrier cut short by the switch: the caught gradients (or deltas) the new rule
+            # cannot gather are applied under it, as their workers' shares: those already
+            # summed (core/sync/barrier_sum.py) as one update, the others each on its own.
             room.pending = [g for g in room.pending if LocalPhase.gathers(spec, g)]
-            # Those already summed (core/sync/barrier_sum.py) are applied as one update.
             summed, summed_sum = self.updater.barrier.cut_short(caught)
             if summed_sum is not None:
                 ledger = self.gate.ledger
