@@ -37,6 +37,7 @@ the CPU per message.
 
     python benchmarks/plane_cpu.py                        # cnn1d and ResNet-20 sizes
     python benchmarks/plane_cpu.py --sizes cnn1d --repeats 3 --window-s 2
+    python benchmarks/plane_cpu.py --wire-dtype bfloat16  # issue 34: 16-bit messages
 
 Results: --out (default benchmarks/results/plane-cpu/): runs.jsonl (one line per
 measurement, as it ends) and table.md, rewritten after every measurement.
@@ -76,6 +77,7 @@ from server_capacity import BATCH, parameter_count
 from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.protocol import Schedule
 from syncswitch.core.sync.server_optimizer import OptimizerConfig, OptimizerKind
+from syncswitch.core.sync.wire_dtype import WireDtype, encode
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.ray.server import ParameterServer
 from syncswitch.runtime.shards import ShardSpec
@@ -100,15 +102,18 @@ def cases(local_steps: int) -> dict[str, tuple[str, int, OptimizerKind]]:
 
 
 def client(worker: int, jobs: Any, finished: Any) -> None:
-    """Take jobs (address, token, numel, local_steps) until None; for each, send messages as
-    fast as they are answered until the server closes the connection."""
+    """Take jobs (address, token, numel, local_steps, wire dtype) until None; for each, send
+    messages as fast as they are answered until the server closes the connection."""
     while (job := jobs.get()) is not None:
-        address, token, numel, local_steps = job
+        address, token, numel, local_steps, dtype = job
         values = np.random.default_rng(worker).normal(0, 1e-4, numel).astype(np.float32)
+        values = encode(values, WireDtype(dtype))  # as a worker sends it
         sent = 0
         channel: WorkerChannel | None = None
         try:
-            channel = WorkerChannel([(address, token)], probe=lambda: True)
+            channel = WorkerChannel(
+                [(address, token)], probe=lambda: True, wire_dtype=WireDtype(dtype)
+            )
             version, steps = 0, local_steps
             while True:
                 samples = BATCH * max(steps, 1)
@@ -145,9 +150,11 @@ class Pool:
             process.start()
         return cls(processes, jobs, finished)
 
-    def run(self, address: str, token: bytes, numel: int, local_steps: int) -> None:
+    def run(
+        self, address: str, token: bytes, numel: int, local_steps: int, dtype: WireDtype
+    ) -> None:
         for queue in self.jobs:
-            queue.put((address, token, numel, local_steps))
+            queue.put((address, token, numel, local_steps, dtype.value))
 
     def wait(self, timeout_s: float = 60) -> None:
         for _ in self.jobs:
@@ -171,10 +178,10 @@ class CpuTimed:
         self.cpu_ns = 0
         self.calls = 0
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         started = time.thread_time_ns()
         try:
-            return self.inner(*args)
+            return self.inner(*args, **kwargs)
         finally:
             self.cpu_ns += time.thread_time_ns() - started
             self.calls += 1
@@ -224,6 +231,7 @@ def measure(
     numel: int,
     warmup_s: float,
     window_s: float,
+    wire_dtype: WireDtype = WireDtype.FLOAT32,
 ) -> dict[str, float]:
     torch.set_num_threads(1)  # as the server actor is started
     clients = len(pool.jobs)
@@ -234,6 +242,7 @@ def measure(
         schedule=Schedule.parse(schedule),
         lr=0.01,
         momentum=0.9,
+        wire_dtype=wire_dtype,
     )
     server = ParameterServer(ShardSpec(config, np.zeros(numel, dtype=np.float32)), host="127.0.0.1")
     submit = CpuTimed(server.shard.submit)
@@ -246,7 +255,7 @@ def measure(
     server.begin()
     for worker in range(clients):
         server.admit(worker, 0)  # rejoin less the weights reply, which is Ray's
-    pool.run(*server.endpoint(), numel, local_steps)
+    pool.run(*server.endpoint(), numel, local_steps, wire_dtype)
 
     def mark() -> Mark:
         with server._lock:  # the counters and the thread's CPU at one moment
@@ -333,7 +342,8 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"wall), one ParameterServer (shard + data plane, no Ray), {args.clients} client "
         f"processes sending precomputed messages as fast as it answers; {args.window_s:g} s "
         f"window after {args.warmup_s:g} s; medians of {args.repeats} interleaved repeat(s) "
-        f"(ratios: medians of the per-repeat ratios); {os.cpu_count()} cores shared by the "
+        f"(ratios: medians of the per-repeat ratios); messages' values as "
+        f"{args.wire_dtype}; {os.cpu_count()} cores shared by the "
         "server, its clients and other work. No emulation: real timing, microseconds."
     )
     columns = (
@@ -385,6 +395,12 @@ def main() -> None:
     cli.add_argument("--sizes", default="cnn1d,resnet20", help="models whose size to use")
     cli.add_argument("--clients", type=int, default=4, help="client processes (default 4)")
     cli.add_argument("--local-steps", type=int, default=16, help="H of the local case")
+    cli.add_argument(
+        "--wire-dtype",
+        default="float32",
+        choices=[d.value for d in WireDtype],
+        help="what messages' values travel as (every case)",
+    )
     add_repeats(cli, 5, "repeats of every case and size")
     cli.add_argument("--warmup-s", type=float, default=1.0)
     cli.add_argument("--window-s", type=float, default=3.0)
@@ -396,14 +412,19 @@ def main() -> None:
     pool = Pool.start(args.clients)
     rows: list[dict[str, Any]] = []
     order = list(cases(args.local_steps).items())
+    wire = WireDtype(args.wire_dtype)
     try:
         for repeat in range(args.repeats):
             turn = order[repeat % len(order) :] + order[: repeat % len(order)]
             for size in comma_list(args.sizes):
                 numel = parameter_count(size)
                 for case, (schedule, steps, kind) in turn:
-                    row = measure(pool, schedule, steps, kind, numel, args.warmup_s, args.window_s)
-                    row.update(repeat=repeat, size=size, numel=numel, case=case)
+                    row = measure(
+                        pool, schedule, steps, kind, numel, args.warmup_s, args.window_s, wire
+                    )
+                    row.update(
+                        repeat=repeat, size=size, numel=numel, case=case, wire=args.wire_dtype
+                    )
                     rows.append(row)
                     log.append(row)
                     print(

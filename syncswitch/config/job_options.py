@@ -37,6 +37,7 @@ from syncswitch.core.sync.hyperparams import AsyncLrPolicy, LrScheduleKind, Mome
 from syncswitch.core.sync.local import LocalStepsRule, OuterOptimizerKind, StatePolicy
 from syncswitch.core.sync.server_optimizer import OptimizerKind
 from syncswitch.core.sync.staleness import DEFAULT_LR_FLOOR, StalenessLr
+from syncswitch.core.sync.wire_dtype import WireDtype
 from syncswitch.core.timing.rules import RULE_NAMES
 
 
@@ -303,4 +304,14 @@ class JobOptions:
         "seed for model init, data order and emulated jitter",
         Role(JOB_GROUP, Identity.NONE),
         range=Range(0, MAX_SEED),
+    )
+    # The data plane (issue 34): what messages' values travel as; it changes results, so it
+    # counts in the job's identity when set (core/sync/wire_dtype.py).
+    wire_dtype: str = option(
+        "float32",
+        "gradients, local deltas and weights replies travel as float32, bfloat16 or float16 "
+        "(half the bytes; the server keeps float32 weights; a float16 overflow drops the message "
+        "as non_finite)",
+        Role(RUNTIME_GROUP, Identity.WHEN_SET),
+        choices=[d.value for d in WireDtype],
     )

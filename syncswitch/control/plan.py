@@ -20,6 +20,7 @@ from syncswitch.core.stragglers.monitor import StragglerMonitorConfig
 from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.protocol import Protocol, Schedule
+from syncswitch.core.sync.wire_dtype import WireDtype
 from syncswitch.core.timing.rules import Rule, ShareBounds, make_rule, rule_threshold, uses_losses
 from syncswitch.records.metric import DEFAULT, MetricSpec
 
@@ -160,6 +161,7 @@ class RunPlan:
                 checkpoint_every=config.checkpoint_every,
                 local=config.local_config(),
                 staleness=config.staleness_config(),
+                wire_dtype=WireDtype(config.wire_dtype),
                 # Shards measure gradient statistics only for a rule that reads them.
                 stats_coordinates=(
                     STATS_COORDINATES

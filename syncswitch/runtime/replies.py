@@ -3,8 +3,10 @@
 The one reply type is `Reply` (runtime/dataplane/wire.py: the data plane carries it). A shard's
 weights are copied once per version (and once more when the workload ends) and that one
 read-only copy is shared by every reply of the version, with the data plane's header for it
-(`ReplyCache`). A worker joins one reply per shard into the flat weights it computes on next
-(`join_replies`).
+(`ReplyCache`). With a narrower `--wire-dtype` the copy is rounded to it: `weights` are the
+rounded values widened back to float32 (what every runtime's worker computes on) and `wire`
+the bytes the data plane sends (core/sync/wire_dtype.py). A worker joins one reply per
+shard into the flat weights it computes on next (`join_replies`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 
 from syncswitch.core.sync.local import LocalRound
 from syncswitch.core.sync.synchronizer import Synchronizer
+from syncswitch.core.sync.wire_dtype import decode, encode
 from syncswitch.runtime.dataplane.wire import Reply, encode_reply
 
 __all__ = ["Pulled", "Reply", "ReplyCache", "join_replies"]
@@ -28,18 +31,32 @@ class ReplyCache:
     def __init__(self) -> None:
         self.reply: Reply | None = None
         self.weights = np.empty(0, dtype=np.float32)  # the current reply's (read-only)
+        self.wire = self.weights  # the same, as the data plane sends it (--wire-dtype)
         self.header = b""  # the data plane's header for the current reply
 
-    def current(self, sync: Synchronizer) -> Reply:
+    def current(self, sync: Synchronizer, *, decoded: bool = True) -> Reply:
+        """The reply of the shard's current version. `decoded=False` (the data plane, which
+        sends `wire` and `header` only): a narrower wire's float32 copy is not made yet."""
         reply = self.reply
         if reply is None or reply.version != sync.live.version or reply.done != sync.live.done:
-            weights = sync.optimizer.weights_on_cpu().numpy().copy()
-            weights.flags.writeable = False
+            weights = sync.optimizer.weights_on_cpu().numpy()
+            self.wire = encode(weights, sync.config.wire_dtype)
+            if self.wire is weights:  # float32: the wire is the copy itself
+                self.wire = weights.copy()
+                self.wire.flags.writeable = False
+            self.weights = self.wire if self.wire.dtype == np.float32 else _NOT_DECODED
             local = sync.local_round()
-            reply = Reply(sync.live.version, weights, sync.live.done, sync.progress, local)
-            self.reply, self.weights = reply, weights
+            reply = Reply(sync.live.version, self.weights, sync.live.done, sync.progress, local)
+            self.reply = reply
             self.header = encode_reply(sync.live.version, sync.live.done, sync.progress, local)
+        if decoded and self.weights is _NOT_DECODED:
+            self.weights = decode(self.wire, sync.config.wire_dtype)
+            self.weights.flags.writeable = False
+            self.reply = reply = reply._replace(weights=self.weights)
         return reply
+
+
+_NOT_DECODED = np.empty(0, dtype=np.float32)  # a 16-bit wire's weights, not widened yet
 
 
 class Pulled(NamedTuple):

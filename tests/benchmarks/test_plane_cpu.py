@@ -77,11 +77,11 @@ def test_ratios_are_medians_of_per_repeat_ratios_and_local_is_also_compared_with
 
 def test_the_table_says_its_timing_is_real_and_labels_the_local_case_against_bsp():
     args = plane_cpu.argparse.Namespace(
-        local_steps=16, clients=4, window_s=3.0, warmup_s=1.0, repeats=2
+        local_steps=16, clients=4, window_s=3.0, warmup_s=1.0, repeats=2, wire_dtype="bfloat16"
     )
     rows = [row(0, "asp", 40.0), row(0, "bsp", 40.0, synchronizer=20.0), row(0, "local-16", 42.0)]
     text = plane_cpu.table(rows, args)
-    assert "real timing" in text
+    assert "real timing" in text and "values as bfloat16" in text
     local_line = next(line for line in text.splitlines() if "| local-16 |" in line)
     assert "| 1.05 |" in local_line  # data plane vs ASP
     assert "1.05 / 0.50 / 1.00" in local_line  # vs BSP: data plane / synchronizer / whole

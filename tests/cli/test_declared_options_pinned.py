@@ -37,7 +37,7 @@ PINNED_GROUPS = {
     },
     "runtime & cluster": {
         "runtime", "cluster", "ray_address", "servers", "device", "evaluator_device",
-        "server_device", "gpus_per_worker", "placement",
+        "server_device", "gpus_per_worker", "placement", "wire_dtype",
     },
     "output & loggers": {"out", "progress", "logger", "tracking_uri"},
 }  # fmt: skip

@@ -41,7 +41,7 @@ PINNED_UNCLASSIFIED = {
 # made before them keeps its fingerprint.
 PINNED_ADDED_WHEN_SET = {
     "val_fraction", "pysource_bytes", "optimizer", "betas", "eps", "async_lr",
-    "staleness_lr", "staleness_lr_floor", "delay_compensation",
+    "staleness_lr", "staleness_lr_floor", "delay_compensation", "wire_dtype",
 }  # fmt: skip
 PINNED_NOT_JOB_FIELDS = {
     "schedule", "switch_rule", "switch_threshold", "switch_floor", "switch_ceiling", "seed",

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from syncswitch.core.sync.wire_dtype import WireDtype, encode, round_trip
 from syncswitch.runtime.dataplane import (
     MalformedMessage,
     Request,
@@ -266,3 +267,39 @@ def test_lengths_are_checked_before_anything_is_allocated():
     assert values_length(12, 10) == 3  # a wrong shape is the synchronizer's to judge
     request = decode_request(_request(ready_at=12.5), np.ones(1, np.float32))
     assert request.ready_at == 12.5 and request.samples == 32
+
+
+@pytest.mark.parametrize("dtype", list(WireDtype))
+def test_values_cross_in_the_wire_dtype_and_arrive_as_float32(dtype):
+    # The worker sends encode(gradient); the server gets it widened, as the simulator's
+    # round_trip makes it; the reply's weights cross the same way.
+    def handle(identity: int, request: Request) -> None:
+        seen.append(request)
+        weights = request.values * 3
+        endpoint.send(identity, encode_reply(request.sequence, False, 0.5), encode(weights, dtype))
+
+    seen: list[Request] = []
+    endpoint = ServerEndpoint(LOOPBACK, 5, handle, clock=time.time, wire_dtype=dtype)
+    values = np.array([0.1, -3.3, 1e-3, 2.0**20, 1 / 3], dtype=np.float32)
+    try:
+        channel = WorkerChannel(
+            [(endpoint.address, endpoint.token)], probe=lambda: True, wire_dtype=dtype
+        )
+        [reply] = channel.exchange([(_request(sequence=3), encode(values, dtype))])
+        channel.close()
+    finally:
+        endpoint.close()
+    [request] = seen
+    arrived = round_trip(values, dtype)
+    assert request.values.dtype == np.float32 and request.values.flags.writeable
+    np.testing.assert_array_equal(request.values, arrived)
+    assert (request.values != values).any() == (dtype is not WireDtype.FLOAT32)
+    np.testing.assert_array_equal(reply.weights, round_trip(arrived * 3, dtype))
+
+
+def test_a_16_bit_wire_counts_its_lengths_in_16_bit_values():
+    with pytest.raises(MalformedMessage, match="not whole bfloat16"):
+        values_length(7, 10, WireDtype.BFLOAT16)
+    with pytest.raises(MalformedMessage, match="more than 20"):
+        values_length(24, 10, WireDtype.FLOAT16)
+    assert values_length(20, 10, WireDtype.BFLOAT16) == 10

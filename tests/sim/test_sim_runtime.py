@@ -45,8 +45,12 @@ def accounted(summary: dict) -> None:
 
 
 @pytest.mark.ray
-def test_bsp_on_the_simulator_is_bsp_on_ray_bit_for_bit(ray_session, mnist, tmp_path) -> None:
-    job = dict(workers=4, servers=2, schedule="bsp", epochs=2.0, seed=3)
+@pytest.mark.parametrize("wire_dtype", ["float32", "bfloat16"])
+def test_bsp_on_the_simulator_is_bsp_on_ray_bit_for_bit(
+    ray_session, mnist, tmp_path, wire_dtype
+) -> None:
+    # bfloat16: the simulator rounds messages as the data plane does (core/sync/wire_dtype.py).
+    job = dict(workers=4, servers=2, schedule="bsp", epochs=2.0, seed=3, wire_dtype=wire_dtype)
     simulated = simulate(tmp_path, mnist, "sim", **job)
     real = train(TrainConfig(**{**JOB, **job, "out": str(tmp_path / "ray")}), dataset=mnist)
     assert simulated.summary["final_value"] == real.summary["final_value"]

@@ -10,6 +10,7 @@ from syncswitch.core.sync.local import LocalConfig
 from syncswitch.core.sync.protocol import Protocol, Schedule
 from syncswitch.core.sync.server_optimizer import OptimizerConfig
 from syncswitch.core.sync.staleness import StalenessConfig
+from syncswitch.core.sync.wire_dtype import WireDtype
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class SyncConfig:
     local: LocalConfig = field(default_factory=LocalConfig)  # local-H phases (core/sync/local.py)
     # ASP/SSP updates' staleness rules (core/sync/staleness.py); none by default.
     staleness: StalenessConfig = field(default_factory=StalenessConfig)
+    # What messages' values are rounded to on the way (core/sync/wire_dtype.py).
+    wire_dtype: WireDtype = WireDtype.FLOAT32
 
     def __post_init__(self) -> None:
         if self.workers < 1:

@@ -21,8 +21,17 @@ from syncswitch.core.sync.records import DropRecord, Gradient, Outcome
 
 
 class Gate:
-    def __init__(self, numel: int, quarantine_after: int, now_s: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        numel: int,
+        quarantine_after: int,
+        now_s: Callable[[], float],
+        *,
+        value_bytes: int = 4,
+    ) -> None:
         self.numel = numel  # the model slice's size: a gradient of another is refused
+        # Bytes per value as messages travel (--wire-dtype): they arrive widened to float32.
+        self.value_bytes = value_bytes
         # Exactly-once accounting: sent = applied + dropped (by reason) + waiting at a barrier.
         self.ledger = GradientLedger()
         self.quarantine = QuarantinePolicy(quarantine_after)
@@ -48,7 +57,7 @@ class Gate:
         kind = LocalPhase.kind(live, gradient)
         live.messages_by_protocol[kind] += 1
         if isinstance(gradient.values, torch.Tensor):
-            live.bytes_by_protocol[kind] += gradient.values.numel() * gradient.values.element_size()
+            live.bytes_by_protocol[kind] += gradient.values.numel() * self.value_bytes
         if settled is not None:  # a retry, or a late gradient of a replaced incarnation
             outcome.dropped.append(drop_record(gradient, settled, self.now_s()))
             return settled

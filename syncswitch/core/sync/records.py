@@ -23,7 +23,9 @@ class Gradient:
     worker: int
     sequence: int  # per-worker counter, so each gradient can be named exactly once
     computed_version: int
-    values: torch.Tensor  # flat float32, mean over the worker's batch
+    # Flat float32, mean over the worker's batch; empty once a barrier has summed it (its
+    # values then live only in the round's sum: core/sync/barrier_sum.py).
+    values: torch.Tensor
     samples: int
     loss: float
     step_time_s: float  # the worker's step: real compute plus any emulated device time

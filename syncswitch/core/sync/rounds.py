@@ -109,11 +109,17 @@ class Rounds:
             room.reset_clocks()
         caught = [g for g in room.pending if not LocalPhase.gathers(spec, g)]
         if caught:
-            # A barrier cut short by the switch: each caught gradient (or delta) the new rule
-            # cannot gather is applied on its own (under ASP/SSP, as its worker's share).
+            # A barrier cut short by the switch: the caught gradients (or deltas) the new rule
+            # cannot gather are applied under it, as their workers' shares: those already
+            # summed (core/sync/barrier_sum.py) as one update, the others each on its own.
             room.pending = [g for g in room.pending if LocalPhase.gathers(spec, g)]
+            summed, summed_sum = self.updater.barrier.cut_short(caught)
+            if summed_sum is not None:
+                ledger = self.gate.ledger
+                outcome.applied.extend(self.updater.apply(live, ledger, summed, summed=summed_sum))
             for gradient in caught:
-                outcome.applied.extend(self.updater.apply(live, self.gate.ledger, [gradient]))
+                if not any(gradient is g for g in summed):
+                    outcome.applied.extend(self.updater.apply(live, self.gate.ledger, [gradient]))
         if spec.protocol.is_async:
             outcome.released.extend(room.release_within_bound(spec, cfg.active(live.excluded)))
         else:

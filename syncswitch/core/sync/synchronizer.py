@@ -101,7 +101,12 @@ class Synchronizer:
             started_at=clock(),
         )
         self.room = WaitRoom(config.workers)  # the barrier, who waits, the SSP clocks
-        self.gate = Gate(optimizer.weights.numel(), config.quarantine_after, self.now_s)
+        self.gate = Gate(
+            optimizer.weights.numel(),
+            config.quarantine_after,
+            self.now_s,
+            value_bytes=config.wire_dtype.itemsize,
+        )
         self.quarantine = self.gate.quarantine
         self.local = LocalPhase(config, optimizer)
         self.updater = Updater(config, optimizer, self.local, self.now_s)
@@ -177,6 +182,7 @@ class Synchronizer:
         elif barrier:
             room.pending.append(gradient)
             room.waiting.add(gradient.worker)
+            self.updater.gather(live, room.pending, set(self.active) | room.pending_workers())
             outcome.merge(self.rounds.complete_barrier(live))
         else:
             outcome.applied.extend(self.updater.apply(live, self.gate.ledger, [gradient]))

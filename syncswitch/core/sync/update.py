@@ -9,6 +9,7 @@ from collections.abc import Callable
 import torch
 
 from syncswitch.core.sync.admission import GradientLedger
+from syncswitch.core.sync.barrier_sum import BarrierSum
 from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.hyperparams import (
     AsyncLrPolicy,
@@ -43,6 +44,8 @@ class Updater:
         # the run controller decides from them) is in force; None without one.
         self.online_index = config.schedule.online_index  # asked every round: kept
         self.stats: RoundStatsAccumulator | None = None
+        # The barrier's round, summed as its messages arrive (core/sync/barrier_sum.py).
+        self.barrier = BarrierSum()
         if config.schedule.online_index is not None and config.stats_coordinates is not None:
             self.stats = RoundStatsAccumulator(
                 optimizer.weights.numel(),
@@ -51,6 +54,10 @@ class Updater:
                 coordinates=config.stats_coordinates,
             )
 
+    def gather(self, live: LiveState, pending: list[Gradient], candidates: set[int]) -> None:
+        """A message joined the barrier (`pending`): sum what is ready (barrier_sum.py)."""
+        self.barrier.add(pending, candidates, keep_rows=self._keeps_rows(live))
+
     def apply(
         self,
         live: LiveState,
@@ -58,12 +65,23 @@ class Updater:
         gradients: list[Gradient],
         *,
         gathered: bool = False,
+        summed: torch.Tensor | None = None,
     ) -> list[UpdateRecord]:
         """One update from `gradients`: a barrier's (`gathered`: BSP's, or a local round's
-        outer step) or one message's own."""
-        gradients, mean, total = self._combine(live, gradients)
+        outer step), one message's own, or (`summed`: their sum of b_i g_i, a barrier a
+        switch cut short) their sum, as that many messages' shares under the new rule."""
+        if summed is not None:
+            total = sum(g.samples for g in gradients)
+            # k messages' shares at once: the mean at k workers' share of the step.
+            mean = summed.div_(total)
+        elif gathered:
+            gradients, mean, total = self._combine(live, gradients)
+        else:
+            gradients, mean, total = gradients, gradients[0].values, gradients[0].samples
         kind = LocalPhase.kind(live, gradients[0])
         if gradients[0].local_steps > 0:
+            if not gathered:
+                mean = mean * len(gradients)  # each delta is its worker's share
             lr, momentum = self.local.step(live, mean, gathered=gathered)
         else:
             alone = gradients[0] if len(gradients) == 1 else None
@@ -108,31 +126,34 @@ class Updater:
         """Whether this round's statistics are wanted: the online phase, under BSP."""
         return live.phase_index == self.online_index and live.spec.protocol is Protocol.BSP
 
+    def _keeps_rows(self, live: LiveState) -> bool:
+        """Whether the round now at the barrier is one the statistics measure (they read
+        each worker's row, so the barrier keeps the messages' values)."""
+        stats = self.stats
+        return stats is not None and self._measuring(live) and stats.wants(live.version + 1)
+
     def _combine(
         self, live: LiveState, gradients: list[Gradient]
     ) -> tuple[list[Gradient], torch.Tensor, int]:
-        """The update's direction: one message's own values, or a barrier's sample-weighted
-        mean (measured on the way when the statistics want this round). Returns the gradients
-        in the order they were summed, the mean and the samples it stands for."""
-        if len(gradients) == 1:
-            # Every asynchronous update: the gradient itself (the optimizer only reads it).
-            return gradients, gradients[0].values, gradients[0].samples
-        # A fixed summation order keeps BSP bit-for-bit reproducible whatever the arrival order.
-        gradients = sorted(gradients, key=lambda g: g.worker)
-        total = sum(g.samples for g in gradients)
-        rows = torch.stack([g.values * (g.samples / total) for g in gradients])
-        mean = rows.sum(dim=0)
+        """A barrier's sample-weighted mean, summed as its messages arrived in worker order
+        (barrier_sum.py: BSP stays bit-for-bit reproducible whatever the arrival order), and
+        measured on the way when the statistics want this round. Returns the gradients in
+        the order they were summed, the mean and the samples it stands for."""
+        keep_rows = self._keeps_rows(live)
+        gradients, mean, total = self.barrier.finish(gradients, keep_rows=keep_rows)
         stats = self.stats
-        if stats is not None and self._measuring(live) and stats.wants(live.version + 1):
-            # Measured before the update, while the stacked rows are at hand (they are let go
-            # before the step, as without measuring); the round produces version + 1. The
-            # admission check squared each gradient when asked (`squares_wanted`).
+        # Every row at hand (a round whose measuring began mid-round, were there one, let
+        # some go: it is not measured).
+        rows_kept = all(g.values.numel() == mean.numel() for g in gradients)
+        if stats is not None and keep_rows and len(gradients) > 1 and rows_kept:
+            # Measured before the update; the round produces version + 1. The admission
+            # check squared each gradient when asked (`squares_wanted`).
+            rows = torch.stack([g.values * (g.samples / total) for g in gradients])
             samples = [g.samples for g in gradients]
             squares = [g.squared_norm for g in gradients]
             partials = stats.observe_rows(live.version + 1, rows, samples, mean, squares=squares)
             if partials is not None:
                 live.partials.append(partials)
-        del rows
         return gradients, mean, total
 
     def _step(

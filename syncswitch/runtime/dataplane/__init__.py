@@ -16,19 +16,20 @@ The wire, little-endian:
 - a worker opens one connection per server and first sends the server's 16-byte token,
   which the server made and handed out only through Ray (its `endpoint` call);
 - a request: u32 byte length of the values, a 56-byte header (`encode_request`), the raw
-  float32 values (a gradient, or in a local phase a delta: the same size);
+  values (a gradient, or in a local phase a delta: the same size) in the job's
+  `--wire-dtype` (float32, or bfloat16/float16 as 16-bit words: core/sync/wire_dtype.py);
 - a reply: u32 byte length of the weights, a 54-byte header (`encode_reply`: the version,
-  and in a local phase the worker's next round), the weights.
+  and in a local phase the worker's next round), the weights in the same dtype.
 
 The server reads every connection without blocking on one thread that owns the reading
 (`selectors`), holds an emulated gradient until its step ends, and calls the handler; any
 thread may answer with `send`. A wrong token, a length over the shard's size or values that
-are not whole float32 close the connection before anything is allocated for it, and are
-counted. A connection that does not send the token within 3 s is closed, at most 64 wait
-for it at once, and no accept or recv error (descriptors exhausted included) ends the run
-(server.py). A worker waits for its replies in slices of `PROBE_S`; between slices (and when a
-connection closes) it asks its `probe` (a Ray call) whether the servers are alive, so a dead
-server ends the worker's run as a failed Ray call did before.
+are not whole values of the wire's dtype close the connection before anything is allocated
+for it, and are counted. A connection that does not send the token within 3 s is closed, at
+most 64 wait for it at once, and no accept or recv error (descriptors exhausted included)
+ends the run (server.py). A worker waits for its replies in slices of `PROBE_S`; between
+slices (and when a connection closes) it asks its `probe` (a Ray call) whether the servers
+are alive, so a dead server ends the worker's run as a failed Ray call did before.
 
 Nothing here imports Ray: the wire format and both ends are tested without it.
 """

@@ -9,8 +9,8 @@ from typing import NoReturn
 
 import numpy as np
 
+from syncswitch.core.sync.wire_dtype import WireDtype, decode
 from syncswitch.runtime.dataplane.wire import (
-    FLOAT32,
     LENGTH,
     PROBE_S,
     REPLY,
@@ -38,8 +38,10 @@ class WorkerChannel:
         probe: Callable[[], bool],
         *,
         probe_s: float = PROBE_S,
+        wire_dtype: WireDtype = WireDtype.FLOAT32,
     ) -> None:
         self._probe = probe
+        self._dtype = wire_dtype  # of the replies' weights
         self._sockets: list[socket.socket] = []
         self._head = bytearray(self._HEAD)
         try:
@@ -55,7 +57,9 @@ class WorkerChannel:
     def exchange(self, requests: Sequence[tuple[bytes, np.ndarray]]) -> list[Reply]:
         """Send each server its (header, values) and wait for every reply.
 
-        The values may be reused once this returns: a reply means its request was received.
+        The values are sent as they are (already in the wire's dtype: `wire_dtype.encode`),
+        and may be reused once this returns: a reply means its request was received. The
+        replies' weights come back widened to float32.
         """
         for sock, (header, values) in zip(self._sockets, requests, strict=True):
             try:
@@ -86,9 +90,10 @@ class WorkerChannel:
         self._receive_into(sock, head)
         (length,) = LENGTH.unpack_from(self._head)
         version, done, progress, local = decode_reply(self._head, LENGTH.size)
-        weights = np.empty(length // FLOAT32.itemsize, dtype=FLOAT32)
-        self._receive_into(sock, weights.data.cast("B"))
-        return Reply(version, weights, done, progress, local)
+        dtype = self._dtype
+        raw = np.empty(length // dtype.itemsize, dtype=dtype.raw_numpy)
+        self._receive_into(sock, raw.data.cast("B"))
+        return Reply(version, decode(raw, dtype), done, progress, local)
 
     def _receive_into(self, sock: socket.socket, target: memoryview) -> None:
         got = 0

@@ -30,8 +30,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from syncswitch.core.sync.wire_dtype import WireDtype, decode
 from syncswitch.runtime.dataplane.wire import (
-    FLOAT32,
     LENGTH,
     REQUEST,
     TOKEN_BYTES,
@@ -71,9 +71,12 @@ class _Connection:
 
     _HEAD = LENGTH.size + REQUEST.size
 
-    def __init__(self, sock: socket.socket, ident: int) -> None:
+    def __init__(
+        self, sock: socket.socket, ident: int, dtype: WireDtype = WireDtype.FLOAT32
+    ) -> None:
         self.sock = sock
         self.ident = ident
+        self.dtype = dtype  # of the values on the wire (--wire-dtype)
         self.admitted = False
         self._head = bytearray(max(TOKEN_BYTES, self._HEAD))
         self._values: np.ndarray | None = None
@@ -110,11 +113,13 @@ class _Connection:
         if self._values is None:
             (length,) = LENGTH.unpack_from(self._head)
             # Its own buffer per request: the synchronizer may keep the gradient (a barrier).
-            self._values = np.empty(values_length(length, max_values), dtype=FLOAT32)
+            count = values_length(length, max_values, self.dtype)
+            self._values = np.empty(count, dtype=self.dtype.raw_numpy)
             if length:
                 self._expect(self._values.data.cast("B"))
                 return None
-        request = decode_request(head[LENGTH.size : self._HEAD], self._values)
+        values = decode(self._values, self.dtype)  # float32: itself, or a widened copy
+        request = decode_request(head[LENGTH.size : self._HEAD], values)
         self._values = None
         self._expect(head[: self._HEAD])
         return request
@@ -138,9 +143,11 @@ class ServerEndpoint:
         handle: Callable[[int, Request], None],
         *,
         clock: Callable[[], float],
+        wire_dtype: WireDtype = WireDtype.FLOAT32,
     ) -> None:
         self.token = secrets.token_bytes(TOKEN_BYTES)
         self.max_values = max_values
+        self.wire_dtype = wire_dtype  # of requests' values; replies are sent as they are given
         self._handle = handle
         self._clock = clock
         self._listener = _listening_socket(host)
@@ -281,7 +288,7 @@ class ServerEndpoint:
             return
         if len(self._pending) >= MAX_PENDING:
             self._close_oldest_pending("too many connections without a token")
-        connection = _Connection(sock, next(self._idents))
+        connection = _Connection(sock, next(self._idents), self.wire_dtype)
         try:
             self._selector.register(sock, selectors.EVENT_READ, connection)
         except (OSError, ValueError) as error:

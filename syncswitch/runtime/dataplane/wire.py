@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from syncswitch.core.sync.local import LocalRound
+from syncswitch.core.sync.wire_dtype import WireDtype
 
 TOKEN_BYTES = 16
 PROBE_S = 1.0  # a worker waiting longer than this asks whether its servers are alive
@@ -24,7 +25,6 @@ REQUEST = struct.Struct("<iiqqidddi")
 # version, done, progress, then the worker's local round (steps 0: none): steps, lr,
 # momentum, weight_decay, epoch, keep_inner_state
 REPLY = struct.Struct("<qBdidddqB")
-FLOAT32 = np.dtype("<f4")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +39,7 @@ class Request:
     loss: float
     step_time_s: float
     ready_at: float | None  # emulation: wall time at which the emulated step ends
-    values: np.ndarray  # float32, the server's own (writable) buffer
+    values: np.ndarray  # float32 (widened from --wire-dtype), the server's own writable buffer
     local_steps: int = 0  # a local phase's delta after this many steps (0: a gradient)
 
 
@@ -103,18 +103,17 @@ def decode_request(header: bytes | bytearray | memoryview, values: np.ndarray) -
     )
 
 
-def values_length(byte_length: int, max_values: int) -> int:
-    """How many float32 a request announcing `byte_length` bytes carries, checked before
-    anything is allocated. The count is not checked against the shard's size here: a
+def values_length(byte_length: int, max_values: int, dtype: WireDtype = WireDtype.FLOAT32) -> int:
+    """How many values of `dtype` a request announcing `byte_length` bytes carries, checked
+    before anything is allocated. The count is not checked against the shard's size here: a
     gradient of the wrong shape is the synchronizer's to count and drop (and to quarantine
     its sender for); the transport only bounds it."""
-    if byte_length % FLOAT32.itemsize:
-        raise MalformedMessage(f"{byte_length} bytes of values: not whole float32")
-    if byte_length > max_values * FLOAT32.itemsize:
-        raise MalformedMessage(
-            f"{byte_length} bytes of values: more than {max_values * FLOAT32.itemsize}"
-        )
-    return byte_length // FLOAT32.itemsize
+    size = dtype.itemsize
+    if byte_length % size:
+        raise MalformedMessage(f"{byte_length} bytes of values: not whole {dtype.value}")
+    if byte_length > max_values * size:
+        raise MalformedMessage(f"{byte_length} bytes of values: more than {max_values * size}")
+    return byte_length // size
 
 
 def encode_reply(

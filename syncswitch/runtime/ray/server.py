@@ -22,6 +22,7 @@ import torch
 
 from syncswitch.control.shard import ServerShard, ShardReport
 from syncswitch.core.sync.records import Gradient, Outcome
+from syncswitch.core.sync.wire_dtype import WireDtype
 from syncswitch.runtime.dataplane import Request, ServerEndpoint
 from syncswitch.runtime.ray.placement import ActorPlace, here
 from syncswitch.runtime.replies import Reply, ReplyCache
@@ -62,6 +63,7 @@ class ParameterServer:
             len(spec.initial),
             self._on_request,
             clock=time.time,
+            wire_dtype=spec.config.wire_dtype,
         )
 
     def where(self) -> ActorPlace:
@@ -91,8 +93,14 @@ class ParameterServer:
             self._last_heard = {w: now for w in range(self._workers)}
 
     def pull(self, worker: int) -> Reply:
+        """The driver's copy (the run's final weights): the float32 master weights, which a
+        narrower --wire-dtype rounds only on their way to the workers."""
         with self._lock:
-            return self._weights_reply()
+            reply = self._weights_reply()
+            if self.shard.sync.config.wire_dtype is WireDtype.FLOAT32:
+                return reply
+            weights = self.shard.sync.optimizer.weights_on_cpu().numpy().copy()
+            return reply._replace(weights=weights)
 
     def rejoin(self, worker: int, incarnation: int = 0) -> tuple[int, int, Reply]:
         """A (new incarnation of a) worker starts: the sequence it starts at, the batches it
@@ -176,8 +184,8 @@ class ParameterServer:
                 self._answer(connection)
 
     def _answer(self, connection: int) -> None:
-        self._replies.current(self.shard.sync)
-        self._endpoint.send(connection, self._replies.header, self._replies.weights)
+        self._replies.current(self.shard.sync, decoded=False)
+        self._endpoint.send(connection, self._replies.header, self._replies.wire)
 
     def _weights_reply(self) -> Reply:
         reply = self._replies.current(self.shard.sync)

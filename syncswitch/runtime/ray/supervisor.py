@@ -405,6 +405,7 @@ class RaySupervisor:
             optimizer=plan.sync.optimizer,
             threads=self.resources.worker.threads,
             device=self.resources.worker.device,
+            wire_dtype=plan.sync.wire_dtype,
         )
         # Restartable: after a crash Ray starts the actor again with the same arguments, in
         # the same bundle (placed again on another node if its node was lost).

@@ -23,6 +23,7 @@ from syncswitch.core.sync.optimizer import FlatParameters
 from syncswitch.core.sync.records import WorkerStats
 from syncswitch.core.sync.server_optimizer import OptimizerConfig
 from syncswitch.core.sync.sharding import worker_shard
+from syncswitch.core.sync.wire_dtype import WireDtype, encode
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.gradient import backward_on_batch
 from syncswitch.runtime.ray.placement import ActorPlace, here
@@ -48,6 +49,7 @@ class WorkerSpec:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     threads: int = 1  # torch intra-op threads (the resource plan's)
     device: str = "cpu"  # "cuda": the model and its batches on the GPU Ray assigned
+    wire_dtype: WireDtype = WireDtype.FLOAT32  # what messages' values travel as
 
 
 class Worker:
@@ -99,7 +101,9 @@ class Worker:
         self.step.start(incarnation)
         # Sockets connect in the background while the rejoin call runs.
         channel = WorkerChannel(
-            ray.get([s.endpoint.remote() for s in servers]), probe=self._probe_servers
+            ray.get([s.endpoint.remote() for s in servers]),
+            probe=self._probe_servers,
+            wire_dtype=self.spec.wire_dtype,
         )
         try:
             sequence, batches, pulled = self._rejoin()
@@ -205,7 +209,7 @@ class Worker:
                         ready_at,
                         step.steps,
                     ),
-                    step.gradient[shard],
+                    encode(step.gradient[shard], spec.wire_dtype),
                 )
                 for shard, version in zip(spec.shards, versions, strict=True)
             ]

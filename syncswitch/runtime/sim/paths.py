@@ -8,6 +8,7 @@ simulator's events make them, so a run is reproducible to the last bit.
 
 from __future__ import annotations
 
+from syncswitch.control.plan import RunPlan
 from syncswitch.core.cluster.model import BYTES_PER_PARAMETER, ClusterModel
 from syncswitch.runtime.sim.engine import FifoQueue
 from syncswitch.runtime.sim.nodes import SimNodes
@@ -15,10 +16,17 @@ from syncswitch.runtime.sim.nodes import SimNodes
 
 class SimPaths:
     def __init__(
-        self, cluster: ClusterModel, slices: list[slice], workers: int, placement: str
+        self,
+        cluster: ClusterModel,
+        slices: list[slice],
+        workers: int,
+        placement: str,
+        *,
+        bytes_per_value: int = BYTES_PER_PARAMETER,
     ) -> None:
         self.cluster = cluster
-        message_bytes = [(s.stop - s.start) * BYTES_PER_PARAMETER for s in slices]
+        # A message's values as they travel (--wire-dtype: 4 bytes each, or 2).
+        message_bytes = [(s.stop - s.start) * bytes_per_value for s in slices]
         network = cluster.network
         self.worker_link_s = [network.worker_s(b) for b in message_bytes]
         self.server_link_s = [network.server_s(b) for b in message_bytes]
@@ -33,6 +41,13 @@ class SimPaths:
         self.reply_s = server.reply_ms / 1e3
         self.serve_later = cluster.nodes.contended or server.applies_after_step or self.reply_s > 0
         self.reset(len(slices))
+
+    @classmethod
+    def of_plan(cls, plan: RunPlan, cluster: ClusterModel, slices: list[slice]) -> SimPaths:
+        bytes_per_value = plan.sync.wire_dtype.itemsize
+        return cls(
+            cluster, slices, plan.workers, plan.job.placement, bytes_per_value=bytes_per_value
+        )
 
     def reset(self, shards: int) -> None:
         """New servers: their links and CPUs start idle."""

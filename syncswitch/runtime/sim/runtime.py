@@ -56,6 +56,7 @@ from syncswitch.core.sync.optimizer import flatten_parameters
 from syncswitch.core.sync.records import Gradient, Outcome, WorkerStats
 from syncswitch.core.sync.sharding import parameter_shards
 from syncswitch.core.sync.state import SynchronizerState
+from syncswitch.core.sync.wire_dtype import round_trip
 from syncswitch.rundir import Summary
 from syncswitch.runtime import shards
 from syncswitch.runtime.evaluator import Evaluator
@@ -144,7 +145,7 @@ class SimRuntime:
         initial = flatten_parameters(self.model_factory()).numpy()
         self.slices = parameter_shards(len(initial), self.plan.job.servers)
         self.initial = initial
-        self.paths = SimPaths(self.cluster, self.slices, self.plan.workers, self.plan.job.placement)
+        self.paths = SimPaths.of_plan(self.plan, self.cluster, self.slices)
         resumed = self.controller.resumed_from
         try:
             restore = run_checkpoint(resumed).servers if resumed else None
@@ -397,7 +398,7 @@ class SimRuntime:
         now = self.events.now_s
         worker.last_heard_s = now
         batch = self.plan.job.batch_size * max(local_steps, 1)
-        overlap = self.cluster.compute.sends_during_step
+        overlap, wire_dtype = self.cluster.compute.sends_during_step, self.plan.sync.wire_dtype
         for shard_index, (part, version) in enumerate(zip(self.slices, versions, strict=True)):
             # Over the links to the server, then its CPU.
             on_link = self.paths.gradient_on_server_s(index, shard_index, now)
@@ -405,7 +406,8 @@ class SimRuntime:
                 worker=index,
                 sequence=sequence,
                 computed_version=version,
-                values=torch.from_numpy(gradient[part]),
+                # Rounded as the data plane rounds it (its replies are, in ReplyCache).
+                values=torch.from_numpy(round_trip(gradient[part], wire_dtype)),
                 samples=batch,
                 loss=loss,
                 step_time_s=step_s,
