@@ -44,7 +44,7 @@ from syncswitch.core.stragglers.detector import DetectorConfig
 from syncswitch.core.stragglers.monitor import StragglerMonitorConfig
 from syncswitch.core.stragglers.policies import StragglerPolicyKind
 from syncswitch.core.stragglers.scenarios import StragglerScenario
-from syncswitch.core.sync.hyperparams import AsyncLrPolicy, LrSchedule
+from syncswitch.core.sync.hyperparams import AsyncLrPolicy, LrSchedule, MomentumPolicy
 from syncswitch.core.sync.local import LocalConfig, LocalStepsRule, OuterOptimizerKind, StatePolicy
 from syncswitch.core.sync.protocol import Schedule
 from syncswitch.core.sync.server_optimizer import ADAM_BETAS, OptimizerConfig, OptimizerKind
@@ -148,6 +148,16 @@ class TrainConfig(TrainOptions):
             beta2=self.betas[1] if self.betas else ADAM_BETAS[1],
             eps=self.eps,
         )
+
+    def switch_momentum_policy(self) -> MomentumPolicy:
+        """`--momentum-at-switch`, or the optimizer's default: SGD scales its momentum (with
+        BSP's kept, ASP diverges: the paper's F5); Adam keeps beta1, which measured best at
+        BSP's learning rate (docs/optimizers.md)."""
+        if self.momentum_at_switch is not None:
+            return MomentumPolicy(self.momentum_at_switch)
+        if self.optimizer == OptimizerKind.SGD:
+            return MomentumPolicy.SCALE
+        return MomentumPolicy.KEEP
 
     def async_lr_policy(self) -> AsyncLrPolicy:
         """`--async-lr`, or the optimizer's default: an Adam step's length does not grow with

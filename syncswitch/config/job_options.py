@@ -183,11 +183,12 @@ class JobOptions:
         Role(JOB_GROUP, Identity.JOB),
         range=Range(0, 1, high_open=True),
     )
-    momentum_at_switch: str = option(
-        "scale",
+    momentum_at_switch: str | None = option(
+        None,
         "momentum (Adam: beta1) in ASP/SSP phases: keep, scale (/workers), zero, ramp "
         "(/workers at the switch, back over --momentum-ramp), or reset (kept, its buffer or "
-        "first moment started afresh at the switch)",
+        "first moment started afresh at the switch); default scale for sgd, keep for adam and "
+        "adamw (docs/optimizers.md)",
         Role(SCHEDULE_GROUP, Identity.JOB),
         choices=[p.value for p in MomentumPolicy],
     )

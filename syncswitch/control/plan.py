@@ -18,7 +18,6 @@ from syncswitch.core.reliability.divergence import RollbackConfig
 from syncswitch.core.reliability.faults import FaultPlan
 from syncswitch.core.stragglers.monitor import StragglerMonitorConfig
 from syncswitch.core.sync.config import SyncConfig
-from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.protocol import Protocol, Schedule
 from syncswitch.core.sync.wire_dtype import WireDtype
 from syncswitch.core.timing.rules import Rule, ShareBounds, make_rule, rule_threshold, uses_losses
@@ -151,7 +150,7 @@ class RunPlan:
                 schedule=schedule,
                 lr=config.lr,
                 momentum=config.first_moment_decay(),
-                momentum_policy=MomentumPolicy(config.momentum_at_switch),
+                momentum_policy=config.switch_momentum_policy(),
                 async_lr=config.async_lr_policy(),
                 optimizer=config.optimizer_config(),
                 momentum_ramp_fraction=config.momentum_ramp,

@@ -85,7 +85,10 @@ def describe_job(config: TrainConfig, workload: Workload | None = None) -> dict[
         job["lr_milestones"] = [float(m) for m in config.lr_schedule_spec().milestones]
     else:
         job["lr_milestones"] = job["lr_gamma"] = None
-    if config.momentum_at_switch != "ramp":
+    # The policy in force, whether named or the optimizer's default (a job stored before the
+    # default depended on the optimizer named "scale").
+    job["momentum_at_switch"] = config.switch_momentum_policy().value
+    if job["momentum_at_switch"] != "ramp":
         job["momentum_ramp"] = None
     if not job.get("speed_factors"):
         job["speed_factors"] = None

@@ -128,3 +128,16 @@ def test_asynchronous_updates_take_bsp_lr_with_adam_and_its_share_with_sgd() -> 
         AsyncLrPolicy.LINEAR
     )
     assert TrainConfig(async_lr="none").async_lr_policy() is AsyncLrPolicy.NONE
+
+
+def test_at_a_switch_adam_keeps_beta1_and_sgd_scales_its_momentum() -> None:
+    from syncswitch.core.sync.hyperparams import MomentumPolicy
+    from syncswitch.registry.fingerprint import describe_job
+
+    assert TrainConfig().switch_momentum_policy() is MomentumPolicy.SCALE
+    assert TrainConfig(optimizer="adamw").switch_momentum_policy() is MomentumPolicy.KEEP
+    named = TrainConfig(optimizer="adam", momentum_at_switch="reset")
+    assert named.switch_momentum_policy() is MomentumPolicy.RESET
+    # A job stored before the default depended on the optimizer named "scale".
+    assert describe_job(TrainConfig())["momentum_at_switch"] == "scale"
+    assert describe_job(TrainConfig(momentum_at_switch="scale")) == describe_job(TrainConfig())
