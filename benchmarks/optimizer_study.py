@@ -47,6 +47,8 @@ from harness import (
 )
 from harness import parser as harness_parser
 
+from syncswitch.rundir import names
+
 # Each optimizer's learning rate for this model (of one BSP update; ASP uses lr/workers).
 LR = {"adamw": "3e-3", "sgd": "0.2"}  # SGD: 0.5 diverges on this job (docs/language-model.md)
 
@@ -117,7 +119,7 @@ def run_one(args: Any, optimizer: str, workers: int, seed: int, case: Case) -> d
         "runtime": args.runtime,
         "timing": _timing(args).value,
     }
-    if done.returncode != 0 and not (out / "summary.json").is_file():
+    if done.returncode != 0 and not (out / names.SUMMARY).is_file():
         return row | {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
     summary = read_summary(out)
     rollbacks = summary.reliability.rollbacks if summary.reliability else 0
