@@ -91,9 +91,14 @@ def runs(args: Any) -> Iterator[tuple[str, int, int, Case]]:
         for workers in comma_list(args.workers, int):
             for seed in range(args.seeds):
                 for case in cases(optimizer):
-                    if args.only and not any(o in case.label for o in comma_list(args.only)):
+                    if args.only and not _chosen(case.label, comma_list(args.only)):
                         continue
                     yield optimizer, workers, seed, case
+
+
+def _chosen(label: str, only: list[str]) -> bool:
+    """`--only`: a label containing one of the items, or equal to an item given as =LABEL."""
+    return any(label == o[1:] if o.startswith("=") else o in label for o in only)
 
 
 def run_one(args: Any, optimizer: str, workers: int, seed: int, case: Case) -> dict[str, Any]:
@@ -214,7 +219,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--optimizers", default="adamw,sgd")
-    parser.add_argument("--only", default="", help="run only cases whose label contains one")
+    parser.add_argument(
+        "--only", default="", help="comma-separated: cases whose label contains one (=LABEL: is)"
+    )
     parser.add_argument("--step-time-ms", type=float, default=0.0, help="ray: EMULATED steps")
     parser.add_argument("extra", nargs="*", help="more `syncswitch train` flags, after --")
     add_out(parser, None)
