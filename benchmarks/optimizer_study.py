@@ -91,7 +91,7 @@ def runs(args: Any) -> Iterator[tuple[str, int, int, Case]]:
         for workers in comma_list(args.workers, int):
             for seed in range(args.seeds):
                 for case in cases(optimizer):
-                    if args.only and not _chosen(case.label, comma_list(args.only)):
+                    if args.only and not _chosen(case.label, args.only.split("|")):
                         continue
                     yield optimizer, workers, seed, case
 
@@ -220,7 +220,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--optimizers", default="adamw,sgd")
     parser.add_argument(
-        "--only", default="", help="comma-separated: cases whose label contains one (=LABEL: is)"
+        "--only", default="", help="|-separated: cases whose label contains one (=LABEL: is)"
     )
     parser.add_argument("--step-time-ms", type=float, default=0.0, help="ray: EMULATED steps")
     parser.add_argument("extra", nargs="*", help="more `syncswitch train` flags, after --")
