@@ -241,7 +241,9 @@ def main() -> None:
         save_text(args.out / "table.md", table(rows, args))
         shown = row.get("error") or f"val loss {row['val_loss_final']:.4f}, {row['time_s']:.1f} s"
         print(f"{optimizer} w{workers} s{seed} {case.label}: {shown}", flush=True)
-    print(table(rows, args))
+    text = table(rows, args)
+    save_text(args.out / "table.md", text)  # also after `--only` chose nothing: rows relabelled
+    print(text)
 
 
 if __name__ == "__main__":
