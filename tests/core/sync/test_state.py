@@ -13,9 +13,9 @@ import torch
 
 from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.hyperparams import MomentumPolicy
-from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import ASP, Schedule
 from syncswitch.core.sync.records import Gradient, Outcome, Snapshot, WorkerStats
+from syncswitch.core.sync.server_optimizer import OptimizerConfig, OptimizerKind, make_optimizer
 from syncswitch.core.sync.state import (
     StateFormatError,
     SynchronizerState,
@@ -26,9 +26,12 @@ BATCH = 4
 WORKERS = 4
 
 
-def make_sync(schedule: str = "bsp:0.5,ssp-1:0.75,asp") -> Synchronizer:
+def make_sync(
+    schedule: str = "bsp:0.5,ssp-1:0.75,asp", optimizer: OptimizerKind = OptimizerKind.SGD
+) -> Synchronizer:
     ticks = itertools.count()
     config = SyncConfig(
+        optimizer=OptimizerConfig(optimizer, weight_decay=0.01),
         workers=WORKERS,
         total_samples=64 * BATCH,
         schedule=Schedule.parse(schedule),
@@ -38,7 +41,8 @@ def make_sync(schedule: str = "bsp:0.5,ssp-1:0.75,asp") -> Synchronizer:
         checkpoint_every=0.25,
         eval_every=0.1,
     )
-    return Synchronizer(config, FlatSGD(torch.zeros(5)), clock=lambda: next(ticks) * 0.001)
+    weights = make_optimizer(config.optimizer, torch.zeros(5))
+    return Synchronizer(config, weights, clock=lambda: next(ticks) * 0.001)
 
 
 def gradient(sync: Synchronizer, worker: int, sequence: int) -> Gradient:
@@ -70,13 +74,15 @@ def applied(outcome: Outcome) -> list[tuple]:
     ]
 
 
-def test_a_restored_synchronizer_behaves_exactly_as_the_original() -> None:
-    original = make_sync()
+@pytest.mark.parametrize("kind", [OptimizerKind.SGD, OptimizerKind.ADAMW])
+def test_a_restored_synchronizer_behaves_exactly_as_the_original(kind) -> None:
+    # Adam's moments and counters go through the checkpoint's plain form and a file too.
+    original = make_sync(optimizer=kind)
     first, snapshots = drive(original, range(6))
     taken = snapshots[0]  # at 0.25, a BSP barrier: every worker's step 3 is in
     assert taken.label == "periodic" and taken.state.protocol.name == "bsp"
     state = SynchronizerState.from_plain(through_a_file(taken.state.to_plain()))
-    fresh = make_sync()
+    fresh = make_sync(optimizer=kind)
     fresh.restore(state)
     assert [fresh.rejoin(w) for w in range(WORKERS)] == [4] * WORKERS
     # The original went on past the snapshot; the restored one is given the same gradients.
@@ -91,6 +97,24 @@ def test_a_restored_synchronizer_behaves_exactly_as_the_original() -> None:
         (e.from_protocol, e.to_protocol, e.version) for e in original.live.switches
     ]
     assert fresh.live.done and original.live.done and fresh.accounting() == original.accounting()
+
+
+def test_a_rollback_restores_adams_moments() -> None:
+    sync = make_sync(optimizer=OptimizerKind.ADAM)
+    _, snapshots = drive(sync, range(6))
+    taken = snapshots[0]
+    drive(sync, range(6, 40))  # on into SSP and ASP: the moments move on
+    sync.roll_back(
+        taken.state,
+        protocol=taken.state.protocol,
+        lr_scale=0.5,
+        momentum_policy=MomentumPolicy.SCALE,
+        reason="test",
+    )
+    now, then = sync.optimizer.state_dict(), taken.state.optimizer.as_dict()
+    assert now.keys() == then.keys() and now["steps"] == then["steps"] > 0
+    for key in ("weights", "momentum_buffer", "second_moment"):
+        assert torch.equal(now[key], then[key]), key
 
 
 def test_a_state_read_back_from_a_file_equals_the_one_written() -> None:
