@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import time
 
 import torch
 from harness import (
@@ -29,12 +28,10 @@ from harness import (
     save_json,
     save_text,
 )
-from server_apply import BATCH, RUN_UPDATES, WARMUP_UPDATES, WEIGHT_DECAY, WORKERS, model_sizes
+from server_apply import BATCH, RUN_UPDATES, WEIGHT_DECAY, WORKERS, model_sizes, time_submits
 
-from syncswitch.control.shard import ServerShard
 from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.protocol import ASP, Schedule
-from syncswitch.core.sync.records import Gradient
 from syncswitch.core.sync.server_optimizer import OptimizerConfig, OptimizerKind
 
 KINDS = (OptimizerKind.SGD, OptimizerKind.ADAM, OptimizerKind.ADAMW)
@@ -50,29 +47,7 @@ def time_submit(kind: OptimizerKind, initial: torch.Tensor, gradient: torch.Tens
         lr=LR[kind],
         optimizer=OptimizerConfig(kind, weight_decay=WEIGHT_DECAY),
     )
-    shard = ServerShard(config, initial.numpy(), observe_steps=False, device="cpu")
-    shard.begin()
-    messages = [
-        Gradient(
-            worker=i % WORKERS,
-            sequence=i // WORKERS,
-            computed_version=i,
-            values=gradient,
-            samples=BATCH,
-            loss=1.0,
-            step_time_s=0.02,
-        )
-        for i in range(WARMUP_UPDATES + updates)
-    ]
-    for message in messages[:WARMUP_UPDATES]:
-        shard.submit(message)
-    wall, cpu = time.perf_counter(), time.thread_time()
-    for message in messages[WARMUP_UPDATES:]:
-        shard.submit(message)
-    result = time.perf_counter() - wall, time.thread_time() - cpu
-    if shard.sync.gate.ledger.applied != WARMUP_UPDATES + updates:
-        raise RuntimeError("a gradient was not applied")
-    return result
+    return time_submits(config, initial, gradient, updates)
 
 
 def measure(updates: int, repeats: int) -> dict:

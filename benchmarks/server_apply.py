@@ -126,6 +126,13 @@ def time_shard_submit(
         lr=LR,
         momentum=MOMENTUM,
     )
+    return time_submits(config, initial, gradient, updates)
+
+
+def time_submits(
+    config: SyncConfig, initial: torch.Tensor, gradient: torch.Tensor, updates: int
+) -> tuple[float, float]:
+    """(wall s, thread CPU s) of `updates` ASP submits of `gradient` to a fresh shard."""
     # As ParameterServer.__init__ builds its shard (CPU, no restore, steps not observed).
     shard = ServerShard(config, initial.numpy(), observe_steps=False, device="cpu")
     shard.begin()
