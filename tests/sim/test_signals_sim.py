@@ -27,7 +27,9 @@ def test_a_signal_stops_a_simulated_run_in_one_line_and_it_resumes(tmp_path, num
         text=True,
     )
     deadline = time.monotonic() + 120
-    while not list((run_dir / "checkpoints").glob("*.pt")):
+    # A checkpoint is complete once its manifest is written (after the .pt): a signal before
+    # that would leave nothing to resume from.
+    while not list((run_dir / "checkpoints").glob("*.json")):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
         time.sleep(0.05)
     proc.send_signal(number)
