@@ -158,13 +158,15 @@ def online_timing_line(timing: OnlineTimingSummary) -> str:
     why = {
         "signal": "the signal crossed its threshold",
         "ceiling": "the ceiling was reached first",
+        "message_cost": "a message costs more than a step's compute here",
     }.get(timing.reason or "", timing.reason or "")
+    chosen = f"; {timing.follower.get('describe', '')}" if timing.follower else ""
     shown = ", ".join(
         f"{k} {v:.4g}" for k, v in timing.values.items() if v is not None and k != "threshold"
     )
     return (
         f"left BSP at {timing.at_fraction:.1%} of samples: {why} ({timing.rule}, threshold "
-        f"{timing.threshold:g}; {shown}; {bounds})"
+        f"{timing.threshold:g}; {shown}; {bounds}){chosen}"
     )
 
 

@@ -46,7 +46,7 @@ from syncswitch.core.stragglers.policies import StragglerPolicyKind
 from syncswitch.core.stragglers.scenarios import StragglerScenario
 from syncswitch.core.sync.hyperparams import AsyncLrPolicy, LrSchedule, MomentumPolicy
 from syncswitch.core.sync.local import LocalConfig, LocalStepsRule, OuterOptimizerKind, StatePolicy
-from syncswitch.core.sync.protocol import Schedule
+from syncswitch.core.sync.protocol import ONLINE, Schedule
 from syncswitch.core.sync.server_optimizer import ADAM_BETAS, OptimizerConfig, OptimizerKind
 from syncswitch.core.sync.staleness import StalenessConfig, StalenessLr
 from syncswitch.errors import ConfigError
@@ -101,6 +101,12 @@ class TrainConfig(TrainOptions):
     def schedule_is_auto(self) -> bool:
         return is_auto(self.schedule)
 
+    @property
+    def chooses_follower(self) -> bool:
+        """`--schedule online` alone: the run chooses what follows BSP, ASP or local-H
+        (core/timing/follower.py); `bsp:online,asp` names it."""
+        return self.schedule.strip().lower() == ONLINE
+
     def parsed_schedule(self) -> Schedule:
         if self._parsed.schedule is None:
             raise ConfigError(
@@ -132,11 +138,16 @@ class TrainConfig(TrainOptions):
             outer=OuterOptimizerKind(self.outer_optimizer),
             outer_lr=self.outer_lr,
             outer_momentum=self.outer_momentum,
-            steps_rule=LocalStepsRule(self.local_steps_rule),
+            steps_rule=LocalStepsRule(
+                self.local_steps_rule
+                or (LocalStepsRule.QSR if self.chooses_follower else LocalStepsRule.FIXED)
+            ),
             inner_state=StatePolicy(self.local_inner_state),
             server_momentum_after=StatePolicy(self.local_server_momentum),
             worker_batch=self.batch_size,
             inner_lr_factor=self.local_lr_factor,
+            switch_warmup=self.local_switch_warmup,
+            switch_lr_start=self.local_switch_lr_start,
         )
 
     def optimizer_config(self) -> OptimizerConfig:

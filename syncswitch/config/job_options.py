@@ -34,7 +34,12 @@ from syncswitch.config.limits import (
     VALIDATION_SHARE,
 )
 from syncswitch.core.sync.hyperparams import AsyncLrPolicy, LrScheduleKind, MomentumPolicy
-from syncswitch.core.sync.local import LocalStepsRule, OuterOptimizerKind, StatePolicy
+from syncswitch.core.sync.local import (
+    SWITCH_WARMUP,
+    LocalStepsRule,
+    OuterOptimizerKind,
+    StatePolicy,
+)
 from syncswitch.core.sync.server_optimizer import OptimizerKind
 from syncswitch.core.sync.staleness import DEFAULT_LR_FLOOR, StalenessLr
 from syncswitch.core.sync.wire_dtype import WireDtype
@@ -131,10 +136,26 @@ class JobOptions:
         Role(LOCAL_GROUP, Identity.WHEN_SET),
         range=Range(0, 1, low_open=True),
     )
-    local_steps_rule: str = option(
-        "fixed",
+    local_switch_warmup: float = option(
+        SWITCH_WARMUP,
+        "local-H phases entered from BSP/ASP/SSP: a worker's own learning rate ramps up "
+        "linearly over this fraction of training, from --local-switch-lr-start / "
+        "sqrt(workers) of it to all of it; without it (0) the first rounds after a switch "
+        "from BSP can diverge (docs/local-updates.md)",
+        Role(LOCAL_GROUP, Identity.WHEN_SET),
+        range=Range(0, 1, high_open=True),
+    )
+    local_switch_lr_start: float = option(
+        1.0,
+        "where --local-switch-warmup's ramp starts, times 1/sqrt(workers)",
+        Role(LOCAL_GROUP, Identity.WHEN_SET),
+        range=Range(0, 1, low_open=True),
+    )
+    local_steps_rule: str | None = option(
+        None,
         "local-H phases: fixed (H as the schedule says) or qsr (H grows as the learning rate "
-        "decays: H x (lr at the phase's start / lr now)^2, at most 8 x H)",
+        "decays: H x (lr at the phase's start / lr now)^2, at most 8 x H); default: qsr for "
+        "the local phase `--schedule online` chooses on a slow network, else fixed",
         Role(LOCAL_GROUP, Identity.WHEN_SET),
         choices=[k.value for k in LocalStepsRule],
     )

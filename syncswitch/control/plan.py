@@ -71,6 +71,8 @@ class TimingPlan:
     half_life_rounds: float  # the estimator's smoothing, in measured BSP rounds
     check_every: float = CHECK_EVERY  # a point of history each time progress crosses this
     stats_every: int = 1  # the shards measure one BSP round in this many
+    # `--schedule online` alone: the run chooses what follows BSP (core/timing/follower.py).
+    chooses_follower: bool = False
 
     @classmethod
     def of(cls, config: TrainConfig, schedule: Schedule, total_samples: int) -> TimingPlan:
@@ -85,6 +87,7 @@ class TimingPlan:
             workers=config.workers,
             half_life_rounds=max(HALF_LIFE_FRACTION * rounds / every, 1.0),
             stats_every=every,
+            chooses_follower=config.chooses_follower,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -96,6 +99,7 @@ class TimingPlan:
             "half_life_rounds": round(self.half_life_rounds, 3),
             "check_every": self.check_every,
             "stats_every": self.stats_every,
+            "chooses_follower": self.chooses_follower,
         }
 
 

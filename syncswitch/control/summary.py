@@ -171,6 +171,7 @@ def _timing_summary(plan: RunPlan, record: RunRecord) -> OnlineTimingSummary | N
             else {}
         ),
         checks=history.checks,
+        follower=history.follower.to_plain() if history.follower is not None else None,
     )
 
 

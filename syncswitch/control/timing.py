@@ -27,6 +27,7 @@ from syncswitch.control.plan import TimingPlan
 from syncswitch.control.shard import ShardReport, ShardState
 from syncswitch.core.sync.protocol import ProtocolSpec
 from syncswitch.core.sync.records import Decision, EndOnlinePhase
+from syncswitch.core.timing.follower import FollowerChoice, MessageCostMeter, choose_follower
 from syncswitch.core.timing.gradient_stats import (
     GradientStatsEstimator,
     RoundPartials,
@@ -37,6 +38,7 @@ from syncswitch.core.timing.rules import (
     GradientPoint,
     LossPoint,
     OnlineSwitchDecision,
+    TimingReason,
     decide,
     rule_threshold,
     uses_losses,
@@ -55,9 +57,14 @@ class TimingHistory:
     decision: OnlineSwitchDecision | None = None  # the switch, once decided
     at: dict[str, Any] = field(default_factory=dict)  # samples, time_s of the decision
     checks: int = 0  # times the rule was asked
+    # `--schedule online` alone: what the BSP rounds cost, and the phase chosen to follow.
+    meter: MessageCostMeter = field(default_factory=MessageCostMeter)
+    follower: FollowerChoice | None = None
 
     def to_plain(self) -> dict[str, Any]:
         return {
+            "meter": self.meter.to_plain(),
+            "follower": self.follower.to_plain() if self.follower is not None else None,
             "estimator": self.estimator.to_plain() if self.estimator is not None else None,
             "points": [asdict(p) for p in self.points],
             "losses": [asdict(p) for p in self.losses],
@@ -70,7 +77,14 @@ class TimingHistory:
     @classmethod
     def from_plain(cls, state: dict[str, Any]) -> TimingHistory:
         estimator, decision = state["estimator"], state["decision"]
+        follower = state.get("follower")  # absent in checkpoints of runs before the choice
         return cls(
+            meter=(
+                MessageCostMeter.from_plain(state["meter"])
+                if "meter" in state
+                else MessageCostMeter()
+            ),
+            follower=None if follower is None else FollowerChoice.from_plain(follower),
             estimator=None if estimator is None else GradientStatsEstimator.from_plain(estimator),
             points=[GradientPoint(**p) for p in state["points"]],
             losses=[LossPoint(**p) for p in state["losses"]],
@@ -90,7 +104,8 @@ class OnlineTiming:
         next_protocol: ProtocolSpec,
         log_decision: Callable[[Decision], None],
     ) -> None:
-        """`next_protocol`: the protocol of the phase after the online one."""
+        """`next_protocol`: the protocol of the phase after the online one, unless the plan
+        has the run choose it (`plan.chooses_follower`: core/timing/follower.py)."""
         self.plan = plan
         self.history = history
         self.writer = writer
@@ -117,6 +132,8 @@ class OnlineTiming:
             return []
         self._take_partials(reports)
         history, every = self.history, self.plan.check_every
+        if self.plan.chooses_follower and reports:
+            history.meter.add(reports[0].outcome.applied)
         if state.progress < history.next_check or state.pinned is not None:
             # Between checks; or a divergence rollback pinned the protocol (it wins: the
             # phase ends at its ceiling, in the pinned protocol).
@@ -138,29 +155,49 @@ class OnlineTiming:
             )
         observed = history.losses if uses_losses(self.plan.rule) else history.points
         decision = decide(self.plan.rule, observed, state.progress, self.plan.bounds)
+        follower = choose_follower(history.meter) if self.plan.chooses_follower else None
+        local = follower is not None and follower.is_local
+        if local and not decision.switch and state.progress >= self.plan.bounds.floor:
+            # Every BSP round costs several steps' time here: a local phase now.
+            assert follower is not None
+            decision = OnlineSwitchDecision(
+                True,
+                TimingReason.MESSAGE_COST,
+                self.plan.rule.name,
+                state.progress,
+                {"message_ratio": follower.ratio or math.nan},
+            )
         history.checks += 1
         self.writer.timing_signal(self._row(state, decision))
         if not decision.switch:
             return []
-        return [self._switch(decision, state)]
+        return [self._switch(decision, state, follower)]
 
-    def _switch(self, decision: OnlineSwitchDecision, state: ShardState) -> ApplyPolicyDecision:
+    def _switch(
+        self, decision: OnlineSwitchDecision, state: ShardState, follower: FollowerChoice | None
+    ) -> ApplyPolicyDecision:
         self.history.decision = decision
+        self.history.follower = follower
         self.history.at = {"samples": state.samples, "time_s": state.time_s}
+        protocol = follower.spec if follower is not None else self.next_protocol
+        describe = decision.describe()
+        if follower is not None:
+            describe += f"; {follower.describe()}"
         self.writer.event(
             events.OnlineTimingDecided(
                 **decision.to_plain(),
                 samples=state.samples,
                 time_s=state.time_s,
-                to=self.next_protocol.name,
-                describe=decision.describe(),
+                to=protocol.name,
+                describe=describe,
+                follower=follower.to_plain() if follower is not None else None,
             )
         )
         switch = EndOnlinePhase.at(
-            reason=decision.describe(),
+            reason=describe,
             time_s=state.time_s,
             progress=state.progress,
-            protocol=self.next_protocol,
+            protocol=protocol,
         )
         self.log_decision(switch)
         return ApplyPolicyDecision(switch)

@@ -41,6 +41,8 @@ def online_share(config: TrainConfig, summary: Summary) -> float | None:
         return None
     if phases[1].spec != ProtocolSpec.parse("asp"):  # what `online` leaves BSP for
         return None
+    if timing.to_protocol not in (None, "asp"):  # the run chose a local phase to follow
+        return None
     return float(timing.at_fraction)
 
 
@@ -49,6 +51,11 @@ def unworthy_share(summary: Summary) -> str | None:
     timing = summary.online_timing
     if timing is None or not timing.switched:
         return "the run did not leave BSP on its own"
+    if timing.reason == "message_cost":
+        return (
+            f"a local phase followed ({timing.to_protocol}, chosen for the network's cost); "
+            "`--schedule auto` reuses BSP-then-ASP shares only"
+        )
     if timing.reason != "signal":
         return "the phase ended at its ceiling, not on its signal (a short run's usually does)"
     if changes := schedule_changes(summary):

@@ -261,6 +261,14 @@ class OnlineTimingDecided(RunEvent):
     time_s: float
     to: str
     describe: str
+    # `--schedule online`: the phase chosen to follow BSP and what it was chosen from
+    # (core/timing/follower.py); None where the schedule names it.
+    follower: dict[str, Any] | None = None
+
+    @classmethod
+    def from_plain(cls, record: Mapping[str, Any]) -> Self:
+        # `follower` is absent from the lines of runs before the choice.
+        return super().from_plain({"follower": None, **record})
 
 
 # -- failures -----------------------------------------------------------------------------------

@@ -83,6 +83,9 @@ class OnlineTimingSummary:
     describe: str = ""  # the decision in one line, as events.jsonl and the terminal say it
     values: dict[str, float | None] = field(default_factory=dict)  # None: not finite
     checks: int = 0  # times the rule was asked
+    # `--schedule online`: the phase chosen to follow BSP and what it was chosen from
+    # (FollowerChoice.to_plain(), core/timing/follower.py); None where the schedule names it.
+    follower: dict[str, Any] | None = None
 
     def to_plain(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -108,6 +111,7 @@ class OnlineTimingSummary:
             describe=read.text("describe", ""),
             values=values,
             checks=read.integer("checks", 0),
+            follower=read.mapping("follower", None, optional=True),
         )
 
 

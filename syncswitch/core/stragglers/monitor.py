@@ -231,7 +231,9 @@ def carry_out(sync: Synchronizer, decision: Decision) -> Outcome:
         return Outcome()
     if isinstance(decision, EndOnlinePhase):
         # The online phase ends (its next phase's protocol, unless a rollback pinned one).
-        return sync.end_online_phase(reason=f"{decision.policy}: {decision.reason}")
+        return sync.end_online_phase(
+            reason=f"{decision.policy}: {decision.reason}", protocol=decision.protocol
+        )
     if action in (Action.SWITCH, Action.RETURN):
         assert decision.protocol is not None
         target = decision.protocol

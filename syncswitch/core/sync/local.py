@@ -52,6 +52,9 @@ from syncswitch.core.sync.protocol import MAX_LOCAL_STEPS, Protocol, ProtocolSpe
 from syncswitch.core.sync.server_optimizer import OptimizerConfig, ServerOptimizer, make_optimizer
 
 QSR_MAX_GROWTH = 8  # qsr: H grows at most to this multiple of the phase's H
+# After a switch from a gradient phase the inner lr ramps up over this fraction of training
+# (docs/local-updates.md, "The switch into a local phase": chosen by measurement).
+SWITCH_WARMUP = 0.15
 
 
 class OuterOptimizerKind(StrEnum):
@@ -81,10 +84,16 @@ class LocalConfig:
     server_momentum_after: StatePolicy = StatePolicy.RESET  # when a local phase ends
     worker_batch: int = 0  # samples per worker step; 0: unknown (a round's H is not cut)
     inner_lr_factor: float = 1.0  # inner lr = the job's lr x this (1: local-1 is BSP)
+    # After a switch from a gradient phase: the inner lr ramps up over this fraction of
+    # training, from switch_lr_start (x 1/sqrt(workers)) to the full inner lr (0: no ramp).
+    switch_warmup: float = SWITCH_WARMUP
+    switch_lr_start: float = 1.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.inner_lr_factor) and self.inner_lr_factor > 0):
             raise ValueError(f"inner lr factor {self.inner_lr_factor} must be > 0")
+        if not 0.0 <= self.switch_warmup < 1.0:
+            raise ValueError(f"switch warmup {self.switch_warmup} must be in [0, 1)")
         if not (math.isfinite(self.outer_lr) and self.outer_lr > 0):
             raise ValueError(f"outer lr {self.outer_lr} must be > 0")
         if not 0.0 <= self.outer_momentum < 1.0:
@@ -127,6 +136,18 @@ class OuterOptimizer:
         else:
             self.buffer.mul_(mu).add_(delta)
         weights.sub_(delta.add(self.buffer, alpha=mu), alpha=cfg.outer_lr)
+
+
+def switch_ramp(config: LocalConfig, workers: int, phase_start: float, progress: float) -> float:
+    """The inner learning rate's factor `progress` into training, in a local phase that began
+    at `phase_start` (0: at the start of training, where no ramp applies)."""
+    if config.switch_warmup <= 0 or phase_start <= 0:
+        return 1.0
+    start = min(1.0, config.switch_lr_start / math.sqrt(workers))
+    done = (progress - phase_start) / config.switch_warmup
+    if done >= 1:
+        return 1.0
+    return start + (1.0 - start) * max(done, 0.0)
 
 
 def qsr_steps(steps: int, lr_factor_start: float, lr_factor_now: float) -> int:

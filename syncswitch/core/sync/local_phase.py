@@ -13,7 +13,13 @@ import torch
 
 from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.live import LiveState
-from syncswitch.core.sync.local import LocalRound, OuterOptimizer, StatePolicy, round_steps
+from syncswitch.core.sync.local import (
+    LocalRound,
+    OuterOptimizer,
+    StatePolicy,
+    round_steps,
+    switch_ramp,
+)
 from syncswitch.core.sync.protocol import ASP, Protocol, ProtocolSpec
 from syncswitch.core.sync.records import Gradient
 from syncswitch.core.sync.server_optimizer import ServerOptimizer
@@ -60,11 +66,32 @@ class LocalPhase:
         )
         return LocalRound(
             steps=steps,
-            lr=live.lr_scale * cfg.lr * factor * cfg.local.inner_lr_factor,
+            lr=self.inner_lr(live),
             momentum=cfg.momentum,
             weight_decay=self.optimizer.weight_decay,
             epoch=live.local_epoch,
             keep_inner_state=cfg.local.inner_state is StatePolicy.KEEP,
+        )
+
+    def inner_lr(self, live: LiveState) -> float:
+        """A worker's own learning rate for a round starting now: the job's, with its
+        schedule, times --local-lr-factor and the ramp after a switch (local.switch_ramp)."""
+        cfg = self.config
+        progress = cfg.progress(live.samples)
+        index = live.phase_index
+        if index > 0 and cfg.schedule.phases[index - 1].online:
+            # The run's own choice after its online BSP phase (core/timing/follower.py) leaves
+            # BSP at the floor, before BSP's large batches have sharpened the model: measured,
+            # a ramp there costs accuracy and prevents nothing (docs/local-updates.md).
+            ramp = 1.0
+        else:
+            ramp = switch_ramp(cfg.local, cfg.workers, live.local_start, progress)
+        return (
+            live.lr_scale
+            * cfg.lr
+            * cfg.lr_schedule.factor(progress)
+            * cfg.local.inner_lr_factor
+            * ramp
         )
 
     def steps_lost(self, live: LiveState, samples: int, reason: str) -> None:
@@ -79,12 +106,7 @@ class LocalPhase:
         model. Returns the inner learning rate and momentum the workers used, as recorded."""
         cfg = self.config
         weights = self.optimizer.weights
-        lr = (
-            live.lr_scale
-            * cfg.lr
-            * cfg.lr_schedule.factor(cfg.progress(live.samples))
-            * cfg.local.inner_lr_factor
-        )
+        lr = self.inner_lr(live)
         if gathered and live.spec.protocol is Protocol.LOCAL:
             self.outer.step(weights, mean)
         else:

@@ -85,11 +85,14 @@ class Rounds:
             outcome.snapshots.append(self.snapshots.take(live, label, self.updater.now_s()))
         return outcome
 
-    def enter_phase(self, live: LiveState, index: int, reason: str) -> Outcome:
-        """The schedule's phase `index` begins (a protocol a rollback pinned stays)."""
+    def enter_phase(
+        self, live: LiveState, index: int, reason: str, spec: ProtocolSpec | None = None
+    ) -> Outcome:
+        """The schedule's phase `index` begins, in its protocol or `spec` (the run's choice of
+        what follows BSP); a protocol a rollback pinned stays."""
         live.phase_index = index
         live.phase_bsp_samples = 0
-        new_spec = live.pinned or self.config.schedule.phases[index].spec
+        new_spec = live.pinned or spec or self.config.schedule.phases[index].spec
         if new_spec != live.spec:
             return self.switch_to(live, new_spec, reason=reason)
         return Outcome()

@@ -131,7 +131,12 @@ class Synchronizer:
     @property
     def scheduled_spec(self) -> ProtocolSpec:
         """The protocol the schedule asks for now (an online policy may have overridden it)."""
-        return self.config.schedule.phases[self.live.phase_index].spec
+        spec = self.config.schedule.phases[self.live.phase_index].spec
+        if self.live.spec.protocol is Protocol.LOCAL and self.live.pinned is None:
+            # Only the schedule or the run's choice of what follows BSP puts a local phase in
+            # force (no straggler policy switches into one): it is what the run asks for now.
+            return self.live.spec
+        return spec
 
     def now_s(self) -> float:
         return self._clock() - self.live.started_at
@@ -219,13 +224,14 @@ class Synchronizer:
         return Outcome()
 
     @_hands_out
-    def end_online_phase(self, reason: str) -> Outcome:
-        """The run controller decided the online phase ends now: go on to the next phase (a
+    def end_online_phase(self, reason: str, protocol: ProtocolSpec | None = None) -> Outcome:
+        """The run controller decided the online phase ends now: go on to the next phase, in
+        `protocol` where the run chose it (core/timing/follower.py), else the schedule's (a
         protocol a divergence rollback pinned stays in force)."""
         index = self.config.schedule.online_index
         if index is None or self.live.phase_index != index or self.live.done:
             return Outcome()  # ended already (its ceiling), or no such phase
-        return self.rounds.enter_phase(self.live, index + 1, reason)
+        return self.rounds.enter_phase(self.live, index + 1, reason, spec=protocol)
 
     @_hands_out
     def switch_to(self, spec: ProtocolSpec, reason: str) -> Outcome:

@@ -22,6 +22,7 @@ from syncswitch.core.sync.local import (
     StatePolicy,
     qsr_steps,
     round_steps,
+    switch_ramp,
 )
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import Protocol, ProtocolSpec, Schedule, ScheduleError
@@ -425,3 +426,49 @@ def test_the_inner_learning_rate_is_the_jobs_times_its_factor() -> None:
     scaled = make_sync("local-4", workers=2, total=1000, local=local).local_round()
     assert plain is not None and scaled is not None
     assert plain.lr == pytest.approx(0.05) and scaled.lr == pytest.approx(0.05 * 0.25)
+
+
+def test_the_switch_ramp_starts_at_one_over_sqrt_workers_and_reaches_the_full_lr() -> None:
+    config = LocalConfig(switch_warmup=0.2)
+    assert switch_ramp(config, 16, 0.25, 0.25) == pytest.approx(0.25)
+    assert switch_ramp(config, 16, 0.25, 0.35) == pytest.approx(0.625)  # halfway
+    assert switch_ramp(config, 16, 0.25, 0.45) == 1.0
+    assert switch_ramp(config, 16, 0.25, 0.9) == 1.0
+    # No ramp: from the start of training, with one worker, or switched off.
+    assert switch_ramp(config, 16, 0.0, 0.01) == 1.0
+    assert switch_ramp(config, 1, 0.25, 0.25) == 1.0
+    assert switch_ramp(LocalConfig(switch_warmup=0.0), 16, 0.25, 0.25) == 1.0
+    assert switch_ramp(LocalConfig(switch_warmup=0.2, switch_lr_start=2.0), 16, 0.25, 0.25) == 0.5
+
+
+def test_a_round_after_a_switch_from_bsp_runs_at_the_ramped_lr() -> None:
+    """bsp:0.5,local-4 with 4 workers: the first local round's inner lr is half the job's
+    (1/sqrt(4)); the ramp is over after its fraction of training."""
+    local = LocalConfig(worker_batch=BATCH, switch_warmup=0.25)
+    sync = make_sync("bsp:0.5,local-4", workers=4, total=4000, local=local)
+    problem = Problem(4)
+    seen: list[tuple[float, float]] = []
+    workers = range(4)
+    sequence = 0
+    while not sync.live.done:
+        plan = sync.local_round()
+        weights = sync.optimizer.weights.numpy().copy()
+        if plan is not None:
+            seen.append((sync.config.progress(sync.live.samples), plan.lr))
+        for worker in workers:
+            if plan is None:
+                values, loss = problem.gradient(worker, weights)
+            else:
+                values, loss = InnerLoop().run(
+                    weights, plan, lambda w, worker=worker: problem.gradient(worker, w)
+                )
+            steps = 0 if plan is None else plan.steps
+            sync.submit(
+                Gradient(worker, sequence, sync.live.version, torch.from_numpy(np.array(values)),
+                         BATCH * max(steps, 1), loss, 0.01, local_steps=steps)
+            )  # fmt: skip
+        sequence += 1
+    assert seen[0] == (pytest.approx(0.5), pytest.approx(0.05 * 0.5))
+    ramp = [lr for progress, lr in seen if progress < 0.75]
+    assert ramp == sorted(ramp) and ramp[-1] < 0.05
+    assert all(lr == pytest.approx(0.05) for progress, lr in seen if progress >= 0.75)

@@ -1,0 +1,159 @@
+"""What follows BSP when the run decides it (`--schedule online`): ASP, or a local-H phase on a
+network where a message costs more than a step's compute.
+
+ASP saves a worker the barrier's wait, not the message: on a slow network (`wan-1g`: a 50 ms
+round trip against a 20 ms step) every ASP step still pays its round trip, and only a local
+phase, one message per H steps, takes the network off the critical path
+(docs/local-updates.md). The choice is made from what the BSP rounds measured, alike on both
+runtimes: the server times each round (from one update to the next, on the run's clock: the
+simulator's links, Ray's real round trips) and reads the steps in it; a round is the slowest
+worker's step plus its messages there and back, so the round's time less its longest step is
+what the messages cost. Medians over the last rounds keep a slow round or a straggler from
+deciding.
+
+With `ratio` = message / step:
+- below LOCAL_RATIO the messages cost less than the compute they carry: ASP follows, and the
+  staleness rule decides when, as before (a fast network changes nothing);
+- at or above it a local phase follows, with H the smallest that spends at least as long
+  computing as communicating (ceil(ratio), between MIN_LOCAL_STEPS and MAX_FIRST_STEPS), grown
+  by QSR as the learning rate falls. The run leaves BSP at the first check past the floor:
+  every BSP round there costs several steps' time, and the staleness rule weighs what ASP's
+  stale gradients would cost, not what a local phase costs. What it costs in accuracy is
+  measured in docs/local-updates.md ("Online: what follows BSP").
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from syncswitch.core.sync.protocol import ASP, Protocol, ProtocolSpec
+from syncswitch.core.sync.records import UpdateRecord
+
+LOCAL_RATIO = 1.0  # a message costs at least a step's compute: a local phase follows
+MIN_LOCAL_STEPS = 2
+MAX_FIRST_STEPS = 16  # QSR grows it from there (at most 8x)
+MIN_ROUNDS = 8  # measured BSP rounds before a choice is made
+WINDOW = 64  # the medians are over the last this many rounds
+
+
+@dataclass
+class MessageCostMeter:
+    """Times the BSP rounds of the online phase from the updates the server applied: per round,
+    (its time less its longest step, its median step)."""
+
+    rounds: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    last: tuple[int, float] | None = None  # (version, time_s) of the last BSP update seen
+
+    def add(self, records: Iterable[UpdateRecord]) -> None:
+        by_version: dict[int, list[UpdateRecord]] = {}
+        for record in records:
+            if record.protocol == Protocol.BSP.value:
+                by_version.setdefault(record.version, []).append(record)
+            else:
+                self.last = None  # the next BSP update does not close a BSP round
+        for version in sorted(by_version):
+            group = by_version[version]
+            time_s = max(r.time_s for r in group)
+            steps = [r.step_time_s for r in group]
+            last = self.last
+            if last is not None and version == last[0] + 1 and time_s > last[1]:
+                message_s = max(time_s - last[1] - max(steps), 0.0)
+                self.rounds.append((message_s, statistics.median(steps)))
+            self.last = (version, time_s)
+
+    @property
+    def enough(self) -> bool:
+        return len(self.rounds) >= MIN_ROUNDS
+
+    def cost(self) -> tuple[float, float]:
+        """(message seconds, step seconds): medians over the measured rounds."""
+        return (
+            statistics.median(m for m, _ in self.rounds),
+            statistics.median(s for _, s in self.rounds),
+        )
+
+    def to_plain(self) -> dict[str, Any]:
+        return {"rounds": [list(r) for r in self.rounds], "last": list(self.last or []) or None}
+
+    @classmethod
+    def from_plain(cls, state: dict[str, Any]) -> MessageCostMeter:
+        meter = cls()
+        meter.rounds.extend((float(m), float(s)) for m, s in state["rounds"])
+        last = state.get("last")
+        meter.last = (int(last[0]), float(last[1])) if last else None
+        return meter
+
+
+@dataclass(frozen=True)
+class FollowerChoice:
+    """The phase that follows BSP, and the measurements it was chosen from."""
+
+    protocol: str  # a protocol name: asp, local-H
+    message_s: float | None  # None: too few rounds measured to choose (ASP, as before)
+    step_s: float | None
+    rounds: int
+
+    @property
+    def spec(self) -> ProtocolSpec:
+        return ProtocolSpec.parse(self.protocol)
+
+    @property
+    def is_local(self) -> bool:
+        return self.spec.protocol is Protocol.LOCAL
+
+    @property
+    def ratio(self) -> float | None:
+        if self.message_s is None or not self.step_s:
+            return None
+        return self.message_s / self.step_s
+
+    def describe(self) -> str:
+        ratio = self.ratio
+        if ratio is None:
+            return f"{self.protocol} follows (too few BSP rounds measured to weigh the network)"
+        cost = (
+            f"a message costs {ratio:.2f}x a step's compute ({self.message_s * 1e3:.1f} ms "
+            f"against {self.step_s * 1e3:.1f} ms, medians of {self.rounds} BSP rounds)"  # type: ignore[operator]
+        )
+        if self.is_local:
+            return f"{self.protocol} follows, its H growing as the lr falls (QSR): {cost}"
+        return f"{self.protocol} follows: {cost}"
+
+    def to_plain(self) -> dict[str, Any]:
+        return {
+            "protocol": self.protocol,
+            "local_steps": self.spec.local_steps,
+            "message_s": self.message_s,
+            "step_s": self.step_s,
+            "ratio": self.ratio,
+            "rounds": self.rounds,
+            "local_ratio": LOCAL_RATIO,
+            "describe": self.describe(),
+        }
+
+    @classmethod
+    def from_plain(cls, state: dict[str, Any]) -> FollowerChoice:
+        message_s, step_s = state["message_s"], state["step_s"]
+        return cls(
+            protocol=str(state["protocol"]),
+            message_s=None if message_s is None else float(message_s),
+            step_s=None if step_s is None else float(step_s),
+            rounds=int(state["rounds"]),
+        )
+
+
+def choose_follower(meter: MessageCostMeter) -> FollowerChoice:
+    """ASP unless the measured messages cost at least LOCAL_RATIO steps; then local-H."""
+    rounds = len(meter.rounds)
+    if not meter.enough:
+        return FollowerChoice(ASP.name, None, None, rounds)
+    message_s, step_s = meter.cost()
+    if step_s <= 0 or message_s < LOCAL_RATIO * step_s:
+        return FollowerChoice(ASP.name, message_s, step_s, rounds)
+    steps = min(max(math.ceil(message_s / step_s), MIN_LOCAL_STEPS), MAX_FIRST_STEPS)
+    return FollowerChoice(f"local-{steps}", message_s, step_s, rounds)
