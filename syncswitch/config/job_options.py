@@ -155,7 +155,7 @@ class JobOptions:
         None,
         "local-H phases: fixed (H as the schedule says) or qsr (H grows as the learning rate "
         "decays: H x (lr at the phase's start / lr now)^2, at most 8 x H); default: qsr for "
-        "the local phase `--schedule online` chooses on a slow network, else fixed",
+        "the local phase an online run chooses on a slow network, else fixed",
         Role(LOCAL_GROUP, Identity.WHEN_SET),
         choices=[k.value for k in LocalStepsRule],
     )

@@ -179,7 +179,9 @@ class OnlineTiming:
         self.history.decision = decision
         self.history.follower = follower
         self.history.at = {"samples": state.samples, "time_s": state.time_s}
-        protocol = follower.spec if follower is not None else self.next_protocol
+        protocol = (
+            ProtocolSpec.parse(follower.protocol) if follower is not None else self.next_protocol
+        )
         describe = decision.describe()
         if follower is not None:
             describe += f"; {follower.describe()}"

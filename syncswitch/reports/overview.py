@@ -107,9 +107,18 @@ def overview(run: RunData, label: str | None = None) -> RunOverview:
         switch_overhead_s=sum(s.overhead_s for s in run.switches),
         dropped=sum(run.drops_by_reason.values()),
         time_by_protocol_s=time_by_protocol(phases(run)),
-        notes=tuple(run.notes),
+        notes=(*run.notes, *_chosen_follower(run)),
         schedule_changes=schedule_changes(run.summary),
     )
+
+
+def _chosen_follower(run: RunData) -> tuple[str, ...]:
+    """`--schedule online`'s choice of what follows BSP, why and from what, as a note."""
+    timing = run.summary.online_timing if run.summary is not None else None
+    if timing is None or not timing.follower:
+        return ()
+    # Notes are escaped where they are shown (tables.py): the file's text goes in as it is.
+    return (f"online timing chose what follows BSP: {timing.follower.get('describe', '')}",)
 
 
 # What two runs must share to be the same job (a different seed, schedule, runtime or timing

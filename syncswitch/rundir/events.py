@@ -265,6 +265,12 @@ class OnlineTimingDecided(RunEvent):
     # (core/timing/follower.py); None where the schedule names it.
     follower: dict[str, Any] | None = None
 
+    def to_plain(self) -> dict[str, Any]:
+        plain = super().to_plain()
+        if plain["follower"] is None:
+            del plain["follower"]  # the line a run whose schedule names the follower always wrote
+        return plain
+
     @classmethod
     def from_plain(cls, record: Mapping[str, Any]) -> Self:
         # `follower` is absent from the lines of runs before the choice.

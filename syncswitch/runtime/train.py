@@ -30,6 +30,7 @@ from syncswitch.core.reliability.checkpoints import (
     CheckpointStore,
     LoadedCheckpoint,
 )
+from syncswitch.core.sync.local import SWITCH_WARMUP
 from syncswitch.core.sync.staleness import handed_out_bytes
 from syncswitch.errors import ConfigError, RunDirError
 from syncswitch.import_path import is_import_path
@@ -343,16 +344,24 @@ def _simulate(
 def with_recorded_split(config: TrainConfig) -> TrainConfig:
     """A resumed run keeps the validation split it was started with: config.json's
     `val_fraction`, or none for a run from before validation splits (its decisions read the
-    test set, and go on doing so). Without a readable config.json, the config as given."""
+    test set, and go on doing so); and no ramp into a local phase for a run from before it.
+    Without a readable config.json, the config as given."""
     try:
         saved = read_config(Path(config.out or ""), MAX_CONFIG_FILE_BYTES)
     except (OSError, RunDirError):
         return config  # resuming then fails on its own, with its own message
+    kept: dict[str, Any] = {}
     share = saved.get("val_fraction", 0.0)
-    if share == config.val_fraction:
+    if share != config.val_fraction:
+        kept["val_fraction"] = share
+    if "local_switch_warmup" not in saved and config.local_switch_warmup == SWITCH_WARMUP:
+        # A run from before the inner lr's ramp after a switch into a local phase goes on
+        # without it, as it began (core/sync/local.py).
+        kept["local_switch_warmup"] = 0.0
+    if not kept:
         return config
     try:
-        return replace(config, val_fraction=share)
+        return replace(config, **kept)
     except ConfigError as error:
         raise ConfigError(f"cannot resume {config.out!r}: its {names.CONFIG}: {error}") from None
 

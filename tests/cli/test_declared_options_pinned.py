@@ -24,7 +24,8 @@ PINNED_GROUPS = {
     },
     "local phases": {
         "outer_optimizer", "outer_lr", "outer_momentum", "local_lr_factor", "local_steps_rule",
-        "local_inner_state", "local_server_momentum",
+        "local_inner_state", "local_server_momentum", "local_switch_warmup",
+        "local_switch_lr_start",
     },
     "emulation & stragglers": {
         "step_time_ms", "speed_factors", "jitter_sigma", "stragglers", "online_policy",

@@ -78,14 +78,7 @@ class LocalPhase:
         schedule, times --local-lr-factor and the ramp after a switch (local.switch_ramp)."""
         cfg = self.config
         progress = cfg.progress(live.samples)
-        index = live.phase_index
-        if index > 0 and cfg.schedule.phases[index - 1].online:
-            # The run's own choice after its online BSP phase (core/timing/follower.py) leaves
-            # BSP at the floor, before BSP's large batches have sharpened the model: measured,
-            # a ramp there costs accuracy and prevents nothing (docs/local-updates.md).
-            ramp = 1.0
-        else:
-            ramp = switch_ramp(cfg.local, cfg.workers, live.local_start, progress)
+        ramp = switch_ramp(cfg.local, cfg.workers, live.local_start, progress)
         return (
             live.lr_scale
             * cfg.lr

@@ -29,10 +29,26 @@ import statistics
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from syncswitch.core.sync.protocol import ASP, Protocol, ProtocolSpec
-from syncswitch.core.sync.records import UpdateRecord
+ASP = "asp"
+BSP = "bsp"
+LOCAL = "local-"  # local-H's name: "local-" and H
+
+
+class TimedUpdate(Protocol):
+    """What the meter reads of an applied update (core/sync/records.py's UpdateRecord; this
+    package imports nothing of core/sync)."""
+
+    @property
+    def version(self) -> int: ...
+    @property
+    def protocol(self) -> str: ...
+    @property
+    def time_s(self) -> float: ...
+    @property
+    def step_time_s(self) -> float: ...
+
 
 LOCAL_RATIO = 1.0  # a message costs at least a step's compute: a local phase follows
 MIN_LOCAL_STEPS = 2
@@ -49,10 +65,10 @@ class MessageCostMeter:
     rounds: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=WINDOW))
     last: tuple[int, float] | None = None  # (version, time_s) of the last BSP update seen
 
-    def add(self, records: Iterable[UpdateRecord]) -> None:
-        by_version: dict[int, list[UpdateRecord]] = {}
+    def add(self, records: Iterable[TimedUpdate]) -> None:
+        by_version: dict[int, list[TimedUpdate]] = {}
         for record in records:
-            if record.protocol == Protocol.BSP.value:
+            if record.protocol == BSP:
                 by_version.setdefault(record.version, []).append(record)
             else:
                 self.last = None  # the next BSP update does not close a BSP round
@@ -99,12 +115,13 @@ class FollowerChoice:
     rounds: int
 
     @property
-    def spec(self) -> ProtocolSpec:
-        return ProtocolSpec.parse(self.protocol)
+    def local_steps(self) -> int | None:
+        """H of a local phase chosen; None for ASP."""
+        return int(self.protocol[len(LOCAL) :]) if self.is_local else None
 
     @property
     def is_local(self) -> bool:
-        return self.spec.protocol is Protocol.LOCAL
+        return self.protocol.startswith(LOCAL)
 
     @property
     def ratio(self) -> float | None:
@@ -113,12 +130,12 @@ class FollowerChoice:
         return self.message_s / self.step_s
 
     def describe(self) -> str:
-        ratio = self.ratio
-        if ratio is None:
+        message_s, step_s = self.message_s, self.step_s
+        if message_s is None or not step_s:
             return f"{self.protocol} follows (too few BSP rounds measured to weigh the network)"
         cost = (
-            f"a message costs {ratio:.2f}x a step's compute ({self.message_s * 1e3:.1f} ms "
-            f"against {self.step_s * 1e3:.1f} ms, medians of {self.rounds} BSP rounds)"  # type: ignore[operator]
+            f"a message costs {message_s / step_s:.2f}x a step's compute ({message_s * 1e3:.1f} "
+            f"ms against {step_s * 1e3:.1f} ms, medians of {self.rounds} BSP rounds)"
         )
         if self.is_local:
             return f"{self.protocol} follows, its H growing as the lr falls (QSR): {cost}"
@@ -127,7 +144,7 @@ class FollowerChoice:
     def to_plain(self) -> dict[str, Any]:
         return {
             "protocol": self.protocol,
-            "local_steps": self.spec.local_steps,
+            "local_steps": self.local_steps,
             "message_s": self.message_s,
             "step_s": self.step_s,
             "ratio": self.ratio,
@@ -151,9 +168,9 @@ def choose_follower(meter: MessageCostMeter) -> FollowerChoice:
     """ASP unless the measured messages cost at least LOCAL_RATIO steps; then local-H."""
     rounds = len(meter.rounds)
     if not meter.enough:
-        return FollowerChoice(ASP.name, None, None, rounds)
+        return FollowerChoice(ASP, None, None, rounds)
     message_s, step_s = meter.cost()
     if step_s <= 0 or message_s < LOCAL_RATIO * step_s:
-        return FollowerChoice(ASP.name, message_s, step_s, rounds)
+        return FollowerChoice(ASP, message_s, step_s, rounds)
     steps = min(max(math.ceil(message_s / step_s), MIN_LOCAL_STEPS), MAX_FIRST_STEPS)
-    return FollowerChoice(f"local-{steps}", message_s, step_s, rounds)
+    return FollowerChoice(f"{LOCAL}{steps}", message_s, step_s, rounds)
