@@ -175,11 +175,10 @@ def render(rows: list[Row], table: str) -> str:
                 acc, spent = _mean(accs), _mean([r.time_s for r in runs])
                 delta = "-" if acc is None or bsp_acc is None else f"{100 * (acc - bsp_acc):+.2f}"
                 ratio = "-" if spent is None or not bsp_time else f"{spent / bsp_time:.2f}x"
-                chosen = sorted(
-                    f"{r.follower['protocol']} (ratio {r.follower['ratio']:.2f})"
-                    for r in runs
-                    if r.follower and r.follower.get("ratio") is not None
-                )
+                picked = [r.follower for r in runs if r.follower and r.follower.get("ratio")]
+                ratios = [float(f["ratio"]) for f in picked]
+                names = ", ".join(sorted({str(f["protocol"]) for f in picked}))
+                chosen = [f"{names} (ratio {min(ratios):.2f}-{max(ratios):.2f})"] if picked else []
                 at = [r.switched_at for r in runs if r.switched_at is not None]
                 online = (f"left at {min(at):.3f}-{max(at):.3f}" if at else "") + (
                     f", {'; '.join(chosen)}" if chosen else ""
@@ -212,7 +211,9 @@ def main() -> None:
     p.add_argument("table", choices=tuple(TABLES))
     add_out(p, None, "results folder (default benchmarks/results/slow-network-<table>)")
     add_keep(p)
-    p.add_argument("--show", action="store_true", help="print the table without running")
+    p.add_argument(
+        "--show", action="store_true", help="rewrite table.md from runs.jsonl and print it"
+    )
     p.add_argument("--workers", type=lambda t: comma_list(t, int), default=[8, 32])
     p.add_argument("--seeds", type=lambda t: comma_list(t, int), default=[0, 1, 2])
     p.add_argument(
@@ -224,7 +225,8 @@ def main() -> None:
     rows = [row_from(Row, r) for r in log.read()] if (args.keep or args.show) else []
     if not (args.keep or args.show):
         log.clear()
-    if args.show:
+    if args.show:  # table.md rewritten from runs.jsonl (two processes may have added rows)
+        save_text(out / "table.md", render(rows, args.table))
         print(render(rows, args.table))
         return
     unknown = [c for c in args.cases or () if c not in CASES]
