@@ -88,7 +88,7 @@ class TimingReason(StrEnum):
     UNCERTAIN = "uncertain"  # not yet: below on the estimate, which cannot tell yet
     DESCENDING = "descending"  # not yet: below, but the gradient still dominates its noise
     SIGNAL = "signal"  # switch: the rule fired
-    MESSAGE_COST = "message_cost"  # switch: a message costs more than a step (a local phase)
+    MESSAGE_COST = "message_cost"  # switch: a message costs 2+ steps (a local phase)
     CEILING = "ceiling"  # switch: the BSP share's ceiling is reached, whatever the signal
 
 

@@ -67,11 +67,17 @@ def test_a_fast_network_keeps_asp_and_a_slow_one_chooses_local_h() -> None:
     assert "2.55x a step's compute" in choice.describe()
 
 
-@pytest.mark.parametrize(("message_s", "steps"), [(0.021, 2), (10.0, MAX_FIRST_STEPS)])
-def test_h_is_at_least_two_and_at_most_the_first_cap(message_s: float, steps: int) -> None:
+@pytest.mark.parametrize(
+    ("message_s", "protocol"),
+    [(0.03, "asp"), (0.0395, "asp"), (0.0405, "local-3"), (0.059, "local-3"), (10.0, "local-16")],
+)
+def test_local_from_two_steps_a_message_and_h_capped(message_s: float, protocol: str) -> None:
+    """20 ms steps: a message under 2 steps keeps ASP, just over 2 gives local-3, and H is at
+    most MAX_FIRST_STEPS however slow the network."""
     meter = MessageCostMeter()
     meter.add(bsp_rounds(20, message_s=message_s, steps=(0.02,)))
-    assert choose_follower(meter).local_steps == steps
+    assert choose_follower(meter).protocol == protocol
+    assert MAX_FIRST_STEPS == 16
 
 
 def test_too_few_rounds_choose_asp_and_say_so() -> None:
