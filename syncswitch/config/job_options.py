@@ -139,9 +139,10 @@ class JobOptions:
     local_switch_warmup: float = option(
         SWITCH_WARMUP,
         "local-H phases entered from BSP/ASP/SSP: a worker's own learning rate ramps up "
-        "linearly over this fraction of training, from --local-switch-lr-start / "
-        "sqrt(workers) of it to all of it; without it (0) the first rounds after a switch "
-        "from BSP can diverge (docs/local-updates.md)",
+        "linearly from --local-switch-lr-start / sqrt(workers) of it to all of it, over this "
+        "fraction of training or 1.2x the share trained before the switch if that is longer; "
+        "without it (0) the rounds after a switch from BSP can diverge "
+        "(docs/slow-networks.md)",
         Role(LOCAL_GROUP, Identity.WHEN_SET),
         range=Range(0, 1, high_open=True),
     )

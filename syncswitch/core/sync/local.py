@@ -52,9 +52,12 @@ from syncswitch.core.sync.protocol import MAX_LOCAL_STEPS, Protocol, ProtocolSpe
 from syncswitch.core.sync.server_optimizer import OptimizerConfig, ServerOptimizer, make_optimizer
 
 QSR_MAX_GROWTH = 8  # qsr: H grows at most to this multiple of the phase's H
-# After a switch from a gradient phase the inner lr ramps up over this fraction of training
-# (docs/local-updates.md, "The switch into a local phase": chosen by measurement).
+# After a switch from a gradient phase the inner lr ramps up over at least this fraction of
+# training, and over SWITCH_WARMUP_PER_SHARE times the share trained before the switch when
+# that is longer: the longer the large-batch phase ran, the sharper the model it leaves
+# (docs/slow-networks.md: both chosen by measurement).
 SWITCH_WARMUP = 0.15
+SWITCH_WARMUP_PER_SHARE = 1.2
 
 
 class OuterOptimizerKind(StrEnum):
@@ -85,7 +88,8 @@ class LocalConfig:
     worker_batch: int = 0  # samples per worker step; 0: unknown (a round's H is not cut)
     inner_lr_factor: float = 1.0  # inner lr = the job's lr x this (1: local-1 is BSP)
     # After a switch from a gradient phase: the inner lr ramps up over this fraction of
-    # training, from switch_lr_start (x 1/sqrt(workers)) to the full inner lr (0: no ramp).
+    # training (or longer after a long BSP phase: switch_ramp), from switch_lr_start
+    # (x 1/sqrt(workers)) to the full inner lr (0: no ramp).
     switch_warmup: float = SWITCH_WARMUP
     switch_lr_start: float = 1.0
 
@@ -144,7 +148,8 @@ def switch_ramp(config: LocalConfig, workers: int, phase_start: float, progress:
     if config.switch_warmup <= 0 or phase_start <= 0:
         return 1.0
     start = min(1.0, config.switch_lr_start / math.sqrt(workers))
-    done = (progress - phase_start) / config.switch_warmup
+    length = max(config.switch_warmup, SWITCH_WARMUP_PER_SHARE * phase_start)
+    done = (progress - phase_start) / length
     if done >= 1:
         return 1.0
     return start + (1.0 - start) * max(done, 0.0)

@@ -430,10 +430,13 @@ def test_the_inner_learning_rate_is_the_jobs_times_its_factor() -> None:
 
 def test_the_switch_ramp_starts_at_one_over_sqrt_workers_and_reaches_the_full_lr() -> None:
     config = LocalConfig(switch_warmup=0.2)
-    assert switch_ramp(config, 16, 0.25, 0.25) == pytest.approx(0.25)
-    assert switch_ramp(config, 16, 0.25, 0.35) == pytest.approx(0.625)  # halfway
-    assert switch_ramp(config, 16, 0.25, 0.45) == 1.0
-    assert switch_ramp(config, 16, 0.25, 0.9) == 1.0
+    assert switch_ramp(config, 16, 0.1, 0.1) == pytest.approx(0.25)
+    assert switch_ramp(config, 16, 0.1, 0.2) == pytest.approx(0.625)  # halfway
+    assert switch_ramp(config, 16, 0.1, 0.31) == 1.0
+    assert switch_ramp(config, 16, 0.1, 0.9) == 1.0
+    # After a longer BSP phase the ramp lasts 1.2x its share: 0.3 of training from 0.25.
+    assert switch_ramp(config, 16, 0.25, 0.40) == pytest.approx(0.625)
+    assert switch_ramp(config, 16, 0.25, 0.54) < 1.0 == switch_ramp(config, 16, 0.25, 0.551)
     # No ramp: from the start of training, with one worker, or switched off.
     assert switch_ramp(config, 16, 0.0, 0.01) == 1.0
     assert switch_ramp(config, 1, 0.25, 0.25) == 1.0
@@ -442,10 +445,10 @@ def test_the_switch_ramp_starts_at_one_over_sqrt_workers_and_reaches_the_full_lr
 
 
 def test_a_round_after_a_switch_from_bsp_runs_at_the_ramped_lr() -> None:
-    """bsp:0.5,local-4 with 4 workers: the first local round's inner lr is half the job's
+    """bsp:0.2,local-4 with 4 workers: the first local round's inner lr is half the job's
     (1/sqrt(4)); the ramp is over after its fraction of training."""
     local = LocalConfig(worker_batch=BATCH, switch_warmup=0.25)
-    sync = make_sync("bsp:0.5,local-4", workers=4, total=4000, local=local)
+    sync = make_sync("bsp:0.2,local-4", workers=4, total=4000, local=local)
     problem = Problem(4)
     seen: list[tuple[float, float]] = []
     workers = range(4)
@@ -468,7 +471,7 @@ def test_a_round_after_a_switch_from_bsp_runs_at_the_ramped_lr() -> None:
                          BATCH * max(steps, 1), loss, 0.01, local_steps=steps)
             )  # fmt: skip
         sequence += 1
-    assert seen[0] == (pytest.approx(0.5), pytest.approx(0.05 * 0.5))
-    ramp = [lr for progress, lr in seen if progress < 0.75]
+    assert seen[0] == (pytest.approx(0.2), pytest.approx(0.05 * 0.5))
+    ramp = [lr for progress, lr in seen if progress < 0.45]
     assert ramp == sorted(ramp) and ramp[-1] < 0.05
-    assert all(lr == pytest.approx(0.05) for progress, lr in seen if progress >= 0.75)
+    assert all(lr == pytest.approx(0.05) for progress, lr in seen if progress >= 0.45)
