@@ -11,8 +11,8 @@ divergence guard on, as a user runs it. Two tables, one command each:
 
 Each writes runs.jsonl (a line per run, as it ends) and table.md into
 benchmarks/results/slow-network-<table>/. `--keep` skips the runs already there (so two
-processes, e.g. `--workers 8` and `--workers 32`, can fill one folder); `--show` prints the
-table from runs.jsonl.
+processes, e.g. `--workers 8` and `--workers 32`, can fill one folder); `--show` rewrites
+table.md from runs.jsonl and prints it.
 """
 
 from __future__ import annotations
