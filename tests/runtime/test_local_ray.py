@@ -60,3 +60,29 @@ def test_bsp_then_local_16_trains_on_ray_and_shows_the_phase(tmp_path: Path) -> 
     assert per_sample["bsp"] / per_sample["local"] >= 16 / 2
     assert summary.final_value is not None and summary.final_value > 0.2
     assert "local-16" in (out / names.UPDATES).read_text()
+
+
+@pytest.mark.ray
+def test_online_s_chosen_local_phase_runs_on_ray(ray_session, monkeypatch, tmp_path: Path):
+    """The choice is the driver's (control/timing.py): with the threshold lowered below what
+    loopback measures, the run chooses a local phase, and the Ray shards and workers enter it
+    from the decision (not from their schedule, which says asp) and finish in it."""
+    from syncswitch.config import TrainConfig
+    from syncswitch.core.timing import follower
+    from syncswitch.runtime.train import train
+
+    monkeypatch.setattr(follower, "LOCAL_RATIO", 1e-6)
+    config = TrainConfig(
+        schedule="online", workers=4, servers=2, epochs=4, mnist1d_samples=1000,
+        step_time_ms=5.0, progress=False, out=str(tmp_path / "run"),
+    )  # fmt: skip
+    summary = train(config).summary
+    timing = summary.online_timing
+    assert summary.complete and timing is not None and timing.reason == "message_cost"
+    chosen = timing.follower
+    assert chosen is not None and chosen["protocol"].startswith("local-")
+    assert [s.to_protocol for s in summary.switches] == [chosen["protocol"]]
+    # The workers ran the rounds the servers' replies gave them and sent deltas.
+    assert summary.samples_by_protocol["local"] > 0 and summary.traffic is not None
+    assert summary.traffic["messages_by_protocol"]["local"] > 0
+    assert summary.gradients.unaccounted == 0
