@@ -121,7 +121,7 @@ def train(
     """
     check_runnable(config)
     if resume:
-        config = with_recorded_split(config)
+        config = as_it_began(config)
     with startup_status(config.progress, "loading data"):
         # A config naming a model or dataset by import path (MODULE:NAME) supplies what the
         # call does not give itself.
@@ -341,7 +341,7 @@ def _simulate(
         torch.set_num_threads(threads)  # one thread while simulating, as each Ray worker has
 
 
-def with_recorded_split(config: TrainConfig) -> TrainConfig:
+def as_it_began(config: TrainConfig) -> TrainConfig:
     """A resumed run keeps the validation split it was started with: config.json's
     `val_fraction`, or none for a run from before validation splits (its decisions read the
     test set, and go on doing so); and no ramp into a local phase for a run from before it.

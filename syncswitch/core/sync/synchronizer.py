@@ -131,12 +131,11 @@ class Synchronizer:
     @property
     def scheduled_spec(self) -> ProtocolSpec:
         """The protocol the schedule asks for now (an online policy may have overridden it)."""
-        spec = self.config.schedule.phases[self.live.phase_index].spec
         if self.live.spec.protocol is Protocol.LOCAL and self.live.pinned is None:
             # Only the schedule or the run's choice of what follows BSP puts a local phase in
             # force (no straggler policy switches into one): it is what the run asks for now.
             return self.live.spec
-        return spec
+        return self.config.schedule.phases[self.live.phase_index].spec
 
     def now_s(self) -> float:
         return self._clock() - self.live.started_at
