@@ -79,6 +79,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
 from syncswitch.config import TrainConfig
+from syncswitch.import_path import is_import_path, resolve
 from syncswitch.rundir import names
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset
 
@@ -168,19 +169,32 @@ class LoopJob:
     threads: int
     port: int
     raw_dir: str
+    model: str = "cnn1d"  # a built-in name, or an import path (MODULE:NAME)
+    keep_freed_memory: bool = False  # glibc malloc as syncswitch's actors set it
+
+
+def loop_model(name: str, dataset: ArrayDataset) -> torch.nn.Module:
+    """A built-in model sized for `dataset`, or the factory an import path names."""
+    if is_import_path(name):
+        return resolve(name, "model")()
+    return build_model(name, dataset)
 
 
 def training_loop(rank: int, job: LoopJob) -> None:
     """One process: plain SGD (or one DDP rank); writes its step time stamps to raw_dir."""
     entered = time.monotonic()
     torch.set_num_threads(job.threads)
+    if job.keep_freed_memory:
+        from syncswitch.runtime.ray.allocator import keep_freed_memory
+
+        keep_freed_memory()
     if job.ddp:
         os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = str(job.port)
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback, not the LAN address
         dist.init_process_group("gloo", rank=rank, world_size=job.world)
     torch.manual_seed(job.seed)  # the same initial weights on every rank, as DDP expects
-    model = build_model("cnn1d", job.dataset)
+    model = loop_model(job.model, job.dataset)
     model.train()
     if job.ddp:
         model = DistributedDataParallel(model)

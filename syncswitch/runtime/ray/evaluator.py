@@ -9,6 +9,7 @@ from collections.abc import Callable
 import torch
 
 from syncswitch.runtime.evaluator import Evaluator
+from syncswitch.runtime.ray.allocator import keep_freed_memory
 from syncswitch.runtime.ray.placement import ActorPlace, here
 from syncswitch.workloads.data import JobData
 from syncswitch.workloads.task import Task
@@ -29,6 +30,7 @@ class RayEvaluator(Evaluator):
         of delaying their steps."""
         if nice:
             os.nice(nice)
+        keep_freed_memory()  # each evaluation batch's activations (allocator.py)
         super().__init__(data, model_factory, task, threads, device)
 
     def ready(self) -> ActorPlace:

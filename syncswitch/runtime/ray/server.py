@@ -24,6 +24,7 @@ from syncswitch.control.shard import ServerShard, ShardReport
 from syncswitch.core.sync.records import Gradient, Outcome
 from syncswitch.core.sync.wire_dtype import WireDtype
 from syncswitch.runtime.dataplane import Request, ServerEndpoint
+from syncswitch.runtime.ray.allocator import keep_freed_memory
 from syncswitch.runtime.ray.placement import ActorPlace, here
 from syncswitch.runtime.replies import Reply, ReplyCache
 from syncswitch.runtime.shards import ShardAction, ShardSpec
@@ -47,6 +48,7 @@ class ParameterServer:
         """The shard is built here, on the actor's node and `device`, as the simulator
         builds its own (runtime/shards.py)."""
         torch.set_num_threads(threads)
+        keep_freed_memory()  # a barrier's sum and the optimizer's temporaries (allocator.py)
         self.device = device
         self.shard = spec.build(device=device)
         self._workers = spec.config.workers

@@ -26,6 +26,7 @@ from syncswitch.core.sync.sharding import worker_shard
 from syncswitch.core.sync.wire_dtype import WireDtype, encode
 from syncswitch.runtime.dataplane import WorkerChannel, encode_request
 from syncswitch.runtime.gradient import backward_on_batch
+from syncswitch.runtime.ray.allocator import keep_freed_memory
 from syncswitch.runtime.ray.placement import ActorPlace, here
 from syncswitch.runtime.replies import Pulled, join_replies
 from syncswitch.runtime.step import Computed, WorkerStep, WorkerStreams
@@ -56,6 +57,7 @@ class Worker:
     def __init__(self, spec: WorkerSpec) -> None:
         """The dataset comes with `run`, not here: Ray logs an error for a restartable actor
         whose constructor arguments hold an object reference (ray-project/ray#53727)."""
+        keep_freed_memory()  # before the model: its every step's temporaries (allocator.py)
         torch.set_num_threads(spec.threads)
         torch.manual_seed(spec.seed * 7919 + spec.worker)
         self.spec = spec

@@ -1,0 +1,324 @@
+"""Samples/s at the model sizes users train: syncswitch BSP, ASP and a local phase against
+PyTorch DDP (gloo) and one plain process, on the same model, batch and machine, in one run.
+
+No emulation: every system computes real gradients and nothing sleeps. The models are MLPs
+built by benchmarks/wide_models.py on MNIST-1D (generated locally): `mlp17m` (16.9M
+parameters, 67.6 MB in float32; the model issue 43 measured) and `mlp100m` (101M, 404 MB).
+Batch 32 per process or worker, SGD with momentum 0.9, one torch thread per process, as in
+benchmarks/throughput.py, whose loops and steady-window measurement this script reuses
+(samples/s over 20%-90% of each run's steps; ratios taken within a repeat, medians of
+repeats; the systems' order rotates from repeat to repeat). syncswitch measures its training
+path alone, as DDP's loop does: one evaluation at the end, no checkpoint but the final one,
+no divergence guard (at 5% evaluation of a 17M model takes more CPU than training on 2 cores).
+
+Each syncswitch run also gets a coarse breakdown from its own records: the steady interval
+between applied updates (BSP: one round; ASP and local: the time per applied message), the
+workers' mean step time (weights in, forward, backward, gradient out: worker_steps.csv), and
+the rest (waiting for the server: transport, copies, the server's apply, the reply). And once
+per model, in this process on one thread, what the pieces of a round cost alone:
+forward+backward of one batch, flattening the gradient, one message of the model's size over
+a loopback TCP socket, the server's FlatSGD step over the flat vector, and summing one more
+gradient into a BSP round's sum.
+
+syncswitch's actors keep freed memory in the process (runtime/ray/allocator.py: glibc's malloc
+without mmap for large chunks), which makes a step of these models about twice as fast on this
+machine. `ddp-kept` is DDP with the same setting in each rank, so that the peer is not
+handicapped by an allocator choice; `ddp` is DDP as a user runs it.
+
+    python benchmarks/large_model.py              # mlp17m, 4 workers, 3 repeats
+    python benchmarks/large_model.py --model mlp100m --workers 2,4 --repeats 1
+    python benchmarks/large_model.py --repeats 1 --epochs 0.1 --out /tmp/lm   # a quick look
+
+Results: --out (default benchmarks/results/large-model/<model>/): table.md and runs.jsonl,
+written as each run ends; run directories and the loops' stamps under runs/ and raw/.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from harness import (
+    RunLog,
+    Timing,
+    add_out,
+    add_repeats,
+    cell,
+    check_timing,
+    comma_list,
+    markdown_table,
+    medians,
+    ratio,
+    save_text,
+)
+from harness import parser as harness_parser
+from steady import read_csv_rows, steady_rate, steady_window
+from throughput import LoopJob, free_port, rotated, run_loop, run_syncswitch
+from wide_models import mlp17m, mlp100m, parameter_count
+
+from syncswitch.config import TrainConfig
+from syncswitch.core.sync.optimizer import FlatSGD
+from syncswitch.rundir import names
+from syncswitch.workloads import load_dataset
+
+MODELS: dict[str, Callable[[], torch.nn.Module]] = {"mlp17m": mlp17m, "mlp100m": mlp100m}
+SYSTEMS = ("plain", "ddp", "ddp-kept", "bsp", "asp", "local-4")
+SYNCSWITCH = ("bsp", "asp", "local-4")
+OUT = Path("benchmarks/results/large-model")
+BATCH = 32
+
+
+# -- one round's pieces, alone -----------------------------------------------------------------
+
+
+def _median_s(work: Callable[[], object], repeats: int) -> float:
+    work()  # warm-up: first-touch page faults, lazy initialisation
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def loopback_message_s(size_bytes: int, repeats: int) -> float:
+    """One message of `size_bytes` over a loopback TCP connection: sendall on one thread,
+    recv_into a preallocated buffer on this one (the data plane's own calls)."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        sender = socket.create_connection(server.getsockname())
+        receiver, _ = server.accept()
+    payload = np.ones(size_bytes, np.uint8)
+    into = memoryview(bytearray(size_bytes))
+
+    def one() -> None:
+        thread = threading.Thread(target=sender.sendall, args=(payload,))
+        thread.start()
+        got = 0
+        while got < size_bytes:
+            got += receiver.recv_into(into[got:], size_bytes - got)
+        thread.join()
+
+    try:
+        return _median_s(one, repeats)
+    finally:
+        sender.close()
+        receiver.close()
+
+
+def round_pieces(model_name: str, repeats: int = 5) -> dict[str, float]:
+    """Seconds per piece of a round for `model_name`, each alone, on one thread."""
+    torch.set_num_threads(1)  # as each Ray worker and the server run
+    torch.manual_seed(0)
+    model = MODELS[model_name]()
+    x = torch.randn(BATCH, 1, 40)
+    y = torch.randint(0, 10, (BATCH,))
+    params = list(model.parameters())
+    count = parameter_count(model)
+
+    def step() -> None:
+        for p in params:
+            p.grad = None
+        F.cross_entropy(model(x), y).backward()
+
+    step()
+    flat = torch.empty(count)
+
+    def flatten() -> None:
+        torch.cat([p.grad.reshape(-1) for p in params], out=flat)  # type: ignore[union-attr]
+
+    weights = torch.cat([p.detach().reshape(-1) for p in params])
+    server = FlatSGD(weights, weight_decay=0.0)
+    total = torch.zeros(count)
+    return {
+        "forward_backward_s": _median_s(step, repeats),
+        "flatten_gradient_s": _median_s(flatten, repeats),
+        "loopback_message_s": loopback_message_s(count * 4, repeats),
+        "server_step_s": _median_s(lambda: server.step(flat, lr=0.01, momentum=0.9), repeats),
+        "sum_one_gradient_s": _median_s(lambda: total.add_(flat), repeats),
+        "parameters": float(count),
+    }
+
+
+# -- syncswitch's own breakdown ------------------------------------------------------------------
+
+
+def steady_samples_per_s(rows: list[dict[str, str]]) -> float:
+    """Samples/s in the steady window from updates.csv, whose `samples` column is the run's
+    total after each update (a local phase's message stands for H steps' samples, so rows x
+    batch would undercount it H times)."""
+    stamped = sorted((float(r["time_s"]), int(r["samples"])) for r in rows)
+    start, end = steady_window([t for t, _ in stamped])
+
+    def total_by(moment: float) -> int:
+        return max((n for t, n in stamped if t < moment), default=0)
+
+    return (total_by(end) - total_by(start)) / (end - start)
+
+
+def breakdown(run_dir: Path) -> dict[str, float | None]:
+    """From a finished run's files: samples/s, the steady interval between applied updates
+    (versions), and the workers' mean step and mean wait for the server's reply."""
+    rows = read_csv_rows(run_dir / names.UPDATES)
+    versions = sorted({float(r["time_s"]) for r in rows})
+    workers = read_csv_rows(run_dir / names.WORKER_STEPS)
+
+    def mean_of(column: str) -> float | None:
+        values = [float(r[column]) for r in workers if r.get(column)]
+        return statistics.mean(values) if values else None
+
+    return {
+        "samples_per_s": steady_samples_per_s(rows),
+        "interval_s": 1.0 / steady_rate(versions) if len(versions) > 4 else None,
+        "worker_step_s": mean_of("step_time_mean_s"),
+        "worker_wait_s": mean_of("wait_mean_s"),
+    }
+
+
+# -- the script -----------------------------------------------------------------------------------
+
+
+def table(model_name: str, workers: int, repeats: list[dict], pieces: dict[str, float]) -> str:
+    rates = medians(r["samples_per_s"] for r in repeats)
+    head = (
+        f"**No emulation, real compute, {workers} processes on a {os.cpu_count()}-core shared "
+        f"machine.** MNIST-1D, {model_name} ({pieces['parameters'] / 1e6:.1f}M parameters), "
+        f"batch {BATCH} per process, one torch thread each; samples/s over the steady window; "
+        f"medians of {len(repeats)} repeat(s), ratios taken within a repeat.\n\n"
+    )
+    check_timing(head, Timing.REAL)
+    rows = []
+    for system in SYSTEMS:
+        rate = [r["samples_per_s"] for r in repeats]
+        within = [ratio(r.get(system), r.get("ddp")) for r in rate]
+        known = [v for v in within if v is not None]
+        split = medians(r["breakdown"].get(system, {}) for r in repeats)
+        rows.append(
+            (
+                system,
+                cell(rates.get(system), ",.0f"),
+                cell(statistics.median(known) if known else None, ".2f"),
+                cell(split.get("interval_s") and split["interval_s"] * 1e3, ".0f"),
+                cell(split.get("worker_step_s") and split["worker_step_s"] * 1e3, ".0f"),
+                cell(split.get("worker_wait_s") and split["worker_wait_s"] * 1e3, ".0f"),
+            )
+        )
+    columns = ("system", "samples/s", "x DDP", "ms per update", "ms worker step", "ms wait")
+    piece_rows = [(k, cell(v * 1e3, ".1f")) for k, v in pieces.items() if k.endswith("_s")]
+    return (
+        head
+        + "\n".join(markdown_table(columns, rows))
+        + "\n\nOne round's pieces alone (ms, one thread, median of 5):\n\n"
+        + "\n".join(markdown_table(("piece", "ms"), piece_rows))
+        + "\n"
+    )
+
+
+def main() -> None:
+    cli = harness_parser(__doc__, epilog=True)
+    cli.add_argument("--model", choices=sorted(MODELS), default="mlp17m")
+    cli.add_argument("--workers", default="4", help="comma-separated worker counts (default 4)")
+    cli.add_argument(
+        "--epochs",
+        type=float,
+        default=0.5,
+        help="passes over the 8,000 training samples per system (default 0.5: 4,000 samples, "
+        "10-30 s per system with mlp17m on the 2-core machine)",
+    )
+    cli.add_argument("--systems", default=",".join(SYSTEMS), help="which systems to run")
+    add_repeats(cli, 3, "rounds of all systems")
+    add_out(cli, None, "(default benchmarks/results/large-model/<model>)")
+    args = cli.parse_args()
+    out = args.out or OUT / args.model
+    out.mkdir(parents=True, exist_ok=True)
+    systems = [s for s in SYSTEMS if s in comma_list(args.systems)]
+    model_path = f"wide_models:{args.model}"
+    # Ray's workers import the model's module by name: put this folder on their path.
+    here = str(Path(__file__).resolve().parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    sys.path.insert(0, here)
+    print("measuring one round's pieces alone ...", flush=True)
+    pieces = round_pieces(args.model)
+    print({k: round(v * 1e3, 1) for k, v in pieces.items() if k.endswith("_s")}, flush=True)
+    dataset = load_dataset("mnist1d", mnist1d_samples=TrainConfig().mnist1d_samples)
+    train_samples = len(dataset.y_train)
+    log = RunLog(out / "runs.jsonl")
+    defaults = TrainConfig(progress=False)
+    if set(SYNCSWITCH) & set(systems):
+        from syncswitch.runtime.ray.connect import start_local
+
+        start_local(max(comma_list(args.workers, int)) + 4)
+    for workers in comma_list(args.workers, int):
+        repeats: list[dict] = []
+        for seed in range(args.repeats):
+            repeat: dict = {"seed": seed, "samples_per_s": {}, "breakdown": {}}
+            for system in rotated(systems, seed):
+                started = time.monotonic()
+                try:
+                    if system in SYNCSWITCH:
+                        run_dir = out / "runs" / f"{system}-w{workers}-s{seed}"
+                        config = TrainConfig(
+                            workers=workers,
+                            batch_size=BATCH,
+                            schedule=system,
+                            epochs=args.epochs,
+                            seed=seed,
+                            model=model_path,
+                            progress=False,
+                            out=str(run_dir),
+                            # The training path alone, as DDP's loop: one evaluation at the
+                            # end, the final checkpoint only, no loss watch (it needs them).
+                            eval_every=1.0,
+                            checkpoint_every=0.0,
+                            divergence_guard=False,
+                        )
+                        run = run_syncswitch(config)
+                        split = breakdown(run_dir)
+                        run["samples_per_s"] = split.pop("samples_per_s")
+                        repeat["breakdown"][system] = split
+                    else:
+                        world = 1 if system == "plain" else workers
+                        job = LoopJob(
+                            dataset=dataset,
+                            world=world,
+                            ddp=system != "plain",
+                            batch_size=BATCH,
+                            steps=max(20, int(args.epochs * train_samples) // (BATCH * world)),
+                            lr=defaults.lr * world / workers,
+                            momentum=defaults.momentum,
+                            seed=seed,
+                            threads=1,
+                            port=free_port(),
+                            raw_dir=str(out / "raw" / f"{system}-w{workers}-s{seed}"),
+                            model=model_path,
+                            keep_freed_memory=system == "ddp-kept",
+                        )
+                        run = run_loop(job)
+                except Exception as error:  # one failed system must not lose the others'
+                    run = {"error": f"{type(error).__name__}: {error}"}
+                run["elapsed_s"] = time.monotonic() - started
+                repeat["samples_per_s"][system] = run.get("samples_per_s")
+                log.append({"model": args.model, "workers": workers, "seed": seed,
+                            "system": system, **run})  # fmt: skip
+                print(
+                    f"{args.model} w{workers} s{seed} {system}: "
+                    f"{cell(run.get('samples_per_s'), ',.0f')} samples/s"
+                    + (f"  FAILED: {run['error']}" if "error" in run else ""),
+                    flush=True,
+                )
+            repeats.append(repeat)
+            text = table(args.model, workers, repeats, pieces)
+            save_text(out / f"table-w{workers}.md", text)
+        print(text, flush=True)
+
+
+if __name__ == "__main__":
+    main()

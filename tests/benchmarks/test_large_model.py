@@ -1,0 +1,31 @@
+"""benchmarks/large_model.py: the models are the sizes its tables name, and samples/s is read
+from a run's cumulative sample counts (a local phase's message stands for H steps)."""
+
+import pytest
+
+from tests.benchmarks.test_harness import load
+
+large_model = load("large_model")
+wide_models = load("wide_models")
+
+
+def test_the_models_have_the_parameter_counts_the_tables_name() -> None:
+    assert wide_models.parameter_count(wide_models.mlp17m()) == 16_887_818
+    assert wide_models.parameter_count(wide_models.mlp100m()) == 100_990_986
+
+
+def rows(times_and_totals):
+    return [{"time_s": str(t), "samples": str(n)} for t, n in times_and_totals]
+
+
+def test_samples_per_s_counts_each_message_as_the_samples_it_carries() -> None:
+    # A local-4 run of 2 workers at batch 32: each message carries 128 samples, one message
+    # every 0.5 s, so 256 samples/s; counting rows x batch would give 64.
+    local = rows((0.5 * k, 128 * k) for k in range(1, 41))
+    assert large_model.steady_samples_per_s(local) == pytest.approx(256, rel=0.03)
+
+
+def test_samples_per_s_of_bsp_rounds_sharing_a_stamp() -> None:
+    # BSP with 4 workers: 4 rows per round share its time stamp and total.
+    bsp = rows((0.25 * r, 128 * r) for r in range(1, 41) for _ in range(4))
+    assert large_model.steady_samples_per_s(bsp) == pytest.approx(512, rel=0.03)
