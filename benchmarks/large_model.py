@@ -4,6 +4,7 @@ PyTorch DDP (gloo) and one plain process, on the same model, batch and machine, 
 No emulation: every system computes real gradients and nothing sleeps. The models are MLPs
 built by benchmarks/wide_models.py on MNIST-1D (generated locally): `mlp17m` (16.9M
 parameters, 67.6 MB in float32; the model issue 43 measured) and `mlp100m` (101M, 404 MB).
+`bsp-bf16` is BSP with bfloat16 on the wire (half the bytes each way).
 Batch 32 per process or worker, SGD with momentum 0.9, one torch thread per process, as in
 benchmarks/throughput.py, whose loops and steady-window measurement this script reuses
 (samples/s over 20%-90% of each run's steps; ratios taken within a repeat, medians of
@@ -71,8 +72,14 @@ from syncswitch.rundir import names
 from syncswitch.workloads import load_dataset
 
 MODELS: dict[str, Callable[[], torch.nn.Module]] = {"mlp17m": mlp17m, "mlp100m": mlp100m}
-SYSTEMS = ("plain", "ddp", "ddp-kept", "bsp", "asp", "local-4")
-SYNCSWITCH = ("bsp", "asp", "local-4")
+SYSTEMS = ("plain", "ddp", "ddp-kept", "bsp", "bsp-bf16", "asp", "local-4")
+# syncswitch systems: (schedule, wire dtype)
+SYNCSWITCH = {
+    "bsp": ("bsp", "float32"),
+    "bsp-bf16": ("bsp", "bfloat16"),
+    "asp": ("asp", "float32"),
+    "local-4": ("local-4", "float32"),
+}
 OUT = Path("benchmarks/results/large-model")
 BATCH = 32
 
@@ -188,11 +195,13 @@ def breakdown(run_dir: Path) -> dict[str, float | None]:
 
 def table(model_name: str, workers: int, repeats: list[dict], pieces: dict[str, float]) -> str:
     rates = medians(r["samples_per_s"] for r in repeats)
+    loads = ", ".join(f"{r['load']:.1f}" for r in repeats)
     head = (
         f"**No emulation, real compute, {workers} processes on a {os.cpu_count()}-core shared "
         f"machine.** MNIST-1D, {model_name} ({pieces['parameters'] / 1e6:.1f}M parameters), "
         f"batch {BATCH} per process, one torch thread each; samples/s over the steady window; "
-        f"medians of {len(repeats)} repeat(s), ratios taken within a repeat.\n\n"
+        f"medians of {len(repeats)} repeat(s), ratios taken within a repeat; load average "
+        f"{loads} at each repeat's end.\n\n"
     )
     check_timing(head, Timing.REAL)
     rows = []
@@ -264,11 +273,13 @@ def main() -> None:
                 started = time.monotonic()
                 try:
                     if system in SYNCSWITCH:
+                        schedule, wire_dtype = SYNCSWITCH[system]
                         run_dir = out / "runs" / f"{system}-w{workers}-s{seed}"
                         config = TrainConfig(
                             workers=workers,
                             batch_size=BATCH,
-                            schedule=system,
+                            schedule=schedule,
+                            wire_dtype=wire_dtype,
                             epochs=args.epochs,
                             seed=seed,
                             model=model_path,
@@ -314,6 +325,7 @@ def main() -> None:
                     + (f"  FAILED: {run['error']}" if "error" in run else ""),
                     flush=True,
                 )
+            repeat["load"] = os.getloadavg()[0]
             repeats.append(repeat)
             text = table(args.model, workers, repeats, pieces)
             save_text(out / f"table-w{workers}.md", text)
