@@ -25,33 +25,40 @@ def events(run_dir, kind: str) -> list[dict]:
     return [e for e in map(json.loads, lines) if e["event"] == kind]
 
 
-def test_elastic_excludes_a_5x_straggler_quickly_and_readmits_it(
-    ray_session, small_mnist, tmp_path
-):
+def elastic_wiring_holds(result, lr_of_all_4: float = 0.2) -> None:
+    """What the elastic policy must do on a real Ray whatever the machine's load: the injected
+    straggler (worker 3) is excluded and then readmitted after its slow spell; gradients are
+    dropped as straggler_excluded only from workers that were excluded; every update is still
+    BSP (staleness 0) at the lr of the gradients it gathered (k of 4: lr x k/4); nothing is
+    lost. A loaded 2-core machine can slow a healthy worker past the threshold too, and the
+    policy then rightly excludes it as well (a "false detection" only against the injected
+    scenario), so these are not pinned here: the exact sequence and the detection delay are,
+    on the simulator, whose clock no load stretches (tests/sim/test_stragglers_sim.py)."""
+    summary, online = result.summary, result.summary["online"]
+    assert 3 in {d["worker"] for d in events(result.run_dir, "straggler_detected")}
+    of_3 = [d for d in online["decisions"] if d["worker"] == 3]
+    assert [d["action"] for d in of_3][:2] == ["exclude", "readmit"]
+    assert of_3[1]["progress"] >= SLOW["start"] + SLOW["duration"]
+    ever_excluded = {str(d["worker"]) for d in online["decisions"] if d["action"] == "exclude"}
+    excluded = [
+        d for d in read_csv(result.run_dir, "drops.csv") if d["reason"] == "straggler_excluded"
+    ]
+    assert excluded and "3" in {d["worker"] for d in excluded}
+    assert {d["worker"] for d in excluded} <= ever_excluded
+    assert summary["gradients"]["dropped"]["straggler_excluded"] == len(excluded)
+    assert accounted(summary) and summary["status"] == "complete"
+    rows = read_updates(result.run_dir)
+    assert all(r["staleness"] == "0" for r in rows)  # still BSP, with or without worker 3
+    lrs = {float(r["lr"]) for r in rows}
+    assert any(lr < lr_of_all_4 - 1e-9 for lr in lrs)  # some rounds without worker 3
+    assert all(any(lr == pytest.approx(lr_of_all_4 * k / 4) for k in (1, 2, 3, 4)) for lr in lrs)
+
+
+def test_elastic_excludes_a_5x_straggler_and_readmits_it(ray_session, small_mnist, tmp_path):
     result = run(
         tmp_path, small_mnist, schedule="bsp", online_policy="elastic", stragglers=[SLOW], **JOB
     )
-    summary, online = result.summary, result.summary["online"]
-    [detected] = events(result.run_dir, "straggler_detected")
-    assert detected["worker"] == 3 and detected["false_detection"] is False
-    # Under BSP the straggler makes one step per update, and an update is WORKERS x BATCH
-    # samples: the delay in its own steps follows from the delay in training progress.
-    total = EPOCHS * 320
-    steps_to_detect = detected["delay_fraction"] * total / (WORKERS * BATCH)
-    assert steps_to_detect <= 8, steps_to_detect
-    actions = [(d["action"], d["worker"]) for d in online["decisions"]]
-    assert actions == [("exclude", 3), ("readmit", 3)]
-    readmit = online["decisions"][1]
-    assert readmit["progress"] >= SLOW["start"] + SLOW["duration"]
-    drops = read_csv(result.run_dir, "drops.csv")
-    excluded = [d for d in drops if d["reason"] == "straggler_excluded"]
-    assert excluded and {d["worker"] for d in excluded} == {"3"}
-    assert summary["gradients"]["dropped"]["straggler_excluded"] == len(excluded)
-    assert accounted(summary) and online["false_detections"] == 0
-    rows = read_updates(result.run_dir)
-    assert all(r["staleness"] == "0" for r in rows)  # still BSP, with or without worker 3
-    without_3 = [r for r in rows if float(r["lr"]) < 0.2 - 1e-9]  # 3 of 4 gradients: lr x 3/4
-    assert without_3 and all(float(r["lr"]) == pytest.approx(0.2 * 3 / 4) for r in without_3)
+    elastic_wiring_holds(result)
 
 
 def test_greedy_with_return_is_wired_through_to_switches_on_ray(ray_session, small_mnist, tmp_path):
@@ -100,12 +107,4 @@ def test_elastic_with_two_server_shards_excludes_on_both(ray_session, small_mnis
         stragglers=[SLOW],
         **JOB,
     )
-    summary, online = result.summary, result.summary["online"]
-    assert online["detections"] >= 1
-    actions = [(d["action"], d["worker"]) for d in online["decisions"]]
-    assert actions[:2] == [("exclude", 3), ("readmit", 3)]
-    excluded = [
-        d for d in read_csv(result.run_dir, "drops.csv") if d["reason"] == "straggler_excluded"
-    ]
-    assert excluded and {d["worker"] for d in excluded} == {"3"}
-    assert accounted(summary) and summary["status"] == "complete"
+    elastic_wiring_holds(result)

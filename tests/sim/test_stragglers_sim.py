@@ -5,8 +5,8 @@ tests/runtime/test_stragglers.py check the same wiring with assertions that hold
 import pytest
 
 from syncswitch.workloads import load_dataset
-from tests.runtime.jobs import run
-from tests.runtime.test_stragglers import BATCH, EPOCHS, JOB, SLOW, WORKERS, accounted
+from tests.runtime.jobs import read_updates, run
+from tests.runtime.test_stragglers import BATCH, EPOCHS, JOB, SLOW, WORKERS, accounted, events
 
 
 @pytest.fixture(scope="module")
@@ -40,3 +40,33 @@ def test_greedy_with_return_resumes_bsp_until_the_planned_work_is_done(small_mni
     assert planned <= online["bsp_samples"] < planned + WORKERS * BATCH
     assert summary["switches"][-1]["at_fraction"] > 0.5  # the detour postponed the switch
     assert accounted(summary)
+
+
+def test_elastic_excludes_a_5x_straggler_within_8_of_its_steps_and_readmits_it(
+    small_mnist, tmp_path
+):
+    result = run(
+        tmp_path,
+        small_mnist,
+        runtime="sim",
+        schedule="bsp",
+        online_policy="elastic",
+        stragglers=[SLOW],
+        **JOB,
+    )
+    summary, online = result.summary, result.summary["online"]
+    [detected] = events(result.run_dir, "straggler_detected")
+    assert detected["worker"] == 3 and detected["false_detection"] is False
+    # Under BSP the straggler makes one step per update, and an update is WORKERS x BATCH
+    # samples: the delay in its own steps follows from the delay in training progress.
+    steps_to_detect = detected["delay_fraction"] * EPOCHS * 320 / (WORKERS * BATCH)
+    assert steps_to_detect <= 8, steps_to_detect
+    assert [(d["action"], d["worker"]) for d in online["decisions"]] == [
+        ("exclude", 3),
+        ("readmit", 3),
+    ]
+    assert online["decisions"][1]["progress"] >= SLOW["start"] + SLOW["duration"]
+    assert online["false_detections"] == 0 and accounted(summary)
+    rows = read_updates(result.run_dir)
+    without_3 = [r for r in rows if float(r["lr"]) < 0.2 - 1e-9]  # 3 of 4 gradients: lr x 3/4
+    assert without_3 and all(float(r["lr"]) == pytest.approx(0.2 * 3 / 4) for r in without_3)
