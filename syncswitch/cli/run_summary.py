@@ -57,7 +57,8 @@ def summary_table(summary: Summary, run_dir: Path, *, library_log: Path | None) 
             f"{wall:,.2f} s SIMULATED training ({summary.host_time_s:,.1f} s on this host)",
         )
     else:
-        table.add_row("time", f"{wall:,.2f} s training (+ {setup:,.1f} s start-up)")
+        # The start-up counts from loading the data: the sum of the steps listed above it.
+        table.add_row("time", f"{wall:,.2f} s training (+ {setup:,.1f} s start-up, all steps)")
     rate = summary.samples_per_s
     table.add_row("samples/s", f"{rate:,.0f} ({summary.samples:,} samples)" if rate else "-")
     table.add_row("phases", _phases(summary))
