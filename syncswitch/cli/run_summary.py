@@ -186,7 +186,7 @@ def online_timing_line(timing: OnlineTimingSummary) -> str:
     why = {
         "signal": "the signal crossed its threshold",
         "ceiling": "the ceiling was reached first",
-        "message_cost": "a message costs two steps' compute or more here",
+        "message_cost": "a message surely costs 1.5 steps' compute or more here",
     }.get(timing.reason or "", timing.reason or "")
     chosen = f"; {timing.follower.get('describe', '')}" if timing.follower else ""
     shown = ", ".join(
