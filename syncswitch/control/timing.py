@@ -155,7 +155,10 @@ class OnlineTiming:
             )
         observed = history.losses if uses_losses(self.plan.rule) else history.points
         decision = decide(self.plan.rule, observed, state.progress, self.plan.bounds)
-        follower = choose_follower(history.meter) if self.plan.chooses_follower else None
+        plan = self.plan
+        follower = (
+            choose_follower(history.meter, plan.one_machine) if plan.chooses_follower else None
+        )
         local = follower is not None and follower.is_local
         if local and not decision.switch and state.progress >= self.plan.bounds.floor:
             # Every BSP round costs several steps' time here: a local phase now.

@@ -48,28 +48,23 @@ def test_a_ray_online_run_switches_and_says_where_and_why(tmp_path: Path) -> Non
 
 
 @pytest.mark.ray
-def test_the_default_job_with_real_steps_chooses_on_the_grid_and_says_so(
+def test_the_default_job_with_real_steps_follows_bsp_with_asp_on_one_machine(
     ray_session, tmp_path: Path
 ) -> None:
-    """The README's default (8 workers, `online`, no emulated step time), made short: what
-    follows BSP is chosen from real round trips against the model's real CPU steps, by the
-    ratio's lower confidence bound, with H on the grid (issue 47)."""
+    """The README's default (8 workers, `online`, no emulated step time), made short: on one
+    machine ASP follows BSP whatever the measured message cost, which is recorded with the
+    reason (issue 47: it moved from 1.2 to 4.9 steps with this machine's load)."""
     from syncswitch.config import TrainConfig
-    from syncswitch.core.timing.follower import LOCAL_RATIO, LOCAL_STEPS_UP
     from syncswitch.runtime.train import train
 
-    config = TrainConfig(epochs=5.0, progress=False, out=str(tmp_path / "run"))
+    config = TrainConfig(epochs=3.0, progress=False, out=str(tmp_path / "run"))
     assert config.schedule == "online" and config.workers == 8 and config.step_time_ms == 0
     summary = train(config).summary
     timing = summary.online_timing
     assert summary.complete and timing is not None and timing.switched
     follower = timing.follower
-    assert follower is not None and follower["rounds"] >= 8
-    low, ratio = follower["ratio_low"], follower["ratio"]
-    assert 0 < low <= ratio
-    if low >= LOCAL_RATIO:
-        expected = "local-4" if ratio < LOCAL_STEPS_UP else "local-16"
-    else:
-        expected = "asp"
-    assert follower["protocol"] == expected == timing.to_protocol
-    assert [s.to_protocol for s in summary.switches][:1] == [expected]
+    assert follower is not None and follower["protocol"] == "asp" and follower["one_machine"]
+    assert follower["rounds"] >= 8 and 0 < follower["ratio_low"] <= follower["ratio"]
+    assert "shares one machine with the server" in follower["describe"]
+    assert timing.to_protocol == "asp"
+    assert [(s.from_protocol, s.to_protocol) for s in summary.switches] == [("bsp", "asp")]

@@ -134,6 +134,8 @@ class FollowerChoice:
     step_s: float | None
     rounds: int
     ratio_low: float | None = None  # the ratio's lower 95% bound (None in runs before it)
+    # Every worker on the server's machine (Ray's local instance): ASP, whatever the ratio.
+    one_machine: bool = False
 
     @property
     def local_steps(self) -> int | None:
@@ -159,6 +161,12 @@ class FollowerChoice:
             f"a message costs {message_s / step_s:.2f}x a step's compute ({message_s * 1e3:.1f} "
             f"ms against {step_s * 1e3:.1f} ms, medians of {self.rounds} BSP rounds{low})"
         )
+        if self.one_machine:
+            return (
+                f"{self.protocol} follows: every worker shares one machine with the server, "
+                f"where a message is host CPU, not a network, and its cost against a step moves "
+                f"with the machine's load ({cost})"
+            )
         if self.is_local:
             return f"{self.protocol} follows, its H growing as the lr falls (QSR): {cost}"
         return f"{self.protocol} follows: {cost}"
@@ -171,6 +179,7 @@ class FollowerChoice:
             "step_s": self.step_s,
             "ratio": self.ratio,
             "ratio_low": self.ratio_low,
+            "one_machine": self.one_machine,
             "rounds": self.rounds,
             "local_ratio": LOCAL_RATIO,
             "describe": self.describe(),
@@ -185,17 +194,23 @@ class FollowerChoice:
             step_s=None if step_s is None else float(step_s),
             rounds=int(state["rounds"]),
             ratio_low=None if state.get("ratio_low") is None else float(state["ratio_low"]),
+            one_machine=bool(state.get("one_machine", False)),
         )
 
 
-def choose_follower(meter: MessageCostMeter) -> FollowerChoice:
+def choose_follower(meter: MessageCostMeter, one_machine: bool = False) -> FollowerChoice:
     """ASP unless the measured messages surely cost at least LOCAL_RATIO steps (the ratio's
-    lower confidence bound reaches it); then local-H, H on the grid LOCAL_STEPS, 16."""
+    lower confidence bound reaches it); then local-H, H on the grid LOCAL_STEPS, 16. On one
+    machine (`one_machine`: every worker beside the server) ASP: a loopback message costs
+    host CPU, not a network, and its ratio to a step moved from 1.2 to 4.9 with the load of
+    this 2-core machine (docs/slow-networks.md), so it cannot choose stably."""
     rounds = len(meter.rounds)
     if not meter.enough:
-        return FollowerChoice(ASP, None, None, rounds)
+        return FollowerChoice(ASP, None, None, rounds, one_machine=one_machine)
     message_s, step_s = meter.cost()
     low = meter.ratio_low()
+    if one_machine:
+        return FollowerChoice(ASP, message_s, step_s, rounds, low, one_machine=True)
     if step_s <= 0 or low < LOCAL_RATIO:
         return FollowerChoice(ASP, message_s, step_s, rounds, low)
     steps = LOCAL_STEPS if message_s < LOCAL_STEPS_UP * step_s else MAX_FIRST_STEPS

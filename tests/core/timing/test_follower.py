@@ -138,3 +138,14 @@ def test_a_ratio_over_the_threshold_only_by_noise_keeps_asp() -> None:
 def test_a_record_from_before_the_bound_reads_without_it() -> None:
     plain = {"protocol": "local-3", "message_s": 0.05, "step_s": 0.02, "rounds": 12}
     assert FollowerChoice.from_plain(plain).ratio_low is None
+
+
+def test_on_one_machine_asp_follows_whatever_the_ratio_and_the_record_says_why() -> None:
+    # Issue 47: on this 2-core machine the ratio moved from 1.2 to 4.9 with the load.
+    meter = MessageCostMeter()
+    meter.add(bsp_rounds(40, message_s=0.08, steps=(0.02,)))
+    choice = choose_follower(meter, one_machine=True)
+    assert choice.protocol == "asp" and choice.one_machine and choice.ratio == pytest.approx(4)
+    assert "shares one machine with the server" in choice.describe()
+    assert FollowerChoice.from_plain(choice.to_plain()) == choice
+    assert choose_follower(meter).protocol == "local-4"  # the same rounds across a network
