@@ -11,7 +11,7 @@ Python API::
 
 `train` also takes a job of the user's own: `model_factory=`, torch Datasets as
 `train_data=`, `val_data=`, `test_data=` (or factories of them), `collate_fn=`, `loss_fn=`,
-`metrics=` and `primary_metric=` (see `syncswitch.runtime.train.train`, docs/api.md).
+`metrics=` and `primary_metric=` (see `syncswitch.runtime.train.train`, docs/your-job.md).
 """
 
 from __future__ import annotations

@@ -56,3 +56,8 @@ NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 def is_disk_full(error: BaseException) -> bool:
     return isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS
+
+
+class Interrupted(Exception):
+    """Ctrl-C stopped a run: its message says where the run is and how to go on (resume it,
+    or, when nothing was worth resuming, run the command again); the CLI exits 130."""

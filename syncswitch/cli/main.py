@@ -12,7 +12,7 @@ from syncswitch.cli import jobs as jobs_command
 from syncswitch.cli import report as report_command
 from syncswitch.cli import search as search_command
 from syncswitch.cli import train as train_command
-from syncswitch.errors import TrainingStalled, UserError, is_disk_full
+from syncswitch.errors import Interrupted, TrainingStalled, UserError, is_disk_full
 from syncswitch.terminal import printable
 
 
@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    except Interrupted as interrupted:  # a run's Ctrl-C: where it is and how to go on
+        print(f"syncswitch: {interrupted}", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
         print("syncswitch: interrupted; results so far are in the run directory", file=sys.stderr)
         return 130

@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     from syncswitch.files import check_output
     from syncswitch.reports import Report
     from syncswitch.reports.plots import PLOT_SUFFIXES
-    from syncswitch.terminal import NOT_A_TERMINAL_WIDTH, printable
+    from syncswitch.reports.tables import TERMINAL_TABLE_WIDTH
+    from syncswitch.terminal import printable
 
     plot_path = Path(args.plot) if args.plot else None
     if plot_path is not None and plot_path.suffix.lower() not in PLOT_SUFFIXES:
@@ -72,8 +73,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"syncswitch: {printable(skipped.describe())}", file=sys.stderr)
     # Names and notes come from run directories: printed as they are, never as rich markup,
     # and with their control characters escaped (no escape sequence reaches the terminal).
-    # A file or a pipe has no width: the whole table, uncut (18 columns).
-    width = None if sys.stdout.isatty() else NOT_A_TERMINAL_WIDTH
+    # At most TERMINAL_TABLE_WIDTH columns, narrower on a narrower terminal (a file or a pipe
+    # has no width): the table's brief columns, their cells wrapped; all columns in the page.
+    width = TERMINAL_TABLE_WIDTH
+    if sys.stdout.isatty():
+        width = min(width, Console().width)
     console = Console(highlight=False, markup=False, emoji=False, width=width)
     tables = report.worker_tables() if args.workers else [report.runs_table()]
     for table in tables:

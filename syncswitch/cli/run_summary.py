@@ -12,8 +12,10 @@ from rich.console import Console
 from rich.table import Table
 
 from syncswitch.command import program
+from syncswitch.config import MAX_CONFIG_FILE_BYTES
+from syncswitch.errors import UserError
 from syncswitch.records import Accounting
-from syncswitch.rundir import OnlineTimingSummary, Summary, Switch, names
+from syncswitch.rundir import OnlineTimingSummary, Summary, Switch, names, read_config
 from syncswitch.rundir.changes import changed_headline
 from syncswitch.terminal import NOT_A_TERMINAL_WIDTH
 
@@ -57,7 +59,8 @@ def summary_table(summary: Summary, run_dir: Path, *, library_log: Path | None) 
             f"{wall:,.2f} s SIMULATED training ({summary.host_time_s:,.1f} s on this host)",
         )
     else:
-        table.add_row("time", f"{wall:,.2f} s training (+ {setup:,.1f} s start-up)")
+        # The start-up counts from loading the data: the sum of the steps listed above it.
+        table.add_row("time", f"{wall:,.2f} s training (+ {setup:,.1f} s start-up, all steps)")
     rate = summary.samples_per_s
     table.add_row("samples/s", f"{rate:,.0f} ({summary.samples:,} samples)" if rate else "-")
     table.add_row("phases", _phases(summary))
@@ -89,12 +92,41 @@ def print_summary(
         # A file or a pipe has no width: never cut or wrap a line at rich's default 80.
         console = Console(highlight=False, markup=False, emoji=False, width=NOT_A_TERMINAL_WIDTH)
     console.print(summary_table(summary, run_dir, library_log=library_log))
+    same_time = same_time_note(summary, run_dir)
+    if same_time:
+        print(f"note: {same_time}")
     for line in loggers:
         print(f"  {line}")  # e.g. the command that opens TensorBoard on this run
     # Plain prints: a path must never be wrapped, so it can be copied as it stands.
     print(f"results written to {run_dir}/ ({names.SUMMARY}, {names.METRICS}, {names.UPDATES}, ...)")
     plot = shlex.quote(str(run_dir / "report.png"))
     print(f"plot them: {program()} report {shlex.quote(str(run_dir))} --plot {plot}")
+
+
+def same_time_note(summary: Summary, run_dir: Path) -> str | None:
+    """What a simulated run on the default cluster with no step-time variance must say: there
+    every worker's step takes the same time, BSP waits for no one, and BSP, ASP and SSP take
+    about the same SIMULATED time (None for any other run)."""
+    # The default cluster's network is fast: a preset or file that makes messages costly
+    # (wan-1g) makes schedules differ in time without any step-time variance.
+    if summary.timing != "simulated" or not summary.cluster:
+        return None
+    if summary.cluster.get("name") != "default":
+        return None
+    compute = summary.cluster.get("compute") or {}
+    if compute.get("jitter_sigma") or len(set(compute.get("speed_factors") or [1.0])) > 1:
+        return None
+    try:
+        if read_config(run_dir, MAX_CONFIG_FILE_BYTES).get("stragglers"):
+            return None
+    except (OSError, ValueError, UserError):  # an unreadable config: no claim either way
+        return None
+    return (
+        "this simulated cluster has no step-time variance (no --jitter-sigma, --speed-factors "
+        "or --stragglers): every step takes the same time, BSP waits for no one, so BSP, ASP "
+        "and SSP take about the same SIMULATED time here and differ in accuracy; add e.g. "
+        "--jitter-sigma 0.2 to see the time BSP spends waiting"
+    )
 
 
 def _staleness_rules(rules: dict[str, Any]) -> str:
@@ -158,7 +190,7 @@ def online_timing_line(timing: OnlineTimingSummary) -> str:
     why = {
         "signal": "the signal crossed its threshold",
         "ceiling": "the ceiling was reached first",
-        "message_cost": "a message costs two steps' compute or more here",
+        "message_cost": "a message surely costs 1.5 steps' compute or more here",
     }.get(timing.reason or "", timing.reason or "")
     chosen = f"; {timing.follower.get('describe', '')}" if timing.follower else ""
     shown = ", ".join(

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from syncswitch.cli.interrupted import entries, interrupted
 from syncswitch.cli.registry_option import add_registry_argument
 from syncswitch.cli.run_summary import print_summary, summary_json
 from syncswitch.cli.signals import signals_stop
@@ -366,6 +367,7 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
         train_args.update(user_code_arguments(config))  # only ever from the command line
     made_here = not run_dir.exists()
     create_run_dir(run_dir)  # `--out` naming a file is one line, not a traceback in mkdir
+    before = entries(run_dir)
     try:
         # One process writes a run: a second `--resume` of a live run is refused here,
         # before it touches even the library log (train()'s writer takes the same lock again).
@@ -382,6 +384,8 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
         if made_here:
             _remove_unused_run_dir(run_dir)
         raise
+    except KeyboardInterrupt:
+        raise interrupted(run_dir, before=before, made_here=made_here) from None
     _store_online_share(args, config, result.summary)
     if args.json:
         print(summary_json(result.summary, result.run_dir))

@@ -79,7 +79,7 @@ class JobOptions:
         "for an END 'online': staleness (leave BSP once the error staleness would add under ASP "
         "falls below --switch-threshold times the gradient's sampling noise), noise-scale (once "
         "the gradient noise scale exceeds --switch-threshold times the global batch) or plateau "
-        "(once the test loss improves by less than --switch-threshold, relative, per 0.1 of "
+        "(once the validation loss improves by less than --switch-threshold, relative, per 0.1 of "
         "training)",
         Role(SCHEDULE_GROUP, Identity.NONE),
         choices=list(RULE_NAMES),

@@ -8,6 +8,7 @@ the run sees the same values.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -61,6 +62,13 @@ def stats_every(workers: int, half_life_rounds: float) -> int:
     return max(min(for_cost, for_noise), 1)
 
 
+def runs_on_one_machine(config: TrainConfig) -> bool:
+    """Whether every process of the run is on this machine: Ray's local instance (no
+    --ray-address or RAY_ADDRESS names a cluster to join). The simulator's cluster model
+    places its workers itself."""
+    return config.runtime == "ray" and not (config.ray_address or os.environ.get("RAY_ADDRESS"))
+
+
 @dataclass(frozen=True)
 class TimingPlan:
     """How the run decides when its online phase ends (control/timing.py)."""
@@ -73,6 +81,9 @@ class TimingPlan:
     stats_every: int = 1  # the shards measure one BSP round in this many
     # `--schedule online` alone: the run chooses what follows BSP (core/timing/follower.py).
     chooses_follower: bool = False
+    # Every worker on the server's machine (a local Ray instance): ASP follows, whatever the
+    # measured message cost (core/timing/follower.py).
+    one_machine: bool = False
 
     @classmethod
     def of(cls, config: TrainConfig, schedule: Schedule, total_samples: int) -> TimingPlan:
@@ -88,6 +99,7 @@ class TimingPlan:
             half_life_rounds=max(HALF_LIFE_FRACTION * rounds / every, 1.0),
             stats_every=every,
             chooses_follower=config.chooses_follower,
+            one_machine=runs_on_one_machine(config),
         )
 
     def describe(self) -> dict[str, Any]:

@@ -11,6 +11,7 @@ falls back to the previous checkpoint.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -97,3 +98,13 @@ def say_refused(loaded: LoadedCheckpoint, action: str) -> None:
     )
     # On the terminal, also while library output goes to the run's log (terminal.say).
     say(" ".join(line.split())[:1000])
+
+
+def say_resumed(run_dir: Path, loaded: LoadedCheckpoint, total_samples: int) -> None:
+    """One line on the terminal: which checkpoint a resumed run continues from, and where."""
+    info = loaded.info
+    share = f"{info.samples / total_samples:.1%} of the samples" if total_samples else "its start"
+    say(
+        f"syncswitch: resuming {run_dir} from {info.path.name} ({info.label}), taken at "
+        f"{share} ({info.samples:,} of {total_samples:,})"
+    )

@@ -5,7 +5,7 @@ Every shard measures its slice's gradient statistics in each BSP round of the on
 round are added over the shards (so `--servers N` sees the whole gradient), fed to one
 estimator, and every `check_every` of progress the rule (core/timing/rules.py) is asked
 whether to leave BSP, within the share's floor and ceiling. A pure loss-plateau rule reads the
-evaluator's test losses instead. A switch goes to every shard as a typed decision with its
+evaluator's validation losses instead. A switch goes to every shard as a typed decision with its
 reason (an `EndOnlinePhase`, which the shards tell from a straggler policy's switch by its
 type); shards end the phase in place at a version boundary (a protocol a divergence rollback
 pinned stays in force). Shards end the phase at its ceiling on their own too, so the ceiling
@@ -155,7 +155,10 @@ class OnlineTiming:
             )
         observed = history.losses if uses_losses(self.plan.rule) else history.points
         decision = decide(self.plan.rule, observed, state.progress, self.plan.bounds)
-        follower = choose_follower(history.meter) if self.plan.chooses_follower else None
+        plan = self.plan
+        follower = (
+            choose_follower(history.meter, plan.one_machine) if plan.chooses_follower else None
+        )
         local = follower is not None and follower.is_local
         if local and not decision.switch and state.progress >= self.plan.bounds.floor:
             # Every BSP round costs several steps' time here: a local phase now.

@@ -113,3 +113,18 @@ def _protocol_keys(record: Mapping[str, Any]) -> tuple[str, str]:
     if "from_protocol" in record or "to_protocol" in record:
         return "from_protocol", "to_protocol"
     return "from", "to"
+
+
+# What run directories written by 0.2 and before call the online switch rules; their records
+# are read under the one name `--switch-rule` and every print use (describe strings written
+# then keep the old spelling).
+OLD_RULE_NAMES = {
+    "staleness_noise": "staleness",
+    "noise_scale": "noise-scale",
+    "loss_plateau": "plateau",
+}
+
+
+def rule_name(recorded: str) -> str:
+    """A recorded online switch rule's name as `--switch-rule` spells it."""
+    return OLD_RULE_NAMES.get(recorded, recorded)

@@ -27,14 +27,16 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from syncswitch.reports.overview import job_of
-from syncswitch.reports.plots import (
-    MAX_LINE_POINTS,
-    MAX_MARKERS,
+from syncswitch.reports.plot_common import (
+    SIMULATED,
+    WALL,
     plain_text,
     plotted,
     thinned,
+    time_kind,
     time_label,
 )
+from syncswitch.reports.plots import MAX_LINE_POINTS, MAX_MARKERS
 from syncswitch.rundir import RunData
 
 MAX_GROUPS = 12
@@ -150,36 +152,59 @@ def paper_notes(runs: list[RunData]) -> list[str]:
 
 
 def paper_figure(runs: list[RunData]) -> Figure:
-    """One panel: each group's mean with its min-max band against time, switches marked."""
+    """Each group's mean with its min-max band against time, switches marked: one panel, or
+    one per kind of seconds when real and simulated runs are drawn together (one axis never
+    carries two kinds of time)."""
     groups, _ = shown_runs(runs)
-    figure = Figure(figsize=(10, 5), layout="constrained")
+    kinds = [
+        (kind, [g for g in groups if time_kind(g.runs[0]) == kind]) for kind in (WALL, SIMULATED)
+    ]
+    kinds = [(kind, some) for kind, some in kinds if some] or [(WALL, [])]
+    figure = Figure(figsize=(6 + 4 * len(kinds), 5), layout="constrained")
     FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
+    panels = figure.subplots(1, len(kinds), sharey=True, squeeze=False)[0]
+    styles = dict(zip((g.label for g in groups), STYLES, strict=False))
     handles: list = []
     labels: list[str] = []
     banded = False
-    for (color, linestyle, marker), group in zip(STYLES, groups, strict=False):
-        line = curve(group.runs)
-        (drawn,) = axes.plot(
-            line.time_s,
-            line.mean,
-            color=color,
-            linestyle=linestyle,
-            marker=marker,
-            markevery=max(1, len(line.time_s) // MARKS_PER_LINE),
-            markersize=5,
-            linewidth=1.8,
-            label=group.label,
-        )
-        handles.append(drawn)
-        labels.append(group.label)
-        if len(group.runs) > 1 and np.any(line.high > line.low):
-            axes.fill_between(
-                line.time_s, line.low, line.high, color=color, alpha=0.18, lw=0,
-                label=f"_band {group.label}",
-            )  # fmt: skip
-            banded = True
-        _mark_switches(axes, group, line, color)
+    drawn: list[tuple[str, Curve]] = []
+    for axes, (kind, kind_groups) in zip(panels, kinds, strict=True):
+        for group in kind_groups:
+            color, linestyle, marker = styles[group.label]
+            line = curve(group.runs)
+            # A curve equal to one drawn before would hide it: its markers fall between the
+            # other's, and its label says so.
+            same = next((label for label, other in drawn if _same_curve(line, other)), None)
+            every = max(1, len(line.time_s) // MARKS_PER_LINE)
+            label = group.label if same is None else f"{group.label} (same curve as {same})"
+            (line_drawn,) = axes.plot(
+                line.time_s,
+                line.mean,
+                color=color,
+                linestyle=linestyle if same is None else (0, (4, 3)),
+                marker=marker,
+                markevery=(every // 2 if same is not None else 0, every),
+                markersize=5,
+                linewidth=1.8,
+                label=label,
+            )
+            drawn.append((group.label, line))
+            handles.append(line_drawn)
+            labels.append(label)
+            if len(group.runs) > 1 and np.any(line.high > line.low):
+                axes.fill_between(
+                    line.time_s, line.low, line.high, color=color, alpha=0.18, lw=0,
+                    label=f"_band {group.label}",
+                )  # fmt: skip
+                banded = True
+            _mark_switches(axes, group, line, color)
+        shown = [(run.name, run) for group in kind_groups for run in group.runs]
+        axes.set_xlabel(time_label(shown))
+        axes.grid(alpha=0.3)
+        axes.spines[["top", "right"]].set_visible(False)
+        if len(kinds) > 1:
+            # One panel per kind of seconds: a simulator's are not the wall clock's.
+            axes.set_title("SIMULATED runs" if kind == SIMULATED else "real-time runs")
     if any(run.switches for group in groups for run in group.runs):
         handles.append(
             Line2D([], [], marker="D", markerfacecolor="white", markeredgecolor="black", ls="none")
@@ -188,16 +213,20 @@ def paper_figure(runs: list[RunData]) -> Figure:
     if banded:
         handles.append(Patch(color="#8c8c8c", alpha=0.3))
         labels.append("min-max over runs")
-    shown = [run for group in groups for run in group.runs]
-    axis = plotted(shown[0])[1] if shown else "primary metric"
-    axes.set_xlabel(time_label([(run.name, run) for run in shown]))
-    axes.set_ylabel(axis)
-    axes.set_title(f"{axis} vs time")
-    axes.grid(alpha=0.3)
-    axes.spines[["top", "right"]].set_visible(False)
+    every_run = [run for group in groups for run in group.runs]
+    axis = plotted(every_run[0])[1] if every_run else "primary metric"
+    panels[0].set_ylabel(axis)
+    if len(kinds) == 1:
+        panels[0].set_title(f"{axis} vs time")
     if handles:
         figure.legend(handles, labels, loc="outside right upper", fontsize=9, frameon=False)
     return figure
+
+
+def _same_curve(a: Curve, b: Curve) -> bool:
+    return (
+        len(a.time_s) > 0 and np.array_equal(a.time_s, b.time_s) and np.array_equal(a.mean, b.mean)
+    )
 
 
 def _mark_switches(axes, group: Group, line: Curve, color: str) -> None:

@@ -27,11 +27,21 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, MaxNLocator
+from matplotlib.ticker import MaxNLocator
 
 from syncswitch.errors import RunDirError
 from syncswitch.files import write_output
 from syncswitch.reports.overview import phases, run_end
+from syncswitch.reports.plot_common import (
+    by_time_kind,
+    plain_text,
+    plotted,
+    protocol_color,
+    readable_x_ticks,
+    short_label,
+    thinned,
+    time_label,
+)
 from syncswitch.rundir import RunData
 
 PLOT_SUFFIXES = (".png", ".svg")
@@ -44,16 +54,10 @@ MAX_PLOTTED_RUNS = 12
 MAX_TIMELINE_RUNS = 4
 MAX_LINE_POINTS = 4000
 MAX_MARKERS = 200
+MARKS_PER_LINE = 8  # markers along each accuracy line, each run its own shape
+LINE_MARKERS = ("o", "s", "^", "v", "P", "X", "*", "<", ">", "h", "p", "8")
 MAX_SHADED_PHASES = 200  # phases shaded behind a single run's accuracy lines
 MAX_FIGURE_HEIGHT_IN = 60.0
-MAX_TICK_LABEL_CHARS = 40
-X_TICKS = 6  # at most this many labelled ticks on an x axis, so labels never overlap
-
-_PROTOCOL_COLORS = {"bsp": "#4c72b0", "asp": "#dd8452", "ssp": "#55a868"}
-
-
-def protocol_color(protocol: str) -> str:
-    return _PROTOCOL_COLORS.get(protocol.split("-")[0], "#8c8c8c")
 
 
 def plot_notes(runs: list[tuple[str, RunData]]) -> list[str]:
@@ -78,11 +82,6 @@ def plot_notes(runs: list[tuple[str, RunData]]) -> list[str]:
     return notes
 
 
-def plain_text(text: str) -> str:
-    """Text from a run directory as matplotlib draws it literally (no `$...$` math)."""
-    return str(text).replace("$", r"\$")
-
-
 def plot_runs(runs: list[tuple[str, RunData]]) -> Figure:
     """The whole figure for labelled runs (label, run), in the order given (bounded: see the
     module docstring and `plot_notes`)."""
@@ -102,12 +101,19 @@ def plot_runs(runs: list[tuple[str, RunData]]) -> Figure:
     figure = Figure(figsize=(13, height_in), layout="constrained")
     FigureCanvasAgg(figure)
     grid = figure.add_gridspec(len(heights), 2, height_ratios=heights)
-    time_axes = figure.add_subplot(grid[0, 0])
-    samples_axes = figure.add_subplot(grid[0, 1])
-    _accuracy(time_axes, runs, by_samples=False)
-    _accuracy(samples_axes, runs, by_samples=True)
-    _phase_strip(figure.add_subplot(grid[1, 0], sharex=time_axes), runs, by_samples=False)
-    _phase_strip(figure.add_subplot(grid[1, 1], sharex=samples_axes), runs, by_samples=True)
+    # One time axis per kind of seconds (wall, simulated): never two kinds on one axis.
+    kinds = by_time_kind(runs)
+    colors = dict(zip((id(run) for _, run in runs), _run_colors(len(runs)), strict=True))
+    top = grid[0, :].subgridspec(1, len(kinds) + 1)
+    strips = grid[1, :].subgridspec(1, len(kinds) + 1)
+    for column, (_, kind_runs) in enumerate(kinds):
+        time_axes = figure.add_subplot(top[0, column])
+        _accuracy(time_axes, kind_runs, colors, by_samples=False, mixed=len(kinds) > 1)
+        strip = figure.add_subplot(strips[0, column], sharex=time_axes)
+        _phase_strip(strip, kind_runs, by_samples=False)
+    samples_axes = figure.add_subplot(top[0, len(kinds)])
+    _accuracy(samples_axes, runs, colors, by_samples=True)
+    _phase_strip(figure.add_subplot(strips[0, len(kinds)], sharex=samples_axes), runs, True)
     row = 2
     for label, run in online_runs:
         signal_axes = figure.add_subplot(grid[row, 0])
@@ -130,37 +136,6 @@ def plot_runs(runs: list[tuple[str, RunData]]) -> Figure:
     return figure
 
 
-def time_label(runs: list[tuple[str, RunData]]) -> str:
-    """The time axis's label, true to how the runs' times were made: a simulator's virtual
-    seconds are "simulated time"; mixed with real or emulated runs, the label says which."""
-    simulated = [label for label, run in runs if run.timing == "simulated"]
-    if not simulated:
-        return "wall time (s)"
-    if len(simulated) == len(runs):
-        return "simulated time (s)"
-    return f"time (s): simulated for {', '.join(simulated)}; wall time for the others"
-
-
-def _readable_x_ticks(axes, by_samples: bool) -> None:
-    axes.xaxis.set_major_locator(MaxNLocator(nbins=X_TICKS))
-    if by_samples:
-        axes.xaxis.set_major_formatter(FuncFormatter(_compact_count))
-
-
-def _compact_count(value: float, _position: int | None = None) -> str:
-    """640000 -> '640k', 1200000 -> '1.2M': short tick labels at any figure size."""
-    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= size:
-            return f"{value / size:g}{suffix}"
-    return f"{value:g}"
-
-
-def _short(label: str) -> str:
-    return (
-        label if len(label) <= MAX_TICK_LABEL_CHARS else label[: MAX_TICK_LABEL_CHARS - 3] + "..."
-    )
-
-
 def save_figure(figure: Figure, path: Path) -> None:
     if path.suffix.lower() not in PLOT_SUFFIXES:
         raise RunDirError(f"plot file {str(path)!r} must end in .png or .svg")
@@ -177,21 +152,36 @@ def _run_colors(count: int) -> list[str]:
     return [f"C{index % 10}" for index in range(count)]
 
 
-def plotted(run: RunData) -> tuple[np.ndarray, str]:
-    """A run's primary metric as plotted (accuracies in percent) and its axis label."""
-    metrics = run.metrics
-    if metrics.metric.endswith("accuracy"):
-        return 100 * metrics.value, f"{metrics.split} {metrics.metric} (%)"
-    return metrics.value, f"{metrics.split} {metrics.metric}"
-
-
-def _accuracy(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:
-    for color, (label, run) in zip(_run_colors(len(runs)), runs, strict=True):
+def _accuracy(
+    axes,
+    runs: list[tuple[str, RunData]],
+    colors: dict[int, str],
+    by_samples: bool,
+    mixed: bool = False,
+) -> None:
+    drawn: list[tuple[str, np.ndarray, np.ndarray]] = []
+    for index, (label, run) in enumerate(runs):
+        color = colors[id(run)]
         metrics = run.metrics
         x = metrics.samples if by_samples else metrics.time_s
         accuracy, _ = plotted(run)
         line = thinned(len(x), MAX_LINE_POINTS)
-        axes.plot(x[line], accuracy[line], color=color, label=label, linewidth=1.6)
+        # A curve equal to one drawn before (BSP and an online run that stayed in BSP) would
+        # hide it: it is dashed, its markers fall between the other's, and its label says so.
+        same = next((other for other, ox, oy in drawn if _same(ox, oy, x, accuracy)), None)
+        drawn.append((label, x, accuracy))
+        every = max(1, len(line) // MARKS_PER_LINE)
+        axes.plot(
+            x[line],
+            accuracy[line],
+            color=color,
+            label=label if same is None else f"{label} (same curve as {short_label(same)})",
+            linewidth=1.6,
+            linestyle="-" if same is None else (0, (4, 3)),
+            marker=LINE_MARKERS[index % len(LINE_MARKERS)],
+            markevery=(index * every // max(len(runs), 1) % every, every),
+            markersize=5,
+        )
         switches = [run.switches[i] for i in thinned(len(run.switches), MAX_MARKERS)]
         if switches:
             at = np.array([s.at_samples if by_samples else s.time_s for s in switches], float)
@@ -216,9 +206,12 @@ def _accuracy(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:
                     else (phase.start_s, phase.end_s)
                 )
                 axes.axvspan(start, end, color=protocol_color(phase.protocol), alpha=0.12, lw=0)
-    axes.set_title(ACCURACY_VS_SAMPLES if by_samples else ACCURACY_VS_TIME)
+    title = ACCURACY_VS_SAMPLES if by_samples else ACCURACY_VS_TIME
+    if mixed:  # the figure has a panel per kind of time: this one's runs are one kind
+        title += ": SIMULATED runs" if runs[0][1].timing == "simulated" else ": real-time runs"
+    axes.set_title(title)
     axes.set_xlabel("samples processed" if by_samples else time_label(runs))
-    _readable_x_ticks(axes, by_samples)
+    readable_x_ticks(axes, by_samples)
     axes.set_ylabel(plotted(runs[0][1])[1] if runs else "")
     axes.grid(alpha=0.3)
     handles, labels = axes.get_legend_handles_labels()
@@ -229,6 +222,10 @@ def _accuracy(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> None:
         labels.append("switch")
     if handles:
         axes.legend(handles, labels, loc="lower right", fontsize=8)
+
+
+def _same(x: np.ndarray, y: np.ndarray, other_x: np.ndarray, other_y: np.ndarray) -> bool:
+    return len(x) > 0 and np.array_equal(x, other_x) and np.array_equal(y, other_y)
 
 
 def _online_switch(run: RunData) -> float | None:
@@ -303,11 +300,11 @@ def _phase_strip(axes, runs: list[tuple[str, RunData]], by_samples: bool) -> Non
             axes.plot(
                 at, [row] * len(at), marker="|", markersize=14, color="black", mew=2, ls="none"
             )
-    axes.set_yticks(range(len(runs)), [_short(label) for label, _ in runs], fontsize=8)
+    axes.set_yticks(range(len(runs)), [short_label(label) for label, _ in runs], fontsize=8)
     axes.set_ylim(len(runs) - 0.5, -0.5)
     axes.set_title("protocol phases (| = switch)", fontsize=9)
     axes.set_xlabel("samples processed" if by_samples else time_label(runs))
-    _readable_x_ticks(axes, by_samples)
+    readable_x_ticks(axes, by_samples)
     if seen:
         axes.legend(
             [Patch(color=c) for c in seen.values()],
@@ -387,7 +384,7 @@ def _straggler_timeline(axes, label: str, run: RunData) -> None:
     axes.set_ylim(len(workers) - 0.5, -0.5)
     axes.set_xlim(0, max(end_s, 1e-9))
     axes.set_xlabel(time_label([(label, run)]))
-    _readable_x_ticks(axes, by_samples=False)
+    readable_x_ticks(axes, by_samples=False)
     axes.set_title(f"stragglers: {label}", fontsize=9)
     axes.legend(
         [
@@ -439,10 +436,3 @@ def _staleness(axes, label: str, run: RunData) -> None:
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.legend(fontsize=7)
     axes.tick_params(labelsize=7)
-
-
-def thinned(count: int, limit: int) -> list[int]:
-    """Indices of at most `limit` of `count` items, evenly spread, first and last kept."""
-    if count <= limit:
-        return list(range(count))
-    return sorted({round(i * (count - 1) / (limit - 1)) for i in range(limit)})

@@ -18,18 +18,22 @@ class Table:
     rows: Sequence[tuple[str, ...]]
     notes: list[str] = field(default_factory=list)
     numeric: frozenset[str] = frozenset()  # columns aligned right
+    # The columns a terminal shows (all when empty): the rest are in the HTML page.
+    brief: tuple[str, ...] = ()
 
     def to_rich(self):  # -> rich.table.Table; rich is imported only when a terminal asks
         from rich.table import Table as RichTable
 
         from syncswitch.terminal import printable  # cells come from run directories
 
+        shown = [i for i, name in enumerate(self.columns) if not self.brief or name in self.brief]
         table = RichTable(title=printable(self.title), title_justify="left", show_lines=False)
-        for index, name in enumerate(self.columns):
+        for index in shown:
+            name = self.columns[index]
             justify: Literal["right", "left"] = "right" if name in self.numeric else "left"
-            table.add_column(printable(name), no_wrap=index == 0, justify=justify)
+            table.add_column(printable(name), justify=justify, overflow="fold")
         for row in self.rows:
-            table.add_row(*(printable(cell) for cell in row))
+            table.add_row(*(printable(row[i]) for i in shown))
         return table
 
     def to_html(self, css_class: str) -> str:
@@ -75,6 +79,22 @@ RUN_COLUMNS = (
     "switch overhead",
     "dropped",
 )
+
+
+# The runs table's columns on a terminal, which it fits in `TERMINAL_TABLE_WIDTH` columns;
+# the HTML page (`report --html`) has all of RUN_COLUMNS.
+RUN_COLUMNS_BRIEF = (
+    "run",
+    "status",
+    "schedule",
+    "timing",
+    "final",
+    "test",
+    "wall time",
+    "time vs first",
+    "switches",
+)
+TERMINAL_TABLE_WIDTH = 120
 
 
 def runs_table(runs: list[RunOverview]) -> Table:
@@ -137,7 +157,12 @@ def runs_table(runs: list[RunOverview]) -> Table:
     numeric = frozenset(
         ("workers", "final acc", "best acc", "wall time", "samples/s", "time vs first")
     ) | {"switch overhead", "dropped"}
-    return Table("runs", RUN_COLUMNS, rows, notes, numeric)
+    notes.append(
+        "on the terminal: "
+        + ", ".join(c for c in RUN_COLUMNS if c not in RUN_COLUMNS_BRIEF)
+        + " are in the HTML page (report --html)"
+    )
+    return Table("runs", RUN_COLUMNS, rows, notes, numeric, brief=RUN_COLUMNS_BRIEF)
 
 
 WORKER_COLUMNS = (

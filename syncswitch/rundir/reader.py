@@ -22,6 +22,7 @@ import numpy as np
 
 from syncswitch.errors import RunDirError
 from syncswitch.records.metric import COLUMN_PREFIX, VALIDATION
+from syncswitch.records.switch import rule_name
 from syncswitch.rundir import names
 from syncswitch.rundir.parsing import (
     MAX_JSON_BYTES,
@@ -360,7 +361,7 @@ def _read_timing_signals(path: Path, notes: list[str]) -> TimingSignals | None:
             float(signal) if signal else math.nan,  # inf: a noise scale over a gradient of 0
             finite(row["threshold"]),
             row["decision"],
-            row["rule"],
+            rule_name(row["rule"]),
         )
 
     required = ("samples", "fraction", "rule", "signal", "threshold", "decision")

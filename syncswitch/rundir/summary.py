@@ -21,6 +21,7 @@ from typing import Any
 
 from syncswitch.records import Accounting, Fields, Switch
 from syncswitch.records.metric import LEGACY, TEST, VALIDATION, MetricSpec
+from syncswitch.records.switch import rule_name
 from syncswitch.rundir import names
 
 RUNTIMES = ("ray", "sim")
@@ -97,7 +98,7 @@ class OnlineTimingSummary:
         if not all(v is None or (_is_finite(v)) for v in values.values()):
             raise read.refuse("values", "an object of finite numbers or nulls")
         return cls(
-            rule=read.text("rule"),
+            rule=rule_name(read.text("rule")),
             threshold=read.number("threshold", low=0.0),
             floor=read.number("floor", low=0.0, high=1.0),
             ceiling=read.number("ceiling", low=0.0, high=1.0),

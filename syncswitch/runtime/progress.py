@@ -53,30 +53,40 @@ class StartupSteps:
         self.status.console.print(f"syncswitch: {self.step}: {elapsed_s:.1f} s", highlight=False)
 
 
-# The start-up steps of the run being set up in this process (one run at a time).
+# The start-up steps of the run being set up in this process (one run at a time), and when
+# its start-up began (shown or not).
 _startup: StartupSteps | None = None
+_startup_began_s: float | None = None
 
 
 @contextmanager
 def startup_status(enabled: bool, first_step: str) -> Iterator[None]:
     """Show `first_step` at once and each later `starting(...)` step until the bar starts."""
-    global _startup
-    if not enabled:
-        yield
-        return
-    steps = StartupSteps(first_step)
-    steps.status.start()
+    global _startup, _startup_began_s
+    _startup_began_s = time.monotonic()
+    steps = StartupSteps(first_step) if enabled else None
+    if steps is not None:
+        steps.status.start()
     _startup = steps
     try:
         yield
     finally:
         _end_startup()
+        _startup_began_s = None
 
 
 def starting(step: str) -> None:
     """Name the start-up step now under way ("starting Ray", "starting 8 worker processes", ...)."""
     if _startup is not None:
         _startup.next(step)
+
+
+def startup_elapsed_s(since_s: float) -> float:
+    """Seconds since this run's start-up began (its first step, "loading data"), so that the
+    start-up a summary reports is the sum of the steps it listed; from `since_s` (a
+    `time.monotonic()` reading) when no start-up was opened in this process."""
+    began = _startup_began_s if _startup_began_s is not None else since_s
+    return time.monotonic() - min(began, since_s)
 
 
 def _end_startup() -> None:

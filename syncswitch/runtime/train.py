@@ -24,7 +24,7 @@ from syncswitch.control.controller import (
     run_dir_in_use,
 )
 from syncswitch.control.plan import RunPlan
-from syncswitch.control.resume_check import ResumeCheck, say_refused
+from syncswitch.control.resume_check import ResumeCheck, say_refused, say_resumed
 from syncswitch.core.reliability.checkpoints import (
     CheckpointError,
     CheckpointStore,
@@ -176,6 +176,7 @@ def _train(
         parameters = sum(p.numel() for p in model_factory().parameters())
         checkpoint = load_resume_checkpoint(run_dir, ResumeCheck(plan, parameters))
         refuse_changed_workload(run_dir, checkpoint, plan.total_samples)
+        say_resumed(run_dir, checkpoint, plan.total_samples)
     else:
         refuse_used_run_dir(run_dir)
     writer = RunWriter(

@@ -106,7 +106,7 @@ def test_an_online_job_too_short_to_leave_bsp_says_so() -> None:
     from syncswitch.rundir.summary import OnlineTimingSummary
 
     ended = OnlineTimingSummary(
-        rule="staleness_noise", threshold=0.15, floor=0.0625, ceiling=0.875,
+        rule="staleness", threshold=0.15, floor=0.0625, ceiling=0.875,
         decided_at=1.0, reason="ceiling", checks=1,
     )  # fmt: skip
     line = online_timing_line(ended)

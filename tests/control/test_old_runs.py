@@ -121,3 +121,11 @@ def test_an_old_complete_run_directory_reads_back() -> None:
     assert summary is not None and summary.complete and summary.final_value == 0.4965
     assert [(s.from_protocol, s.to_protocol) for s in run.switches] == [("bsp", "asp")]
     assert run.notes == []
+
+
+def test_an_old_run_names_its_switch_rule_as_the_command_line_does() -> None:
+    # 0.1.0 wrote the rule as staleness_noise; it reads under `--switch-rule`'s name.
+    run = load_run(FIXTURES / "online")
+    assert run.summary is not None and run.summary.online_timing is not None
+    assert run.summary.online_timing.rule == "staleness"
+    assert run.timing_signals is not None and run.timing_signals.rule == "staleness"

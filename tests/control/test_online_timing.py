@@ -82,7 +82,7 @@ def test_a_synthetic_signal_crossing_the_threshold_switches_once_at_the_crossing
     summary = read_summary(tmp_path)
     timing_summary = summary.online_timing
     assert timing_summary is not None and timing_summary.switched
-    assert timing_summary.reason == "signal" and timing_summary.rule == "staleness_noise"
+    assert timing_summary.reason == "signal" and timing_summary.rule == "staleness"
     assert timing_summary.values["staleness_ratio"] < THRESHOLD
     assert timing_summary.at_fraction == pytest.approx(decision.progress, abs=0.006)
     # One switch, on every shard, to ASP; nothing else switched.

@@ -150,7 +150,7 @@ def test_online_timing_signals_and_the_decision_reach_the_loggers() -> None:
         OnlineTimingDecided(
             switch=True,
             reason="signal",
-            rule="noise_scale",
+            rule="noise-scale",
             progress=0.4,
             values={},
             samples=1280,

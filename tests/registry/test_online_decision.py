@@ -17,7 +17,7 @@ from tests.rundir.samples import sample_summary
 
 def online_summary(at: float = 0.4375, **changes) -> Summary:
     timing = OnlineTimingSummary(
-        rule="staleness_noise",
+        rule="staleness",
         threshold=0.35,
         floor=0.0625,
         ceiling=0.875,
@@ -25,7 +25,7 @@ def online_summary(at: float = 0.4375, **changes) -> Summary:
         at_fraction=at,
         decided_at=at + 0.002,
         reason="signal",
-        describe=f"switch at {at:.3f} (staleness_noise: signal; staleness_ratio 0.3)",
+        describe=f"switch at {at:.3f} (staleness: signal; staleness_ratio 0.3)",
         values={"staleness_ratio": 0.3, "threshold": 0.35},
     )
     values = {"status": "complete", "schedule": "online", "online_timing": timing, **changes}
@@ -37,7 +37,7 @@ def test_an_online_decision_round_trips_and_auto_reuses_it(tmp_path: Path) -> No
     config = TrainConfig(schedule="online", workers=8, runtime="sim")
     stored = record_online_decision(config, online_summary(), str(db))
     assert stored is not None and stored.kind == ONLINE and stored.fraction == 0.4375
-    assert stored.evidence["rule"] == "staleness_noise" and stored.evidence["reason"] == "signal"
+    assert stored.evidence["rule"] == "staleness" and stored.evidence["reason"] == "signal"
     with Registry(db) as registry:
         job = registry.job(fingerprint(config))
         assert job is not None and [d.kind for d in registry.decisions(job)] == [ONLINE]

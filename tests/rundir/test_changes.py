@@ -35,7 +35,7 @@ def test_a_rollback_that_pinned_bsp_is_a_change() -> None:
 
 def test_an_online_phase_ended_by_its_ceiling_is_a_change() -> None:
     timing = OnlineTimingSummary(
-        rule="staleness_noise", threshold=0.15, floor=0.0625, ceiling=0.875,
+        rule="staleness", threshold=0.15, floor=0.0625, ceiling=0.875,
         switched=True, at_fraction=0.875, reason="ceiling",
     )  # fmt: skip
     (change,) = schedule_changes(sample_summary(schedule="online", online_timing=timing))
@@ -78,7 +78,7 @@ def test_the_summary_shows_the_online_signal_once_and_says_what_the_ms_are() -> 
     online = Switch(
         at_fraction=0.36, at_samples=100, version=9, from_protocol="bsp", to_protocol="asp",
         time_s=1.0, overhead_s=0.00015,
-        reason="online_timing: switch at 0.360 (staleness_noise: signal; staleness_ratio 0.1)",
+        reason="online_timing: switch at 0.360 (staleness: signal; staleness_ratio 0.1)",
     )  # fmt: skip
     text = _switches((online,))
     assert text == "bsp>asp at 36.0% (online timing, see below; in force in 0.15 ms)"

@@ -40,7 +40,7 @@ CHECKPOINT = CheckpointInfo(
     created_unix_s=1765000000.123456,
     meta={"progress": 0.25, "version": 80, "time_s": 1.5},
 )
-TIMING = OnlineSwitchDecision(True, TimingReason.SIGNAL, "noise_scale", 0.4, {"noise_scale": 1.5})
+TIMING = OnlineSwitchDecision(True, TimingReason.SIGNAL, "noise-scale", 0.4, {"noise_scale": 1.5})
 STARTED: dict[str, Any] = {
     "workers": 4,
     "servers": 2,

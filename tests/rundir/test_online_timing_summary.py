@@ -12,7 +12,7 @@ from syncswitch.rundir import OnlineTimingSummary, Summary, names, read_summary
 from tests.rundir.samples import sample_summary
 
 TIMING = OnlineTimingSummary(
-    rule="staleness_noise",
+    rule="staleness",
     threshold=0.35,
     floor=0.0625,
     ceiling=0.875,
@@ -23,7 +23,7 @@ TIMING = OnlineTimingSummary(
     time_s=3.5,
     to_protocol="asp",
     reason="signal",
-    describe="switch at 0.502 (staleness_noise: signal; staleness_ratio 0.3)",
+    describe="switch at 0.502 (staleness: signal; staleness_ratio 0.3)",
     values={"staleness_ratio": 0.3, "drift_sq": None},
     checks=100,
 )

@@ -68,10 +68,13 @@ def test_online_s_chosen_local_phase_runs_on_ray(ray_session, monkeypatch, tmp_p
     loopback measures, the run chooses a local phase, and the Ray shards and workers enter it
     from the decision (not from their schedule, which says asp) and finish in it."""
     from syncswitch.config import TrainConfig
+    from syncswitch.control import plan
     from syncswitch.core.timing import follower
     from syncswitch.runtime.train import train
 
     monkeypatch.setattr(follower, "LOCAL_RATIO", 1e-6)
+    # As if the workers were on other machines (on one, ASP follows whatever the ratio).
+    monkeypatch.setattr(plan, "runs_on_one_machine", lambda config: False)
     config = TrainConfig(
         schedule="online", workers=4, servers=2, epochs=4, mnist1d_samples=1000,
         step_time_ms=5.0, progress=False, out=str(tmp_path / "run"),

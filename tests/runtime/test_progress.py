@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 
 import pytest
 from rich.console import Console
@@ -42,6 +43,28 @@ def test_each_start_up_step_ends_in_a_line_with_its_time(screen: io.StringIO) ->
         "starting Ray",
         "starting 8 worker processes and the evaluator",
     ]
+
+
+def test_the_start_up_time_a_run_reports_is_the_sum_of_its_listed_steps(
+    screen: io.StringIO,
+) -> None:
+    # The summary's "+ N s start-up" once counted from the placement group on and left out
+    # loading data and starting Ray, which the steps above it list (issue 47).
+    with progress.startup_status(True, "loading data"):
+        time.sleep(0.2)
+        progress.starting("starting Ray")
+        time.sleep(0.2)
+        progress.starting("reserving the actors' CPUs (a placement group)")
+        since = time.monotonic()
+        time.sleep(0.1)
+        reported = progress.startup_elapsed_s(since)
+    listed = [
+        float(s)
+        for s in re.findall(r"syncswitch: [^\n\x1b]+: ([0-9.]+) s$", screen.getvalue(), re.M)
+    ]
+    assert len(listed) == 3 and reported >= 0.5
+    assert reported == pytest.approx(sum(listed), abs=0.05 * len(listed) + 0.02)  # rounded to 0.1
+    assert progress.startup_elapsed_s(time.monotonic()) < 0.01  # outside a start-up: from then
 
 
 def test_a_pipe_is_not_cut_at_80_columns() -> None:

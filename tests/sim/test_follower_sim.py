@@ -40,25 +40,26 @@ def test_online_on_a_slow_network_leaves_bsp_for_a_local_phase_and_says_why(
     timing = run.summary.online_timing
     assert timing is not None and timing.switched
     assert timing.reason == "message_cost"
-    # 20 ms steps against 25 ms each way: a message costs about 2.5 steps, so H = 3.
+    # 20 ms steps against 25 ms each way: a message costs about 2.5 steps, so H = 4 (the
+    # grid's H for 1.5 to 8 steps).
     follower = timing.follower
-    assert follower is not None and follower["protocol"] == "local-3"
-    assert 2.0 < follower["ratio"] < 3.5 and follower["local_steps"] == 3
-    assert timing.to_protocol == "local-3"
+    assert follower is not None and follower["protocol"] == "local-4"
+    assert 2.0 < follower["ratio"] < 3.5 and follower["local_steps"] == 4
+    assert timing.to_protocol == "local-4"
     # It leaves at the first check past the floor (1/16), once 8 rounds were timed.
     assert 1 / 16 <= timing.at_fraction < 0.2
     by_protocol = run.summary.samples_by_protocol
     # At most the round the switch cut short is applied as its workers' shares (asp).
     assert by_protocol.get("asp", 0) <= 4 * 16 and by_protocol["local"] > by_protocol["bsp"]
     (event,) = online_events(tmp_path / "wan")
-    assert event["to"] == "local-3" and event["follower"]["protocol"] == "local-3"
+    assert event["to"] == "local-4" and event["follower"]["protocol"] == "local-4"
     assert "a message costs" in event["describe"]
     # The chosen phase grows its H as the learning rate falls (QSR, the default for it):
-    # fewer deltas came than rounds of 3 steps would have sent.
+    # fewer deltas came than rounds of 4 steps would have sent.
     traffic = run.summary.traffic
     assert traffic is not None
     local_samples = run.summary.samples_by_protocol["local"]
-    assert traffic["messages_by_protocol"]["local"] < local_samples / (16 * 3)
+    assert traffic["messages_by_protocol"]["local"] < local_samples / (16 * 4)
 
 
 def test_online_on_a_fast_network_is_the_run_bsp_online_asp_is(mnist, tmp_path) -> None:

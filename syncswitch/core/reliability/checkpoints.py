@@ -222,6 +222,12 @@ class CheckpointStore:
                 found.add(int(match.group(1)))
         return sorted(found, reverse=True)
 
+    def newest_samples(self) -> int | None:
+        """The samples the newest checkpoint's manifest claims (-1 when it cannot tell), or
+        None when there is no checkpoint; nothing is loaded or verified."""
+        found = self.sequences()
+        return manifest_samples(self._manifest_path(found[0])) if found else None
+
     def load_latest(
         self,
         *,

@@ -20,7 +20,7 @@ from syncswitch.core.sync.local import (
     round_steps,
     switch_ramp,
 )
-from syncswitch.core.sync.protocol import ASP, Protocol, ProtocolSpec
+from syncswitch.core.sync.protocol import Protocol, ProtocolSpec
 from syncswitch.core.sync.records import Gradient
 from syncswitch.core.sync.server_optimizer import ServerOptimizer
 
@@ -39,7 +39,9 @@ class LocalPhase:
             self.outer.reset()
             live.local_epoch = live.version
             live.local_start = self.config.progress(live.samples)
-            live.before_local = old if old.protocol.is_async else ASP
+            # A message computed before the switch and applied in the phase was trained
+            # under the protocol it left: BSP's in-flight gradients count as BSP's samples.
+            live.before_local = old
         leaving = old.protocol is Protocol.LOCAL and new.protocol is not Protocol.LOCAL
         if leaving and self.config.local.server_momentum_after is StatePolicy.RESET:
             self.optimizer.reset_momentum()

@@ -7,7 +7,7 @@ switch out on every shard. `decide` adds the floor and the ceiling on the BSP sh
 The rules:
 
 - `LossPlateauRule` (the paper's online attempt, the baseline): switch when a loss (the
-  evaluator's test loss, or the workers' training loss) improved by less than
+  evaluator's validation loss, or the workers' training loss) improved by less than
   `min_improvement`, relative, over the last `window` of training progress.
 
 - `StalenessNoiseRule` (the default): switch when the error that staleness would
@@ -76,6 +76,7 @@ from typing import Any
 from typing import Protocol as TypingProtocol
 
 from syncswitch.core.timing.gradient_stats import GradientSignals
+from syncswitch.records.switch import rule_name
 
 # The policy name a timing decision carries (core.sync.records.Decision.policy).
 TIMING_POLICY = "online_timing"
@@ -117,7 +118,7 @@ class OnlineSwitchDecision:
         return cls(
             switch=bool(record["switch"]),
             reason=TimingReason(record["reason"]),
-            rule=str(record["rule"]),
+            rule=rule_name(str(record["rule"])),
             progress=float(record["progress"]),
             values={str(k): float(v) for k, v in record["values"].items()},
         )
@@ -209,7 +210,7 @@ class Rule(TypingProtocol):
 class LossPlateauRule:
     window: float = 0.1  # progress over which the improvement is measured
     min_improvement: float = 0.05  # relative: (loss then - loss now) / loss then
-    name: str = "loss_plateau"
+    name: str = "plateau"
 
     def check(self, history: Sequence[LossPoint]) -> Verdict:
         if not history:
@@ -274,7 +275,7 @@ class StalenessNoiseRule:
     # ... and only while the gradient is noise-dominated at BSP's global batch: its noise
     # scale at least this multiple of n b (see the module docstring).
     min_noise_scale: float = 1.0
-    name: str = "staleness_noise"
+    name: str = "staleness"
 
     def check(self, history: Sequence[GradientPoint]) -> Verdict:
         exponent = self.staleness_exponent
@@ -354,7 +355,7 @@ def _noise_scale(point: GradientPoint) -> float:
 class NoiseScaleRule:
     threshold: float = 2.0  # B_simple over BSP's global batch n b
     patience: int = 3
-    name: str = "noise_scale"
+    name: str = "noise-scale"
 
     def check(self, history: Sequence[GradientPoint]) -> Verdict:
         if not history:
@@ -406,9 +407,9 @@ def first_switch(
 # threshold (the signal a report plots against the threshold).
 RULE_NAMES = ("staleness", "noise-scale", "plateau")
 SIGNAL_KEYS = {
-    "staleness_noise": "staleness_ratio",
-    "noise_scale": "noise_scale_over_batch",
-    "loss_plateau": "improvement",
+    "staleness": "staleness_ratio",
+    "noise-scale": "noise_scale_over_batch",
+    "plateau": "improvement",
 }
 
 

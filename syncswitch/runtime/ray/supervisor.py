@@ -58,7 +58,7 @@ from syncswitch.core.sync.sharding import parameter_shards
 from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.rundir import Summary, names
 from syncswitch.runtime import shards
-from syncswitch.runtime.progress import ProgressDisplay, starting
+from syncswitch.runtime.progress import ProgressDisplay, starting, startup_elapsed_s
 from syncswitch.runtime.ray import placement
 from syncswitch.runtime.ray.actors import STARTUP_TIMEOUT_S, ActorDirectory, wait_ready
 from syncswitch.runtime.ray.evaluator import RayEvaluator
@@ -107,7 +107,7 @@ class RaySupervisor:
 
     def execute(self) -> tuple[Summary, np.ndarray]:
         """Run to the end; the summary and the final flat weights."""
-        setup_started = time.perf_counter()
+        setup_started = time.monotonic()
         torch.manual_seed(self.plan.job.seed)
         initial = flatten_parameters(self.model_factory()).numpy()
         self.shards = parameter_shards(len(initial), self.plan.job.servers)
@@ -141,9 +141,7 @@ class RaySupervisor:
             ray.get([s.begin.remote() for s in self.servers])
             # Stragglers timed in seconds count run time, which a resumed run carries over.
             self.started_at = time.time() - (_resumed_time_s(resumed) if resumed else 0.0)
-            self._carry_out(
-                self.controller.start(len(initial), time.perf_counter() - setup_started)
-            )
+            self._carry_out(self.controller.start(len(initial), startup_elapsed_s(setup_started)))
             with ProgressDisplay(
                 self.progress, self.plan.total_samples, metric=self.plan.metric
             ) as show:

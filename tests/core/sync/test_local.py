@@ -475,3 +475,13 @@ def test_a_round_after_a_switch_from_bsp_runs_at_the_ramped_lr() -> None:
     ramp = [lr for progress, lr in seen if progress < 0.45]
     assert ramp == sorted(ramp) and ramp[-1] < 0.05
     assert all(lr == pytest.approx(0.05) for progress, lr in seen if progress >= 0.45)
+
+
+def test_a_bsp_gradient_caught_by_a_switch_into_a_local_phase_counts_as_bsp() -> None:
+    # Issue 47: it was counted under an `asp` bucket though no ASP phase ran.
+    sync = make_sync("bsp", workers=2, total=10_000)
+    sync.submit(Gradient(0, 0, 0, torch.ones(DIM), BATCH, 1.0, 0.01))
+    sync.switch_to(ProtocolSpec(Protocol.LOCAL, local_steps=4), reason="test")
+    sync.submit(Gradient(1, 0, 0, torch.ones(DIM), BATCH, 1.0, 0.01))
+    assert set(sync.live.samples_by_protocol) <= {"bsp", "local"}
+    assert sync.live.samples_by_protocol["bsp"] == 2 * BATCH

@@ -6,17 +6,21 @@ import pytest
 
 from syncswitch.core.timing.gradient_stats import GradientSignals
 from syncswitch.core.timing.rules import (
+    RULE_NAMES,
     GradientPoint,
     LossPlateauRule,
     LossPoint,
     NoiseScaleRule,
+    OnlineSwitchDecision,
     ShareBounds,
     StalenessNoiseRule,
     TimingReason,
     decide,
     first_switch,
+    make_rule,
     staleness_ratio,
 )
+from syncswitch.records.switch import rule_name
 
 NO_BOUNDS = ShareBounds(floor=0.0, ceiling=1.0)
 
@@ -72,7 +76,7 @@ def test_staleness_rule_switches_once_the_ratio_falls_and_stays_below_the_thresh
     assert decision.progress == pytest.approx(0.5)
     assert decision.values["staleness_ratio"] == pytest.approx(0.2)
     assert decision.values["threshold"] == 0.5
-    assert "staleness_noise: signal" in decision.describe()
+    assert "staleness: signal" in decision.describe()
 
 
 def test_staleness_rule_waits_while_the_ratio_is_high():
@@ -215,3 +219,17 @@ def test_points_come_from_the_estimators_signals():
     assert (p.workers, p.worker_batch, p.drift_sq) == (8, 32.0, 0.2)
     assert (p.drift_stderr, p.drift_rounds) == (0.05, 9)
     assert staleness_ratio(p) == pytest.approx(7 * 0.2 / 2.0)
+
+
+def test_a_rule_is_recorded_under_its_command_line_name_and_old_names_read_as_it() -> None:
+    # One name everywhere: what `--switch-rule` takes is what a run records and prints; run
+    # directories written before (staleness_noise, noise_scale, loss_plateau) read the same.
+    for name in RULE_NAMES:
+        assert make_rule(name).name == name
+    record = OnlineSwitchDecision(True, TimingReason.SIGNAL, "staleness_noise", 0.3).to_plain()
+    assert OnlineSwitchDecision.from_plain(record).rule == "staleness"
+    assert [rule_name(n) for n in ("staleness_noise", "noise_scale", "loss_plateau")] == [
+        "staleness",
+        "noise-scale",
+        "plateau",
+    ]
