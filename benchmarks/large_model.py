@@ -30,7 +30,7 @@ handicapped by an allocator choice; `ddp` is DDP as a user runs it.
     python benchmarks/large_model.py --model mlp100m --workers 2,4 --repeats 1
     python benchmarks/large_model.py --repeats 1 --epochs 0.1 --out /tmp/lm   # a quick look
 
-Results: --out (default benchmarks/results/large-model/<model>/): table.md and runs.jsonl,
+Results: --out (default benchmarks/results/large-model-<model>/): table-wN.md and runs.jsonl,
 written as each run ends; run directories and the loops' stamps under runs/ and raw/.
 """
 
@@ -80,7 +80,7 @@ SYNCSWITCH = {
     "asp": ("asp", "float32"),
     "local-4": ("local-4", "float32"),
 }
-OUT = Path("benchmarks/results/large-model")
+OUT = Path("benchmarks/results")  # large-model-<model>/
 BATCH = 32
 
 
@@ -207,20 +207,32 @@ def table(model_name: str, workers: int, repeats: list[dict], pieces: dict[str, 
     rows = []
     for system in SYSTEMS:
         rate = [r["samples_per_s"] for r in repeats]
-        within = [ratio(r.get(system), r.get("ddp")) for r in rate]
-        known = [v for v in within if v is not None]
+
+        def within(peer: str, system: str = system, rate: list = rate) -> float | None:
+            known = [v for v in (ratio(r.get(system), r.get(peer)) for r in rate) if v]
+            return statistics.median(known) if known else None
+
         split = medians(r["breakdown"].get(system, {}) for r in repeats)
         rows.append(
             (
                 system,
                 cell(rates.get(system), ",.0f"),
-                cell(statistics.median(known) if known else None, ".2f"),
+                cell(within("ddp"), ".2f"),
+                cell(within("ddp-kept"), ".2f"),
                 cell(split.get("interval_s") and split["interval_s"] * 1e3, ".0f"),
                 cell(split.get("worker_step_s") and split["worker_step_s"] * 1e3, ".0f"),
                 cell(split.get("worker_wait_s") and split["worker_wait_s"] * 1e3, ".0f"),
             )
         )
-    columns = ("system", "samples/s", "x DDP", "ms per update", "ms worker step", "ms wait")
+    columns = (
+        "system",
+        "samples/s",
+        "x DDP",
+        "x DDP-kept",
+        "ms per update",
+        "ms worker step",
+        "ms wait",
+    )
     piece_rows = [(k, cell(v * 1e3, ".1f")) for k, v in pieces.items() if k.endswith("_s")]
     return (
         head
@@ -244,9 +256,9 @@ def main() -> None:
     )
     cli.add_argument("--systems", default=",".join(SYSTEMS), help="which systems to run")
     add_repeats(cli, 3, "rounds of all systems")
-    add_out(cli, None, "(default benchmarks/results/large-model/<model>)")
+    add_out(cli, None, "(default benchmarks/results/large-model-<model>)")
     args = cli.parse_args()
-    out = args.out or OUT / args.model
+    out = args.out or OUT / f"large-model-{args.model}"
     out.mkdir(parents=True, exist_ok=True)
     systems = [s for s in SYSTEMS if s in comma_list(args.systems)]
     model_path = f"wide_models:{args.model}"
@@ -294,7 +306,7 @@ def main() -> None:
                         run = run_syncswitch(config)
                         split = breakdown(run_dir)
                         run["samples_per_s"] = split.pop("samples_per_s")
-                        repeat["breakdown"][system] = split
+                        run["breakdown"] = repeat["breakdown"][system] = split
                     else:
                         world = 1 if system == "plain" else workers
                         job = LoopJob(
