@@ -83,7 +83,15 @@ def replay(model: ClusterModel, run: CalibrationRun, *, probe: bool) -> dict[str
             divergence_guard=job.divergence_guard and not probe,
             out=str(Path(scratch) / "run"),
         )
-        summary = train(replayed, dataset=run.dataset).summary
+        # The user's model comes from the command line's --model (run.model_factory), never
+        # from the path config.json names: train() is given it, so it imports nothing.
+        own = run.model_factory is not None
+        summary = train(
+            replayed,
+            dataset=run.dataset,
+            model_factory=run.model_factory,
+            model_name=job.model if own else None,
+        ).summary
         simulated = seconds_per_step(load_run(Path(scratch) / "run"), required=False)
     if not probe:
         simulated["wall"] = summary.wall_time_s
