@@ -198,7 +198,7 @@ def open_append_fd(path: Path) -> int:
     """A descriptor appending to `path` (created if absent): never through a symlink, never
     blocking on a FIFO, a regular file only (caller closes it)."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _NONBLOCK
-    return _open_regular_fd(path, flags, check_symlink=True)
+    return _open_regular_fd(path, flags, check_symlink=True, writing=True)
 
 
 def append_bytes(fd: int, data: bytes) -> None:
@@ -216,7 +216,7 @@ def drop_torn_tail(path: Path) -> int:
     file). Never through a symbolic link, a regular file only (UnsafeFileError)."""
     flags = os.O_RDWR | _NOFOLLOW | _NONBLOCK
     try:
-        fd = _open_regular_fd(path, flags, check_symlink=True)
+        fd = _open_regular_fd(path, flags, check_symlink=True, writing=True)
     except FileNotFoundError:
         return 0
     try:
@@ -282,7 +282,7 @@ class DirectoryLock:
 
     def __post_init__(self) -> None:
         flags = os.O_RDWR | os.O_CREAT | _NOFOLLOW | _NONBLOCK
-        fd = _open_regular_fd(self.directory / self.name, flags, check_symlink=True)
+        fd = _open_regular_fd(self.directory / self.name, flags, check_symlink=True, writing=True)
         info = os.fstat(fd)
         key = (info.st_dev, info.st_ino)
         if key in _HELD:
@@ -351,10 +351,11 @@ def require_regular_if_present(path: Path) -> None:
         )
 
 
-def _open_regular_fd(path: Path, flags: int, *, check_symlink: bool) -> int:
+def _open_regular_fd(path: Path, flags: int, *, check_symlink: bool, writing: bool = False) -> int:
     """`os.open` with `flags` (O_NONBLOCK among them, so a FIFO cannot block the open), then
     refused unless a regular file; back to blocking mode. A refused symlink (O_NOFOLLOW) is
-    said as one, not as the bare errno."""
+    said as one, not as the bare errno. `writing`: the file is also refused, before anything
+    is written, unless it is ours (`_require_ours`)."""
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as error:
@@ -366,6 +367,8 @@ def _open_regular_fd(path: Path, flags: int, *, check_symlink: bool) -> int:
         raise error
     try:
         _require_regular(fd, path)
+        if writing:
+            _require_ours(fd, path)
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -378,6 +381,24 @@ def _require_regular(fd: int, path: Path) -> None:
     if not stat.S_ISREG(mode):
         raise UnsafeFileError(
             f"{str(path)!r} is {_kind(mode)}, not a regular file; only regular files are read"
+        )
+
+
+def _require_ours(fd: int, path: Path) -> None:
+    """A file written in place must be this user's and have one name: through a second hard
+    link (made by anyone who can write the directory) a write would land in a file outside
+    it, which O_NOFOLLOW cannot see; a file of another user is not ours to write."""
+    info = os.fstat(fd)
+    if info.st_nlink > 1:
+        raise UnsafeFileError(
+            f"{str(path)!r} has {info.st_nlink} hard links; a file a run writes in place must "
+            "have one (a link could make the write land outside the run directory)"
+        )
+    uid = getattr(os, "getuid", None)
+    if uid is not None and info.st_uid != uid():
+        raise UnsafeFileError(
+            f"{str(path)!r} is owned by user id {info.st_uid}, not by you ({uid()}); a run "
+            "writes in place only files of its own"
         )
 
 

@@ -373,6 +373,14 @@ def refuse_used_run_dir(run_dir: Path) -> None:
     own by a server recovery or a divergence rollback before it has written any.
     """
     used = run_dir_in_use(run_dir)
+    if used and names.CONFIG not in used:
+        # Stray logs without the run's config: not a run --resume can continue, and a fresh
+        # run would append to them without their header. Refused, never cleared.
+        raise ConfigError(
+            f"out {str(run_dir)!r} (--out) holds files a run writes ({', '.join(used)}) but "
+            f"no {names.CONFIG}, so no run to continue; a new run does not write among them: "
+            "choose another directory, or remove them"
+        )
     if used:
         raise ConfigError(
             f"out {str(run_dir)!r} (--out) already holds a run ({', '.join(used)}); choose "
