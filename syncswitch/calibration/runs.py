@@ -64,9 +64,22 @@ def _check_usable(run: RunData) -> None:
         raise ConfigError(
             f"{str(run.path)!r} did not finish ({run.status}); calibrate from a complete run"
         )
+    if _was_resumed(run):
+        # Its times run across the restart (a new process, Ray started again): the gap
+        # would be fitted as a step's jitter and the phases' pace.
+        raise ConfigError(
+            f"{str(run.path)!r} was resumed after a stop, and its times span the restart; "
+            "calibrate from runs that ran start to end in one go"
+        )
     if not run.applied_step_times:
         raise ConfigError(f"{str(run.path)!r} has no applied gradients in updates.csv")
     _workers(run)  # checked before anything is sized by it
+
+
+def _was_resumed(run: RunData) -> bool:
+    reliability = run.summary.reliability if run.summary is not None else None
+    failures = reliability.failures if reliability is not None else []
+    return any(f.get("kind") == "resumed" for f in failures)
 
 
 def _workers(run: RunData) -> int:
