@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
@@ -21,24 +23,33 @@ def _split(samples: int, seed: int) -> TensorDataset:
     return TensorDataset(x, (x[:, 0] > 0).long())
 
 
-class FailsAfter(Dataset):
-    """A map-style dataset whose samples past `good` raise (a corrupt file, say)."""
+_READS = [0]  # samples read in this process
 
-    def __init__(self, size: int, good: int | None) -> None:
+
+class FailsAfter(Dataset):
+    """A map-style dataset that raises (a corrupt file, say) once this process has read
+    `good` samples (the checks before the start read each of 256 once, and 5 more), or,
+    with `off_driver`, in any process but the one that made it (a Ray worker)."""
+
+    def __init__(self, size: int, good: int | None, off_driver: bool = False) -> None:
         self.data = _split(size, 0)
         self.good = good
+        self.driver = os.getpid() if off_driver else None
 
     def __len__(self) -> int:
         return len(self.data)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.good is not None and index >= self.good:
+        _READS[0] += 1
+        late = self.good is not None and _READS[0] > self.good
+        if late or self.driver not in (None, os.getpid()):
             raise ValueError(f"{ESCAPE}bad sample {index}")
         return self.data[index]
 
 
 def data() -> dict:
-    good = 10 if BROKEN["samples"] else None
+    _READS[0] = 0
+    good = 300 if BROKEN["samples"] else None
     return {"train": FailsAfter(256, good), "val": _split(64, 1)}
 
 
@@ -47,4 +58,4 @@ def broken_data() -> dict:
 
 
 def broken_on_workers() -> dict:
-    return {"train": FailsAfter(256, 10), "val": _split(64, 1)}
+    return {"train": FailsAfter(256, None, off_driver=True), "val": _split(64, 1)}
