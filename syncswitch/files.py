@@ -198,7 +198,7 @@ def open_append_fd(path: Path) -> int:
     """A descriptor appending to `path` (created if absent): never through a symlink, never
     blocking on a FIFO, a regular file only (caller closes it)."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _NONBLOCK
-    return _open_regular_fd(path, flags, check_symlink=True)
+    return _open_regular_fd(path, flags, check_symlink=True, writing=True)
 
 
 def append_bytes(fd: int, data: bytes) -> None:
@@ -216,7 +216,7 @@ def drop_torn_tail(path: Path) -> int:
     file). Never through a symbolic link, a regular file only (UnsafeFileError)."""
     flags = os.O_RDWR | _NOFOLLOW | _NONBLOCK
     try:
-        fd = _open_regular_fd(path, flags, check_symlink=True)
+        fd = _open_regular_fd(path, flags, check_symlink=True, writing=True)
     except FileNotFoundError:
         return 0
     try:
@@ -260,11 +260,12 @@ class DirectoryBusy(Exception):
 
 @dataclass
 class _Held:
-    fd: int
+    fd: int  # the lock file's (it holds the process id)
+    directory_fd: int  # the directory's own: the lock that holds when the file is deleted
     count: int = 1
 
 
-# The locks this process holds, by the lock file's (device, inode): a process that already
+# The locks this process holds, by the directory's (device, inode): a process that already
 # holds one (the CLI around train(), then train()'s writer) takes it again instead of being
 # refused by its own lock, which flock would do for a second descriptor.
 _HELD: dict[tuple[int, int], _Held] = {}
@@ -272,38 +273,64 @@ _HELD: dict[tuple[int, int], _Held] = {}
 
 @dataclass
 class DirectoryLock:
-    """An exclusive lock on `directory` (its lock file, `name`), taken on creation:
-    DirectoryBusy when another process holds it. `release()` (or the end of a `with` block)
-    lets it go; the file stays, empty of meaning once no process holds it."""
+    """An exclusive lock on `directory`, taken on creation: DirectoryBusy when another
+    process holds it. `release()` (or the end of a `with` block) lets it go. The lock is on
+    the directory itself, so deleting the lock file (`name`, which says the holder's process
+    id and stays, empty of meaning once no process holds it) does not free it."""
 
     directory: Path
     name: str
     _key: tuple[int, int] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        flags = os.O_RDWR | os.O_CREAT | _NOFOLLOW | _NONBLOCK
-        fd = _open_regular_fd(self.directory / self.name, flags, check_symlink=True)
-        info = os.fstat(fd)
+        directory_fd = os.open(self.directory, os.O_RDONLY | _DIRECTORY)
+        info = os.fstat(directory_fd)
         key = (info.st_dev, info.st_ino)
         if key in _HELD:
-            os.close(fd)
+            os.close(directory_fd)
             _HELD[key].count += 1
             self._key = key
             return
         try:
             if fcntl is not None:
+                fcntl.flock(directory_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(directory_fd)
+            raise DirectoryBusy(self.directory, self._holder()) from None
+        except BaseException:
+            os.close(directory_fd)
+            raise
+        try:
+            flags = os.O_RDWR | os.O_CREAT | _NOFOLLOW | _NONBLOCK
+            path = self.directory / self.name
+            fd = _open_regular_fd(path, flags, check_symlink=True, writing=True)
+        except BaseException:
+            os.close(directory_fd)
+            raise
+        try:
+            if fcntl is not None:  # the file too: a process of an earlier version locks it
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
             os.close(fd)
+            os.close(directory_fd)
             raise DirectoryBusy(self.directory, holder) from None
         except BaseException:
             os.close(fd)
+            os.close(directory_fd)
             raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        _HELD[key] = _Held(fd)
+        _HELD[key] = _Held(fd, directory_fd)
         self._key = key
+
+    def _holder(self) -> str:
+        """The process id the lock file says, or "" (deleted, unreadable)."""
+        try:
+            data = read_regular(self.directory / self.name, 64, follow_symlinks=False)
+        except OSError:
+            return ""
+        return data.decode("ascii", "replace").strip()
 
     def release(self) -> None:
         key, self._key = self._key, None
@@ -313,7 +340,8 @@ class DirectoryLock:
         held.count -= 1
         if held.count == 0:
             del _HELD[key]
-            os.close(held.fd)  # the lock goes with the descriptor; the file stays
+            os.close(held.fd)  # the locks go with the descriptors; the file stays
+            os.close(held.directory_fd)
 
     def __enter__(self) -> DirectoryLock:
         return self
@@ -351,10 +379,11 @@ def require_regular_if_present(path: Path) -> None:
         )
 
 
-def _open_regular_fd(path: Path, flags: int, *, check_symlink: bool) -> int:
+def _open_regular_fd(path: Path, flags: int, *, check_symlink: bool, writing: bool = False) -> int:
     """`os.open` with `flags` (O_NONBLOCK among them, so a FIFO cannot block the open), then
     refused unless a regular file; back to blocking mode. A refused symlink (O_NOFOLLOW) is
-    said as one, not as the bare errno."""
+    said as one, not as the bare errno. `writing`: the file is also refused, before anything
+    is written, unless it is ours (`_require_ours`)."""
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as error:
@@ -366,6 +395,8 @@ def _open_regular_fd(path: Path, flags: int, *, check_symlink: bool) -> int:
         raise error
     try:
         _require_regular(fd, path)
+        if writing:
+            _require_ours(fd, path)
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -378,6 +409,24 @@ def _require_regular(fd: int, path: Path) -> None:
     if not stat.S_ISREG(mode):
         raise UnsafeFileError(
             f"{str(path)!r} is {_kind(mode)}, not a regular file; only regular files are read"
+        )
+
+
+def _require_ours(fd: int, path: Path) -> None:
+    """A file written in place must be this user's and have one name: through a second hard
+    link (made by anyone who can write the directory) a write would land in a file outside
+    it, which O_NOFOLLOW cannot see; a file of another user is not ours to write."""
+    info = os.fstat(fd)
+    if info.st_nlink > 1:
+        raise UnsafeFileError(
+            f"{str(path)!r} has {info.st_nlink} hard links; a file a run writes in place must "
+            "have one (a link could make the write land outside the run directory)"
+        )
+    uid = getattr(os, "getuid", None)
+    if uid is not None and info.st_uid != uid():
+        raise UnsafeFileError(
+            f"{str(path)!r} is owned by user id {info.st_uid}, not by you ({uid()}); a run "
+            "writes in place only files of its own"
         )
 
 

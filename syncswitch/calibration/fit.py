@@ -55,7 +55,6 @@ from syncswitch.core.cluster.model import (
     ServerModel,
 )
 from syncswitch.errors import ConfigError
-from syncswitch.workloads import build_model
 
 __all__ = ["MAX_REPLAY_ERROR", "Replay", "calibrate", "cluster_yaml"]
 
@@ -67,14 +66,17 @@ def calibrate(
     *,
     refine: bool = True,
     cores: int | None = None,
+    model_path: str | None = None,
 ) -> tuple[ClusterModel, dict]:
     """A cluster model for the runs in `run_dirs`, and a report of what was fitted to what
     and how well its replay matches each run. `cores`: each node's cores (default: this
-    machine's, for runs that ran on one node)."""
+    machine's, for runs that ran on one node). `model_path`: the import path of the runs' own
+    model, as the caller names it; a run directory's config.json never chooses code to
+    import, so a run that names one is refused without it (docs/security.md)."""
     paths = [Path(run_dirs)] if isinstance(run_dirs, str | Path) else [Path(p) for p in run_dirs]
     if not paths:
         raise ConfigError("calibrate needs at least one run directory")
-    runs = load_runs(paths)
+    runs = load_runs(paths, model_path)
     first = runs[0]
     compute = fit_compute(first.run.applied_step_times, first.workers)
     sigmas = [s for s in (asp_cycle_sigma(r.run) for r in runs) if s is not None]
@@ -90,10 +92,8 @@ def calibrate(
     compute = replace(compute, sends_during_step=overlap)
     nodes = node_shape(runs, cores)
     recorded = [m for m in (recorded_compute_ms(r.run) for r in runs) if m is not None]
-    server_ms, evaluator_ms = timed_costs(first.job, first.dataset)
-    parameters = sum(
-        p.numel() for p in build_model(first.job.model_name, first.dataset).parameters()
-    )
+    server_ms, evaluator_ms = timed_costs(first.job, first.dataset, first.build_model)
+    parameters = sum(p.numel() for p in first.build_model().parameters())
     per_server = math.ceil(parameters / first.job.servers)
     model = ClusterModel(
         name=calibrated_name(paths),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,7 @@ from syncswitch.core.sync.optimizer import flatten_parameters
 from syncswitch.core.sync.records import Gradient
 from syncswitch.rundir import RunData
 from syncswitch.runtime.evaluator import Evaluator
-from syncswitch.workloads import ArrayDataset, build_model
+from syncswitch.workloads import ArrayDataset
 from syncswitch.workloads.data import TRAIN, ArrayData
 from syncswitch.workloads.task import Task
 
@@ -43,11 +44,13 @@ def recorded_compute_ms(run: RunData) -> float | None:
     return 1e3 * sum(n * cpu for n, cpu in rows) / steps
 
 
-def timed_costs(job: TrainConfig, dataset: ArrayDataset) -> tuple[float, float]:
-    """(server ms per gradient, evaluator ms per evaluation) of this job's model, as CPU time
-    of this thread: the same code the server and the evaluator run."""
+def timed_costs(
+    job: TrainConfig, dataset: ArrayDataset, make_model: Callable[[], torch.nn.Module]
+) -> tuple[float, float]:
+    """(server ms per gradient, evaluator ms per evaluation) of this job's model (made by
+    `make_model`), as CPU time of this thread: the same code the server and the evaluator run."""
     torch.manual_seed(job.seed)
-    model = build_model(job.model_name, dataset)
+    model = make_model()
     weights = flatten_parameters(model).numpy()
     asp = job.with_schedule("asp", runtime="sim", cluster=None, out=None)
     data = ArrayData(dataset.with_validation(job.val_fraction))
@@ -72,7 +75,7 @@ def timed_costs(job: TrainConfig, dataset: ArrayDataset) -> tuple[float, float]:
     server_ms = 1e3 * (time.thread_time() - started) / _SERVER_SAMPLES
     threads = torch.get_num_threads()
     try:
-        evaluator = Evaluator(data, lambda: build_model(job.model_name, dataset), Task())
+        evaluator = Evaluator(data, make_model, Task())
         timings = []
         for _ in range(_EVALUATIONS):
             started = time.thread_time()

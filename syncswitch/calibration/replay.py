@@ -11,6 +11,7 @@ from typing import Any
 
 from syncswitch.calibration.runs import CalibrationRun, seconds_per_step
 from syncswitch.core.cluster.model import ClusterModel
+from syncswitch.errors import ConfigError, UserError
 from syncswitch.rundir import load_run
 from syncswitch.runtime.train import train
 
@@ -83,8 +84,29 @@ def replay(model: ClusterModel, run: CalibrationRun, *, probe: bool) -> dict[str
             divergence_guard=job.divergence_guard and not probe,
             out=str(Path(scratch) / "run"),
         )
-        summary = train(replayed, dataset=run.dataset).summary
-        simulated = seconds_per_step(load_run(Path(scratch) / "run"), required=False)
+        # The user's model comes from the command line's --model (run.model_factory), never
+        # from the path config.json names: train() is given it, so it imports nothing.
+        own = run.model_factory is not None
+        try:
+            summary = train(
+                replayed,
+                dataset=run.dataset,
+                model_factory=run.model_factory,
+                model_name=job.model if own else None,
+            ).summary
+            simulated = seconds_per_step(load_run(Path(scratch) / "run"), required=False)
+        except UserError as error:
+            # The replay's files are calibrate's own, in a temporary directory the user never
+            # named: the message names the run replayed instead.
+            said = (
+                str(error)
+                .replace(str(Path(scratch) / "run"), "the replay")
+                .replace(str(path), "the fitted cluster model")
+                .replace(scratch, "the replay's directory")
+            )
+            raise ConfigError(
+                f"replaying {str(run.path)!r} on the simulator failed: {said}"
+            ) from None
     if not probe:
         simulated["wall"] = summary.wall_time_s
     return simulated

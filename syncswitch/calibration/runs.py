@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from syncswitch.config import TrainConfig, make_config
 from syncswitch.config.limits import MAX_WORKERS
 from syncswitch.core.cluster.model import ComputeModel, NodeModel
 from syncswitch.errors import ConfigError
+from syncswitch.import_path import is_import_path, resolve
 from syncswitch.rundir import RunData, load_run
-from syncswitch.rundir.parsing import float_cell
-from syncswitch.workloads import DATASETS, ArrayDataset, load_dataset
+from syncswitch.rundir.parsing import float_cell, short
+from syncswitch.workloads import DATASETS, ArrayDataset, build_model, load_dataset
 
 _SPEED_FACTOR_TOLERANCE = 0.10
 _WARM_UP = 0.2  # the share of each phase's updates left out of the step-cost fit
@@ -40,6 +43,15 @@ class CalibrationRun:
     workers: int
     measured: dict[str, float]  # steady seconds per step (ASP) or round (BSP), per protocol
     wall_s: float
+    # The user's model, resolved from the command line's --model (never from config.json);
+    # None: the run trained a built-in model.
+    model_factory: Callable[[], torch.nn.Module] | None = None
+
+    def build_model(self) -> torch.nn.Module:
+        """A fresh model of the run's job: the user's, or the built-in one it names."""
+        if self.model_factory is not None:
+            return self.model_factory()
+        return build_model(self.job.model_name, self.dataset)
 
 
 def _check_usable(run: RunData) -> None:
@@ -52,9 +64,22 @@ def _check_usable(run: RunData) -> None:
         raise ConfigError(
             f"{str(run.path)!r} did not finish ({run.status}); calibrate from a complete run"
         )
+    if _was_resumed(run):
+        # Its times run across the restart (a new process, Ray started again): the gap
+        # would be fitted as a step's jitter and the phases' pace.
+        raise ConfigError(
+            f"{str(run.path)!r} was resumed after a stop, and its times span the restart; "
+            "calibrate from runs that ran start to end in one go"
+        )
     if not run.applied_step_times:
         raise ConfigError(f"{str(run.path)!r} has no applied gradients in updates.csv")
     _workers(run)  # checked before anything is sized by it
+
+
+def _was_resumed(run: RunData) -> bool:
+    reliability = run.summary.reliability if run.summary is not None else None
+    failures = reliability.failures if reliability is not None else []
+    return any(f.get("kind") == "resumed" for f in failures)
 
 
 def _workers(run: RunData) -> int:
@@ -175,19 +200,57 @@ def _job_config(run: RunData) -> TrainConfig:
     return make_config(values)
 
 
-def load_runs(paths: list[Path]) -> list[CalibrationRun]:
-    datasets: dict[tuple[Any, ...], ArrayDataset] = {}
-    runs = []
+def check_named_code(path: Path, job: TrainConfig, model: str | None) -> None:
+    """A run directory never chooses code to run (docs/security.md): a run whose config.json
+    names its model by import path is calibrated only when the command line names the same
+    path again (`--model`), as `--resume` asks; a dataset named by import path is refused
+    (calibration holds a run's data as arrays of a built-in dataset). Nothing is imported."""
+    where = f"cannot calibrate from {str(path)!r}"
+    if is_import_path(job.dataset):
+        raise ConfigError(
+            f"{where}: its config.json names a dataset by import path ({short(job.dataset)}); "
+            f"calibrate reads runs of {', '.join(DATASETS)} only, and never imports code a run "
+            "directory names"
+        )
+    if not is_import_path(job.model):
+        return  # a built-in model (--model, if given, is for the other runs)
+    if model is None:
+        raise ConfigError(
+            f"{where}: its config.json names code to import (--model {short(job.model)}), and "
+            "a run directory never chooses code to run: give --model again on the command "
+            "line, if that is the code you mean"
+        )
+    if model != job.model:
+        raise ConfigError(
+            f"{where}: --model {short(model)} is not the model it trained "
+            f"({short(job.model)}); calibrate replays the run's own job"
+        )
+
+
+def load_runs(paths: list[Path], model: str | None = None) -> list[CalibrationRun]:
+    """Each run as the fit reads it. `model`: the import path of the runs' own model, from
+    the command line only; it is imported (once) only after every run has been checked."""
+    loaded = []
     for path in paths:
         run = load_run(path)
         _check_usable(run)
         job = _job_config(run)
+        check_named_code(path, job, model)
         if job.dataset not in DATASETS:
             # Its timings and replays hold the data as arrays (an ArrayDataset).
             raise ConfigError(
                 f"{str(path)!r} trained dataset {job.dataset!r}; calibrate reads runs of "
                 f"{', '.join(DATASETS)} only, for now"
             )
+        loaded.append((path, run, job))
+    if model is not None and not any(is_import_path(job.model) for _, _, job in loaded):
+        raise ConfigError(
+            f"--model {short(model)}: every run given trained a built-in model; drop --model"
+        )
+    factory = resolve(model, "--model") if model is not None else None
+    datasets: dict[tuple[Any, ...], ArrayDataset] = {}
+    runs = []
+    for path, run, job in loaded:
         key = (job.dataset, job.data_dir, job.mnist1d_samples)
         if key not in datasets:  # loaded once: the timings and every replay use it
             datasets[key] = load_dataset(
@@ -204,6 +267,7 @@ def load_runs(paths: list[Path]) -> list[CalibrationRun]:
                 workers=_workers(run),
                 measured=seconds_per_step(run),
                 wall_s=summary.wall_time_s,
+                model_factory=factory if is_import_path(job.model) else None,
             )
         )
     return runs

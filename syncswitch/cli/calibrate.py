@@ -16,6 +16,8 @@ _EXAMPLES = """examples:
   syncswitch calibrate runs/cal-4 runs/cal-12 -o cluster.yaml    # two worker counts
   syncswitch train --runtime sim --cluster cluster.yaml --workers 8 --schedule asp
 
+Runs of your own model are calibrated when the command line names it again (--model
+mypkg.models:Net): the path in a run's config.json is never imported.
 The fitted model is replayed on each run's whole job; a model whose replay misses a run's
 wall time or a protocol's seconds per step by more than 5% is not written unless --force.
 What is fitted to what is written into the file's `notes` (docs/simulator.md).
@@ -55,6 +57,13 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="write the model even if its replay misses one of its runs by more than 5%%",
     )
     parser.add_argument(
+        "--model",
+        metavar="MODULE:NAME",
+        default=None,
+        help="the runs' own model, by the import path they trained (a run directory never "
+        "chooses code to import: a run whose config.json names one is refused without it)",
+    )
+    parser.add_argument(
         "--cores",
         type=int,
         metavar="N",
@@ -76,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     if args.cores is not None and not 1 <= args.cores <= 1 << 16:
         raise ConfigError(f"--cores {args.cores} is not allowed; it must be in 1..65536")
     print(f"syncswitch: fitting a cluster model to {' '.join(args.run_dirs)} ...", file=sys.stderr)
-    model, report = calibrate(args.run_dirs, refine=not args.no_refine, cores=args.cores)
+    model, report = calibrate(
+        args.run_dirs, refine=not args.no_refine, cores=args.cores, model_path=args.model
+    )
     for replay in report["replays"]:
         missing = [key for key in replay.measured if key not in replay.simulated]
         if missing:

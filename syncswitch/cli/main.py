@@ -14,6 +14,7 @@ from syncswitch.cli import search as search_command
 from syncswitch.cli import train as train_command
 from syncswitch.errors import Interrupted, TrainingStalled, UserError, is_disk_full
 from syncswitch.terminal import printable
+from syncswitch.user_code import user_failure
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"syncswitch: error: a file name is too long{where}", file=sys.stderr)
             return 2
         if not is_disk_full(error):
-            raise
+            return _stopped_by_user_code(error)
         # A write outside the run's logs (a checkpoint, the registry, a search's marker):
         # space, not a bug, so one line too.
         where = f" writing {error.filename!r}" if error.filename else ""
@@ -76,6 +77,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("syncswitch: interrupted; results so far are in the run directory", file=sys.stderr)
         return 130
+    except Exception as error:
+        return _stopped_by_user_code(error)
+
+
+def _stopped_by_user_code(error: Exception) -> int:
+    """The user's code (a model, a dataset, a metric) or Ray on its behalf raised: one line,
+    its escapes escaped. Anything else is a bug of ours, and its traceback is shown."""
+    failure = user_failure(error)
+    if failure is None:
+        raise error
+    print(
+        f"syncswitch: stopped: {one_line(failure)}; a run directory it made says failed "
+        "(--resume RUN_DIR continues it once the code is fixed)",
+        file=sys.stderr,
+    )
+    return 1
 
 
 # A message quotes what the user gave, which may be long or hold line breaks; the terminal

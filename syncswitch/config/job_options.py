@@ -237,10 +237,11 @@ class JobOptions:
     )
     delay_compensation: float = option(
         0.0,
-        "ASP/SSP phases: DC-ASGD's lambda (g + lambda*g*g*(w - w_stale)); the server keeps up "
-        "to workers x parameters x 4 bytes of weights; 0: off",
+        "ASP/SSP phases: DC-ASGD's lambda (g + lambda*g*g*(w - w_stale)), at most 10 (the "
+        "paper's are 0.04 to 2); the server keeps up to workers x parameters x 4 bytes of "
+        "weights; 0: off",
         Role(SCHEDULE_GROUP, Identity.WHEN_SET),
-        range=Range(0),
+        range=Range(0, 10),
     )
     async_lr: str | None = option(
         None,
@@ -264,9 +265,10 @@ class JobOptions:
     )
     eps: float = option(
         1e-8,
-        "--optimizer adam/adamw: added to the second moment's square root",
+        "--optimizer adam/adamw: added to the second moment's square root; at least 1e-30 "
+        "(the server's float32 would round a smaller one to 0 or lose it)",
         Role(JOB_GROUP, Identity.WHEN_SET),
-        range=Range(0, 1, low_open=True),
+        range=Range(1e-30, 1),
     )
     lr_schedule: str = option(
         "cosine",

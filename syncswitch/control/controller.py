@@ -34,6 +34,7 @@ losses -> when an online phase ends).
 from __future__ import annotations
 
 import io
+import os
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -395,7 +396,7 @@ def run_dir_in_use(run_dir: Path) -> list[str]:
     problem = name_too_long(run_dir, "--out")
     if problem:
         raise ConfigError(problem)
-    return [n for n in names.RUN_MARKERS if (run_dir / n).exists()]
+    return [n for n in names.RUN_MARKERS if os.path.lexists(run_dir / n)]
 
 
 def announce(

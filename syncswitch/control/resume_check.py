@@ -16,13 +16,19 @@ from typing import Any
 
 import torch
 
+from syncswitch.control.checkpoints import CHECKPOINT_DIR
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.run_state import RunCheckpoint
-from syncswitch.core.reliability.checkpoints import LoadedCheckpoint
+from syncswitch.core.reliability.checkpoints import (
+    CheckpointError,
+    CheckpointStore,
+    LoadedCheckpoint,
+)
 from syncswitch.core.sync.server_optimizer import make_optimizer
 from syncswitch.core.sync.sharding import parameter_shards
 from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.core.sync.synchronizer import Synchronizer
+from syncswitch.errors import ConfigError
 from syncswitch.terminal import say
 
 # Beyond the tensors (weights and momentum, 4 bytes per parameter each), a state holds the
@@ -108,3 +114,32 @@ def say_resumed(run_dir: Path, loaded: LoadedCheckpoint, total_samples: int) -> 
         f"syncswitch: resuming {run_dir} from {info.path.name} ({info.label}), taken at "
         f"{share} ({info.samples:,} of {total_samples:,})"
     )
+
+
+def checkpoint_or_none(run_dir: Path, fits: ResumeCheck) -> LoadedCheckpoint | None:
+    """The checkpoint a resumed run continues from; None when the run stopped before its
+    first (a failure at the start, a full disk): it starts again from the beginning, said."""
+    store = CheckpointStore(run_dir / CHECKPOINT_DIR)
+    if store.sequences() or store.directory.is_symlink():  # a link is refused there
+        return load_resume_checkpoint(run_dir, fits)
+    say(f"syncswitch: resuming: {str(run_dir)!r} holds no checkpoint; the run starts over")
+    return None
+
+
+def load_resume_checkpoint(run_dir: Path, fits: ResumeCheck | None = None) -> LoadedCheckpoint:
+    """The last good checkpoint of a run directory, or a one-line error saying why not.
+
+    `fits` refuses a state this run cannot continue from (the directory is not trusted);
+    a checkpoint passed over on the way is said on the terminal, not only in events.jsonl.
+    """
+    store = CheckpointStore(run_dir / CHECKPOINT_DIR)
+    try:
+        if fits is None:
+            loaded = store.load_latest()
+        else:
+            loaded = store.load_latest(max_bytes=fits.max_bytes, validate=fits)
+    except CheckpointError as error:
+        raise ConfigError(f"cannot resume {str(run_dir)!r}: {error}") from None
+    if loaded.refused:
+        say_refused(loaded, "resuming")
+    return loaded

@@ -22,8 +22,23 @@ TENSORBOARD = "tensorboard"  # --logger tensorboard's event files
 LOCK = ".syncswitch.lock"  # held by the one process writing the run (syncswitch.files)
 TIMING_SIGNALS = "timing_signals.csv"  # an online phase's signals at each check of its rule
 
-# What marks a directory as holding an earlier run (a new run must not write into it).
-RUN_MARKERS = (CONFIG, SUMMARY, CHECKPOINTS)
+# What marks a directory as holding an earlier run (a new run must not write into it): any
+# file a run writes, so a fresh run never appends to stray logs without their header. Not
+# the lock file or the library log: the CLI makes those before the run's own check.
+RUN_MARKERS = (
+    CONFIG,
+    SUMMARY,
+    CHECKPOINTS,
+    METRICS,
+    UPDATES,
+    DROPS,
+    EVENTS,
+    WORKER_STEPS,
+    FINAL_WEIGHTS,
+    ACTORS,
+    TENSORBOARD,
+    TIMING_SIGNALS,
+)
 
 # Every CSV row says how its times were made, so no figure passes for real-hardware timing.
 TIMING_COLUMNS = ("emulated", "simulated")

@@ -208,6 +208,13 @@ def loss_cell(text: str) -> float:
     return float(text) if text.strip() else math.nan
 
 
+def measure_cell(text: str) -> float:
+    """An evaluation's measure (metrics.csv's val_... and test_... columns): a number, or
+    'nan', 'inf' or '-inf' as the run measured it (a diverged loss, a metric of the user's
+    that returned one), or empty. A run records what it measured; readers show it."""
+    return float(text) if text.strip() else math.nan
+
+
 def optional_float(value: Any) -> float | None:
     return None if value is None else finite(value)
 

@@ -31,6 +31,7 @@ from syncswitch.rundir.parsing import (
     float_cell,
     int_cell,
     loss_cell,
+    measure_cell,
     read_json_object,
     stream_columns,
 )
@@ -309,10 +310,7 @@ def _read_metrics(path: Path, notes: list[str]) -> Metrics:
     def parse(row: dict[str, str]) -> tuple:
         if not found:
             found.update(_measure_columns(row))
-        measures = [
-            loss_cell(row[column]) if name == "loss" else finite(row[column])
-            for name, column in found["columns"].items()
-        ]
+        measures = [measure_cell(row[column]) for column in found["columns"].values()]
         return (
             finite(row["time_s"]),
             int(row["samples"]),

@@ -12,6 +12,8 @@ import numpy as np
 import torch
 
 from syncswitch.core.sync.optimizer import FlatParameters
+from syncswitch.errors import WorkloadError
+from syncswitch.user_code import described
 from syncswitch.workloads.data import JobData, to_device
 
 
@@ -29,6 +31,10 @@ def backward_on_batch(
     if flat.staged:
         x, y = to_device(x, flat.device), to_device(y, flat.device)
     flat.zero_grad()
-    loss = loss_fn(model(x), y)
+    outputs = model(x)
+    try:
+        loss = loss_fn(outputs, y)
+    except Exception as error:  # e.g. a class id out of range that the checks did not read
+        raise WorkloadError(f"the loss failed on a training batch: {described(error)}") from None
     loss.backward()
     return float(loss.detach())

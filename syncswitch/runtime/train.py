@@ -18,16 +18,17 @@ import torch
 from syncswitch.config import TrainConfig
 from syncswitch.config.limits import MAX_CONFIG_FILE_BYTES, MAX_HANDED_OUT_BYTES_PER_SHARD
 from syncswitch.control.controller import (
-    CHECKPOINT_DIR,
     RunController,
     resume_point,
     run_dir_in_use,
 )
 from syncswitch.control.plan import RunPlan
-from syncswitch.control.resume_check import ResumeCheck, say_refused, say_resumed
+from syncswitch.control.resume_check import (
+    ResumeCheck,
+    checkpoint_or_none,
+    say_resumed,
+)
 from syncswitch.core.reliability.checkpoints import (
-    CheckpointError,
-    CheckpointStore,
     LoadedCheckpoint,
 )
 from syncswitch.core.sync.local import SWITCH_WARMUP
@@ -168,15 +169,20 @@ def _train(
         config, train_samples=data.size(TRAIN), metric=parts.task.spec(data.decision_split)
     )
     announce_staleness_rules(plan, model_factory)
+    if not plan.simulated:  # what Ray sends to its actors, checked before a file is written
+        from syncswitch.runtime.ray.launch import check_sendable
+
+        check_sendable(data, model_factory, parts.task)
     run_dir = Path(config.out or default_run_dir(config.schedule))
     checkpoint: LoadedCheckpoint | None = None
     if resume:
         refuse_finished_run(run_dir)
         # The directory is not trusted: each candidate state must fit this run's shapes.
         parameters = sum(p.numel() for p in model_factory().parameters())
-        checkpoint = load_resume_checkpoint(run_dir, ResumeCheck(plan, parameters))
-        refuse_changed_workload(run_dir, checkpoint, plan.total_samples)
-        say_resumed(run_dir, checkpoint, plan.total_samples)
+        checkpoint = checkpoint_or_none(run_dir, ResumeCheck(plan, parameters))
+        if checkpoint is not None:
+            refuse_changed_workload(run_dir, checkpoint, plan.total_samples)
+            say_resumed(run_dir, checkpoint, plan.total_samples)
     else:
         refuse_used_run_dir(run_dir)
     writer = RunWriter(
@@ -185,7 +191,8 @@ def _train(
         plan.timing_label(),
         simulated=plan.simulated,
         faults=plan.faults.describe(),
-        resume_at=resume_point(checkpoint),
+        # Resumed without a checkpoint: its logs are cut back to nothing, and it starts over.
+        resume_at=resume_point(checkpoint) if checkpoint or not resume else (0, 0.0),
         loggers=make_loggers(config.logger or (), config.tracking_uri, run_dir),
         measured=tuple(column(plan.metric.split, n) for n in parts.task.names),
     )
@@ -374,6 +381,14 @@ def refuse_used_run_dir(run_dir: Path) -> None:
     own by a server recovery or a divergence rollback before it has written any.
     """
     used = run_dir_in_use(run_dir)
+    if used and names.CONFIG not in used:
+        # Stray logs without the run's config: not a run --resume can continue, and a fresh
+        # run would append to them without their header. Refused, never cleared.
+        raise ConfigError(
+            f"out {str(run_dir)!r} (--out) holds files a run writes ({', '.join(used)}) but "
+            f"no {names.CONFIG}, so no run to continue; a new run does not write among them: "
+            "choose another directory, or remove them"
+        )
     if used:
         raise ConfigError(
             f"out {str(run_dir)!r} (--out) already holds a run ({', '.join(used)}); choose "
@@ -413,22 +428,3 @@ def refuse_changed_workload(run_dir: Path, checkpoint: LoadedCheckpoint, total: 
         f"describes a workload of {total} samples (epochs x training samples); the config no "
         "longer matches the checkpoint"
     )
-
-
-def load_resume_checkpoint(run_dir: Path, fits: ResumeCheck | None = None) -> LoadedCheckpoint:
-    """The last good checkpoint of a run directory, or a one-line error saying why not.
-
-    `fits` refuses a state this run cannot continue from (the directory is not trusted);
-    a checkpoint passed over on the way is said on the terminal, not only in events.jsonl.
-    """
-    store = CheckpointStore(run_dir / CHECKPOINT_DIR)
-    try:
-        if fits is None:
-            loaded = store.load_latest()
-        else:
-            loaded = store.load_latest(max_bytes=fits.max_bytes, validate=fits)
-    except CheckpointError as error:
-        raise ConfigError(f"cannot resume {str(run_dir)!r}: {error}") from None
-    if loaded.refused:
-        say_refused(loaded, "resuming")
-    return loaded

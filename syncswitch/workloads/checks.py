@@ -12,12 +12,15 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.utils.data import TensorDataset
 
 from syncswitch.errors import WorkloadError
 from syncswitch.records.metric import TEST, VALIDATION
-from syncswitch.workloads.data import TRAIN, ArrayData, JobData
+from syncswitch.user_code import raised
+from syncswitch.workloads.data import TRAIN, ArrayData, JobData, TorchData
 from syncswitch.workloads.task import Task
 
 _IGNORED_CLASS = -100  # cross_entropy's default ignore_index (padding in sequence targets)
@@ -25,6 +28,13 @@ _IGNORED_CLASS = -100  # cross_entropy's default ignore_index (padding in sequen
 # the outputs does not broadcast against them by coincidence (as (2,) against (2, 2) would).
 _SAMPLES = 5
 _KEYWORD = {TRAIN: "train_data", VALIDATION: "val_data", TEST: "test_data"}
+# A split's __len__ beyond this is refused before anything is sized by it (index arrays,
+# shards): 10^8 samples are 0.8 GB of int64 indices per permutation.
+MAX_SPLIT_SAMPLES = 100_000_000
+# Class ids are checked over every sample of in-memory data (arrays, a TensorDataset), in
+# one vectorised pass; another Dataset is read through its __getitem__ at this many samples
+# per split, spread evenly from the first to the last, so the check's time is bounded.
+_LABEL_SAMPLES = 1024
 # True while a model is built only to be checked (a factory that reports its builds, such as
 # the search's, tells this build apart from the run's own).
 _CHECKING: ContextVar[bool] = ContextVar("checking", default=False)
@@ -34,23 +44,26 @@ def is_checking() -> bool:
     return _CHECKING.get()
 
 
-def check_job(data: JobData, model_factory: Callable[[], torch.nn.Module], task: Task) -> None:
+def check_job(
+    data: JobData,
+    model_factory: Callable[[], torch.nn.Module],
+    task: Task,
+    workers: int | None = None,
+) -> None:
     """Refuse, in one line, a job whose parts do not fit together (see the module docstring).
     Leaves torch's random state as it found it."""
     state = torch.get_rng_state()
     token = _CHECKING.set(True)
     try:
         model = build_checked(model_factory)
-        for split in (TRAIN, VALIDATION, TEST):
-            if not data.has(split):
-                continue
-            if data.size(split) == 0:
-                raise WorkloadError(f"{_KEYWORD[split]}= is empty: it needs at least one sample")
+        _check_same_model(model, build_checked(model_factory))
+        _check_sizes(data, workers)
         inputs, targets = data.sample_batch(TRAIN, _SAMPLES)
         outputs = _forward(model, inputs)
         if task.loss_fn is F.cross_entropy:
             _check_classes(data, outputs, targets)
         _check_loss(task, outputs, inputs, targets)
+        _check_gradient(model, task, inputs, targets)
         if data.has(VALIDATION):
             # Other splits must fit the same model (e.g. a test set of another length).
             for split in (VALIDATION, TEST):
@@ -74,10 +87,20 @@ def build_checked(model_factory: Any) -> torch.nn.Module:
             f"model_factory= must be a callable that returns an nn.Module, not "
             f"{type(model_factory).__name__}"
         )
-    model = model_factory()
+    try:
+        model = model_factory()
+    except Exception as error:  # the user's factory: one line, not a traceback
+        raise WorkloadError(f"model_factory= raised {raised(error)}") from None
     if not isinstance(model, torch.nn.Module):
         raise WorkloadError(
             f"model_factory= returned a {type(model).__name__}, not a torch.nn.Module"
+        )
+    odd = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()} - {"float32"})
+    if odd:
+        raise WorkloadError(
+            f"model_factory= built parameters of dtype {', '.join(odd)}; the parameter server "
+            "keeps float32 weights: build the model in float32 (no .double() or .half(); "
+            "--wire-dtype chooses what travels)"
         )
     if not any(p.requires_grad for p in model.parameters()):
         raise WorkloadError(
@@ -85,6 +108,63 @@ def build_checked(model_factory: Any) -> torch.nn.Module:
             "there is nothing to train"
         )
     return model
+
+
+def _check_same_model(first: torch.nn.Module, second: torch.nn.Module) -> None:
+    """Every process builds its own model from the factory: each call must build the same."""
+    shapes = [tuple(p.shape) for p in first.parameters()]
+    again = [tuple(p.shape) for p in second.parameters()]
+    if shapes != again:
+        count, recount = (
+            sum(p.numel() for p in first.parameters()),
+            sum(p.numel() for p in second.parameters()),
+        )
+        raise WorkloadError(
+            f"model_factory= built {count:,} parameters ({len(shapes)} tensors), then "
+            f"{recount:,} ({len(again)} tensors) on a second call: every call must build the "
+            "same model (the server and each worker build their own)"
+        )
+
+
+def _check_sizes(data: JobData, workers: int | None) -> None:
+    """Each split's __len__ is believable before anything is sized by it, and the training
+    split has a sample for every worker."""
+    for split in (TRAIN, VALIDATION, TEST):
+        if not data.has(split):
+            continue
+        try:
+            size = data.size(split)
+        except Exception as error:  # the user's __len__
+            raise WorkloadError(f"len({_KEYWORD[split]}=) raised {raised(error)}") from None
+        if size == 0:
+            raise WorkloadError(f"{_KEYWORD[split]}= is empty: it needs at least one sample")
+        if size > MAX_SPLIT_SAMPLES:
+            raise WorkloadError(
+                f"{_KEYWORD[split]}= says it holds {size:,} samples (its __len__); at most "
+                f"{MAX_SPLIT_SAMPLES:,} are allowed (a run sizes its index arrays by it)"
+            )
+        if split == TRAIN and workers is not None and size < workers:
+            raise WorkloadError(
+                f"{_KEYWORD[split]}= holds {size} samples for {workers} workers; every worker "
+                f"needs at least one: give at least {workers} samples, or fewer --workers"
+            )
+
+
+def _check_gradient(model: torch.nn.Module, task: Task, inputs: Any, targets: Any) -> None:
+    """The loss, computed as training computes it, must have a gradient to follow."""
+    model.train()
+    try:
+        with torch.enable_grad():
+            loss = task.loss_fn(model(inputs), targets)
+    except Exception as error:
+        raise WorkloadError(
+            f"a batch of train_data= fails in training mode: {_first_line(error)}"
+        ) from None
+    if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+        raise WorkloadError(
+            "the loss on a batch of train_data= has no gradient (requires_grad is False): "
+            "compute it from the model's outputs, without .detach(), .item() or no_grad()"
+        )
 
 
 def _forward(model: torch.nn.Module, inputs: Any, split: str = TRAIN) -> torch.Tensor:
@@ -152,13 +232,41 @@ def _check_classes(data: JobData, outputs: torch.Tensor, targets: Any) -> None:
                 f"{_shape(outputs)})"
             )
         return
-    ids = targets[targets != _IGNORED_CLASS]
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= classes):
-        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-        raise WorkloadError(
-            f"class id {bad} in train_data= is out of range: the model outputs {classes} "
-            f"classes, so targets must be 0 to {classes - 1}"
-        )
+    batch = [(TRAIN, targets)]  # the first batch's, then each split's
+    splits = [(split, _labels(data, split) if data.has(split) else None) for split in _KEYWORD]
+    for split, labels in batch + splits:
+        if labels is None or labels.is_floating_point():
+            continue
+        ids = labels[labels != _IGNORED_CLASS]
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= classes):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise WorkloadError(
+                f"class id {bad} in {_KEYWORD[split]}= is out of range: the model outputs "
+                f"{classes} classes, so targets must be 0 to {classes - 1}"
+            )
+
+
+def _labels(data: JobData, split: str) -> torch.Tensor | None:
+    """`split`'s class ids: all of a TensorDataset's, else `_LABEL_SAMPLES` spread over the
+    split (None: arrays, checked already, or targets that are not one tensor)."""
+    # An ArrayDataset checked all of its labels against num_classes when it was made, and
+    # num_classes against the model's outputs above.
+    if isinstance(data, TorchData):
+        dataset = data.dataset(split)
+        if type(dataset) is TensorDataset and len(dataset.tensors) == 2:
+            return dataset.tensors[1]
+        size = data.size(split)
+        indices = np.unique(np.linspace(0, size - 1, min(size, _LABEL_SAMPLES)).astype(np.int64))
+        try:
+            targets = data.batch_at(split, indices)[1]
+        except WorkloadError:
+            raise
+        except Exception as error:  # the user's __getitem__ or collate_fn
+            raise WorkloadError(
+                f"reading {_KEYWORD[split]}= (its samples' class ids) raised {raised(error)}"
+            ) from None
+        return targets if isinstance(targets, torch.Tensor) else None
+    return None
 
 
 def _shape(value: Any) -> str:

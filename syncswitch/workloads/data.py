@@ -161,6 +161,10 @@ class TorchData(JobData):
         dataset = self.dataset(split)
         return self._batch(dataset, np.arange(min(samples, len(dataset))))  # type: ignore[arg-type]
 
+    def batch_at(self, split: str, indices: np.ndarray) -> Batch:
+        """The samples `indices` of `split`, collated, unaugmented (the checks before a run)."""
+        return self._batch(self.dataset(split), indices)
+
     def _batch(self, dataset: Dataset, indices: np.ndarray) -> Batch:
         if type(dataset) is TensorDataset and self.collate_fn is default_collate:
             # What default_collate makes of its samples, one index per tensor: a per-sample

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from syncswitch.errors import ConfigError
 from syncswitch.import_path import is_import_path, resolve
 from syncswitch.keys import unknown_key_problem
+from syncswitch.user_code import raised
 from syncswitch.workloads.datasets import ArrayDataset
 
 if TYPE_CHECKING:
@@ -45,7 +46,11 @@ def user_code_arguments(config: TrainConfig) -> dict[str, Any]:
         arguments["model_name"] = config.model
     if is_import_path(config.dataset):
         make = resolve(config.dataset, "dataset")
-        arguments.update(data_arguments(make(), config.dataset))
+        try:
+            made = make()
+        except Exception as error:  # the user's factory: one line, not a traceback
+            raise ConfigError(f"dataset {config.dataset!r} raised {raised(error)}") from None
+        arguments.update(data_arguments(made, config.dataset))
         if "train_data" in arguments and "model_factory" not in arguments:
             raise ConfigError(
                 f"dataset {config.dataset!r} returned torch Datasets, which model "

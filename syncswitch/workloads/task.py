@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from syncswitch.errors import WorkloadError
 from syncswitch.records.metric import VALIDATION, MetricSpec, check_metric_name, known_direction
+from syncswitch.user_code import described
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 MetricFn = Callable[[torch.Tensor, torch.Tensor], "float | torch.Tensor"]
@@ -96,9 +97,14 @@ class Task:
 
     def measure(self, outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
         """The loss and every metric on one batch."""
-        values = {LOSS: float(self.loss_fn(outputs, targets))}
-        for name, fn in self.metrics.items():
-            values[name] = float(fn(outputs, targets))
+        values: dict[str, float] = {}
+        for name, fn in {LOSS: self.loss_fn, **self.metrics}.items():
+            try:
+                values[name] = float(fn(outputs, targets))
+            except Exception as error:  # one line, as the checks before the start say it
+                raise WorkloadError(
+                    f"{name} failed on an evaluation batch: {described(error)}"
+                ) from None
         return values
 
     def finish(self, means: Mapping[str, float]) -> dict[str, float]:

@@ -140,3 +140,32 @@ def test_a_time_in_updates_csv_that_is_not_a_number_is_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert "Traceback" not in err[-1] and "'soon' is not a finite number" in err[-1], err
     assert not (tmp_path / "c.yaml").exists()
+
+
+def test_a_resumed_run_is_refused_in_one_line(sim_run: Path, tmp_path: Path, capsys) -> None:
+    # Its times span the restart: the gap used to be fitted as jitter (sigma 26.6 vs 1.04).
+    run = as_if_ray(sim_run, tmp_path)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["reliability"]["failures"].append({"kind": "resumed", "checkpoint": {}})
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert main(["calibrate", str(run), "-o", str(tmp_path / "c.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "was resumed after a stop, and its times span the restart" in err
+
+
+def test_a_failed_replay_never_names_a_temporary_file(
+    sim_run: Path, tmp_path: Path, monkeypatch
+) -> None:
+    import tempfile
+
+    from syncswitch.calibration import replay as replay_module
+
+    def fails(config, **_parts):
+        raise ConfigError(f"cannot write {config.out}/metrics.csv (read {config.cluster})")
+
+    monkeypatch.setattr(replay_module, "train", fails)
+    with pytest.raises(ConfigError) as error:
+        calibrate(as_if_ray(sim_run, tmp_path), refine=False)
+    message = str(error.value)
+    assert "replaying" in message and "the replay/metrics.csv" in message
+    assert "the fitted cluster model" in message and tempfile.gettempdir() + "/tmp" not in message

@@ -182,10 +182,12 @@ def test_resume_refuses_a_run_with_no_usable_checkpoint(tmp_path, capsys):
 
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
+    # A damaged checkpoint is refused; a run with none at all starts over (test_user_code_...).
+    (run_dir / "checkpoints" / "checkpoint-000001.json").write_text("garbage")
     (run_dir / "config.json").write_text(json.dumps({"workers": 2}))
     assert main(["train", "--resume", str(run_dir)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "cannot resume" in err and "no checkpoint" in err and len(err.splitlines()) == 1
+    assert "cannot resume" in err and "no valid checkpoint" in err and len(err.splitlines()) == 1
     assert main(["train", "--resume", str(run_dir), "--workers", "3"]) == 2
     assert "drop --workers" in capsys.readouterr().err
 

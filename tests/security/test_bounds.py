@@ -35,6 +35,15 @@ from tests.security.helpers import assert_one_line_exit_2, one_line_error, run_c
         ({"seed": 2**40}, "seed = 1099511627776 is not allowed; it must be in 0..2147483647"),
         ({"seed": -1}, "seed = -1"),
         ({"jitter_sigma": 1e6}, "jitter_sigma"),
+        # float32 would round it to 0, and the run stall on a division by nothing.
+        (
+            {"optimizer": "adam", "eps": 1e-300},
+            "eps = 1e-300 is not allowed; it must be in [1e-30, 1]",
+        ),
+        (
+            {"delay_compensation": 1e6},
+            "delay_compensation = 1000000.0 is not allowed; it must be in [0, 10]",
+        ),
         (
             {"speed_factors": [1e300, 1]},
             "speed_factors = 1e+300",

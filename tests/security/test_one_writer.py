@@ -134,3 +134,18 @@ def test_a_second_search_of_the_same_job_is_one_line(tmp_path):
     message = str(error.value)
     assert "\n" not in message and "in use by another search" in message
     search(tmp_path)  # the holder is gone: the search runs
+
+
+def test_deleting_a_live_runs_lock_file_does_not_free_it(tmp_path, capsys):
+    # The lock is on the directory itself: the file only says who holds it.
+    run_dir = make_run_dir(tmp_path, [valid_state()])
+    holder = _holder(run_dir, names.LOCK)
+    try:
+        (run_dir / names.LOCK).unlink()
+        err = one_line_error(capsys, ["train", "--resume", str(run_dir), "--no-progress"])
+        assert "in use by another syncswitch run" in err
+        with pytest.raises(DirectoryBusy):
+            DirectoryLock(run_dir, names.LOCK)
+    finally:
+        _kill(holder)
+    DirectoryLock(run_dir, names.LOCK).release()  # free once its process has ended

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from syncswitch.cli.train import add_parser, config_for_resume
+from syncswitch.control.resume_check import load_resume_checkpoint
 from syncswitch.core.reliability.checkpoints import CheckpointStore
-from syncswitch.runtime.train import load_resume_checkpoint
 from tests.security.helpers import (
     SMALL_JOB,
     make_config,

@@ -10,9 +10,11 @@ import torch
 
 from syncswitch.config import TrainConfig
 from syncswitch.control.controller import RunController
+from syncswitch.errors import ConfigError
 from syncswitch.rundir import Summary
 from syncswitch.runtime.ray.resources import ResourcePlan, plan_resources
-from syncswitch.workloads.data import JobData
+from syncswitch.user_code import described
+from syncswitch.workloads.data import ArrayData, JobData
 from syncswitch.workloads.task import Task
 
 
@@ -23,6 +25,26 @@ def check_before_start(config: TrainConfig) -> None:
 
     if cluster_address(config.ray_address) is None:
         plan_resources(config, local_view(_local_cpus(config)))
+
+
+def check_sendable(data: JobData, model_factory: Callable[[], torch.nn.Module], task: Task) -> None:
+    """Ray pickles the model factory, the data (or their factories) and the task for its
+    actors: one that cannot be pickled is one line here, not Ray's multi-line report later.
+    (A user's datasets are pickled once more here: Ray sends each worker a copy anyway.)"""
+    from ray import cloudpickle
+
+    sent: list[tuple[str, object]] = [("model_factory=", model_factory), ("the task", task)]
+    if not isinstance(data, ArrayData):  # arrays always pickle; a user's Dataset may not
+        sent.append(("the data", data))
+    for keyword, value in sent:
+        try:
+            cloudpickle.dumps(value)
+        except Exception as error:
+            raise ConfigError(
+                f"{keyword} cannot be sent to Ray's actors (they receive it pickled): "
+                f"{described(error)}; define it at the top level of a module, holding no open "
+                "file, lock or generator (functools.partial of a top-level function works)"
+            ) from None
 
 
 def run_on_ray(
