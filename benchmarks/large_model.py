@@ -43,6 +43,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +70,7 @@ from wide_models import mlp17m, mlp100m, parameter_count
 from syncswitch.config import TrainConfig
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.rundir import names
-from syncswitch.workloads import load_dataset
+from syncswitch.workloads import ArrayDataset, load_dataset
 
 MODELS: dict[str, Callable[[], torch.nn.Module]] = {"mlp17m": mlp17m, "mlp100m": mlp100m}
 SYSTEMS = ("plain", "ddp", "ddp-kept", "bsp", "bsp-bf16", "asp", "local-4")
@@ -243,6 +244,83 @@ def table(model_name: str, workers: int, repeats: list[dict], pieces: dict[str, 
     )
 
 
+@dataclass(frozen=True)
+class Bench:
+    """What every run of one invocation shares."""
+
+    model: str  # a key of MODELS
+    epochs: float
+    out: Path
+    dataset: ArrayDataset
+
+    @property
+    def model_path(self) -> str:
+        return f"wide_models:{self.model}"
+
+
+def run_syncswitch_system(bench: Bench, system: str, workers: int, seed: int) -> dict:
+    """One syncswitch run of `system`, measured from its own files."""
+    schedule, wire_dtype = SYNCSWITCH[system]
+    run_dir = bench.out / "runs" / f"{system}-w{workers}-s{seed}"
+    config = TrainConfig(
+        workers=workers,
+        batch_size=BATCH,
+        schedule=schedule,
+        wire_dtype=wire_dtype,
+        epochs=bench.epochs,
+        seed=seed,
+        model=bench.model_path,
+        progress=False,
+        out=str(run_dir),
+        # The training path alone, as DDP's loop: one evaluation at the end, the final
+        # checkpoint only, no loss watch (it needs them).
+        eval_every=1.0,
+        checkpoint_every=0.0,
+        divergence_guard=False,
+    )
+    run = run_syncswitch(config)
+    split = breakdown(run_dir)
+    run["samples_per_s"] = split.pop("samples_per_s")
+    run["breakdown"] = split
+    return run
+
+
+def run_loop_system(bench: Bench, system: str, workers: int, seed: int) -> dict:
+    """One plain or DDP loop (throughput.py's) on the same model and batch."""
+    defaults = TrainConfig(progress=False)
+    world = 1 if system == "plain" else workers
+    job = LoopJob(
+        dataset=bench.dataset,
+        world=world,
+        ddp=system != "plain",
+        batch_size=BATCH,
+        steps=max(20, int(bench.epochs * len(bench.dataset.y_train)) // (BATCH * world)),
+        lr=defaults.lr * world / workers,  # linear scaling, as throughput.py
+        momentum=defaults.momentum,
+        seed=seed,
+        threads=1,
+        port=free_port(),
+        raw_dir=str(bench.out / "raw" / f"{system}-w{workers}-s{seed}"),
+        model=bench.model_path,
+        keep_freed_memory=system == "ddp-kept",
+    )
+    return run_loop(job)
+
+
+def measure(bench: Bench, system: str, workers: int, seed: int) -> dict:
+    """One system's run; a failure is recorded, not raised (the others' figures stay)."""
+    started = time.monotonic()
+    try:
+        if system in SYNCSWITCH:
+            run = run_syncswitch_system(bench, system, workers, seed)
+        else:
+            run = run_loop_system(bench, system, workers, seed)
+    except Exception as error:
+        run = {"error": f"{type(error).__name__}: {error}"}
+    run["elapsed_s"] = time.monotonic() - started
+    return run
+
+
 def main() -> None:
     cli = harness_parser(__doc__, epilog=True)
     cli.add_argument("--model", choices=sorted(MODELS), default="mlp17m")
@@ -261,7 +339,6 @@ def main() -> None:
     out = args.out or OUT / f"large-model-{args.model}"
     out.mkdir(parents=True, exist_ok=True)
     systems = [s for s in SYSTEMS if s in comma_list(args.systems)]
-    model_path = f"wide_models:{args.model}"
     # Ray's workers import the model's module by name: put this folder on their path.
     here = str(Path(__file__).resolve().parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
@@ -270,9 +347,8 @@ def main() -> None:
     pieces = round_pieces(args.model)
     print({k: round(v * 1e3, 1) for k, v in pieces.items() if k.endswith("_s")}, flush=True)
     dataset = load_dataset("mnist1d", mnist1d_samples=TrainConfig().mnist1d_samples)
-    train_samples = len(dataset.y_train)
+    bench = Bench(model=args.model, epochs=args.epochs, out=out, dataset=dataset)
     log = RunLog(out / "runs.jsonl")
-    defaults = TrainConfig(progress=False)
     if set(SYNCSWITCH) & set(systems):
         from syncswitch.runtime.ray.connect import start_local
 
@@ -282,61 +358,16 @@ def main() -> None:
         for seed in range(args.repeats):
             repeat: dict = {"seed": seed, "samples_per_s": {}, "breakdown": {}}
             for system in rotated(systems, seed):
-                started = time.monotonic()
-                try:
-                    if system in SYNCSWITCH:
-                        schedule, wire_dtype = SYNCSWITCH[system]
-                        run_dir = out / "runs" / f"{system}-w{workers}-s{seed}"
-                        config = TrainConfig(
-                            workers=workers,
-                            batch_size=BATCH,
-                            schedule=schedule,
-                            wire_dtype=wire_dtype,
-                            epochs=args.epochs,
-                            seed=seed,
-                            model=model_path,
-                            progress=False,
-                            out=str(run_dir),
-                            # The training path alone, as DDP's loop: one evaluation at the
-                            # end, the final checkpoint only, no loss watch (it needs them).
-                            eval_every=1.0,
-                            checkpoint_every=0.0,
-                            divergence_guard=False,
-                        )
-                        run = run_syncswitch(config)
-                        split = breakdown(run_dir)
-                        run["samples_per_s"] = split.pop("samples_per_s")
-                        run["breakdown"] = repeat["breakdown"][system] = split
-                    else:
-                        world = 1 if system == "plain" else workers
-                        job = LoopJob(
-                            dataset=dataset,
-                            world=world,
-                            ddp=system != "plain",
-                            batch_size=BATCH,
-                            steps=max(20, int(args.epochs * train_samples) // (BATCH * world)),
-                            lr=defaults.lr * world / workers,
-                            momentum=defaults.momentum,
-                            seed=seed,
-                            threads=1,
-                            port=free_port(),
-                            raw_dir=str(out / "raw" / f"{system}-w{workers}-s{seed}"),
-                            model=model_path,
-                            keep_freed_memory=system == "ddp-kept",
-                        )
-                        run = run_loop(job)
-                except Exception as error:  # one failed system must not lose the others'
-                    run = {"error": f"{type(error).__name__}: {error}"}
-                run["elapsed_s"] = time.monotonic() - started
+                run = measure(bench, system, workers, seed)
                 repeat["samples_per_s"][system] = run.get("samples_per_s")
+                if "breakdown" in run:
+                    repeat["breakdown"][system] = run["breakdown"]
                 log.append({"model": args.model, "workers": workers, "seed": seed,
                             "system": system, **run})  # fmt: skip
-                print(
-                    f"{args.model} w{workers} s{seed} {system}: "
-                    f"{cell(run.get('samples_per_s'), ',.0f')} samples/s"
-                    + (f"  FAILED: {run['error']}" if "error" in run else ""),
-                    flush=True,
-                )
+                failed = f"  FAILED: {run['error']}" if "error" in run else ""
+                rate = cell(run.get("samples_per_s"), ",.0f")
+                where = f"{args.model} w{workers} s{seed} {system}"
+                print(f"{where}: {rate} samples/s{failed}", flush=True)
             repeat["load"] = os.getloadavg()[0]
             repeats.append(repeat)
             text = table(args.model, workers, repeats, pieces)
