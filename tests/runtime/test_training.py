@@ -163,6 +163,22 @@ def test_sharded_servers_train_the_same_model_as_one(ray_session, small_mnist, t
     np.testing.assert_allclose(one.final_weights, two.final_weights, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("schedule", ["bsp", "bsp:0.5,local-4"])
+def test_values_through_shared_memory_train_what_the_socket_trains_bit_for_bit(
+    ray_session, small_mnist, tmp_path, monkeypatch, schedule
+):
+    # Both runs on this machine, now: the same bits, or a region was read while written.
+    job = dict(schedule=schedule, epochs=0.3, servers=2, wire_dtype="bfloat16")
+    shared = run(tmp_path / "shared", small_mnist, **job)
+    monkeypatch.setenv("SYNCSWITCH_DATAPLANE", "socket")
+    socket = run(tmp_path / "socket", small_mnist, **job)
+    np.testing.assert_array_equal(shared.final_weights, socket.final_weights)
+    assert shared.summary["validation"] == socket.summary["validation"]
+    for result, connections in ((shared, 3 * 2), (socket, 0)):  # workers x servers
+        actors = json.loads((result.run_dir / "actors.json").read_text())
+        assert actors["data_plane_shared_memory"] == {"connections": connections, "declined": {}}
+
+
 class TinyMlp(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

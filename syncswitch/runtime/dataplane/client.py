@@ -1,5 +1,6 @@
 """A worker's end of the data plane: one connection per server shard, one request and one
-reply per step; a reply that is late makes it ask (through Ray) whether its servers live."""
+reply per step; a reply that is late makes it ask (through Ray) whether its servers live.
+A server on the same machine takes the values through shared memory (shared.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import NoReturn
 import numpy as np
 
 from syncswitch.core.sync.wire_dtype import WireDtype, decode
+from syncswitch.runtime.dataplane.shared import ATTACH_MARK, OfferedSegment, SharedRegions
 from syncswitch.runtime.dataplane.wire import (
     LENGTH,
     PROBE_S,
@@ -27,7 +29,8 @@ class WorkerChannel:
     """A worker's end: one connection per server; one request and one reply per step.
 
     `probe()` raises if a server is gone, returns True if every server answered and False if
-    it could not tell yet.
+    it could not tell yet. `shared`, each server's number of values: offer each a shared-memory
+    segment for them (a server on this machine attaches it; `attached` says which did).
     """
 
     _HEAD = LENGTH.size + REPLY.size
@@ -39,39 +42,70 @@ class WorkerChannel:
         *,
         probe_s: float = PROBE_S,
         wire_dtype: WireDtype = WireDtype.FLOAT32,
+        shared: Sequence[int] | None = None,
     ) -> None:
         self._probe = probe
         self._dtype = wire_dtype  # of the replies' weights
         self._sockets: list[socket.socket] = []
+        self._shared: list[SharedRegions | None] = []  # per server: attached, or the socket
         self._head = bytearray(self._HEAD)
         try:
-            for address, token in endpoints:
+            for index, (address, token) in enumerate(endpoints):
                 host, _, port = address.rpartition(":")
                 sock = self._connect(host.strip("[]"), int(port), probe_s)
                 self._sockets.append(sock)
                 send_buffers(sock, [token], self._blocked)
+                self._shared.append(None if shared is None else self._offer(sock, shared[index]))
         except BaseException:
             self.close()
             raise
+
+    @property
+    def attached(self) -> list[bool]:
+        """Per server: whether the values travel through shared memory."""
+        return [regions is not None for regions in self._shared]
 
     def exchange(self, requests: Sequence[tuple[bytes, np.ndarray]]) -> list[Reply]:
         """Send each server its (header, values) and wait for every reply.
 
         The values are sent as they are (already in the wire's dtype: `wire_dtype.encode`),
         and may be reused once this returns: a reply means its request was received. The
-        replies' weights come back widened to float32.
+        replies' weights come back widened to float32; through shared memory they are a view
+        of it, valid until the next exchange.
         """
-        for sock, (header, values) in zip(self._sockets, requests, strict=True):
+        for sock, regions, (header, values) in zip(
+            self._sockets, self._shared, requests, strict=True
+        ):
+            buffers = [LENGTH.pack(values.nbytes), header, values]
+            if regions is not None:
+                regions.request[: values.size] = values
+                buffers.pop()
             try:
-                send_buffers(sock, [LENGTH.pack(values.nbytes), header, values], self._blocked)
+                send_buffers(sock, buffers, self._blocked)
             except (ConnectionResetError, BrokenPipeError):
                 self._closed()
-        return [self._receive(sock) for sock in self._sockets]
+        return [self._receive(s, r) for s, r in zip(self._sockets, self._shared, strict=True)]
 
     def close(self) -> None:
         for sock in self._sockets:
             sock.close()
         self._sockets.clear()
+        self._shared.clear()  # unmapped once the last reply viewing it is gone
+
+    def _offer(self, sock: socket.socket, values: int) -> SharedRegions | None:
+        """Offer the server a segment for `values` values each way; its regions if it
+        attached them (None: the socket carries the values, as it must across machines)."""
+        try:
+            segment = OfferedSegment(values, self._dtype)
+        except OSError:  # no /dev/shm here, or it is full
+            return None
+        try:
+            send_buffers(sock, [LENGTH.pack(ATTACH_MARK), segment.offer], self._blocked)
+            answer = bytearray(1)
+            self._receive_into(sock, memoryview(answer))
+        finally:
+            segment.forget()
+        return segment.regions if answer == b"\x01" else None
 
     def _connect(self, host: str, port: int, probe_s: float) -> socket.socket:
         for _ in range(_CLOSED_PROBES):
@@ -85,14 +119,18 @@ class WorkerChannel:
             return sock
         raise ConnectionError(f"no data-plane connection to {host}:{port}")
 
-    def _receive(self, sock: socket.socket) -> Reply:
+    def _receive(self, sock: socket.socket, regions: SharedRegions | None) -> Reply:
         head = memoryview(self._head)
         self._receive_into(sock, head)
         (length,) = LENGTH.unpack_from(self._head)
         version, done, progress, local = decode_reply(self._head, LENGTH.size)
         dtype = self._dtype
-        raw = np.empty(length // dtype.itemsize, dtype=dtype.raw_numpy)
-        self._receive_into(sock, raw.data.cast("B"))
+        count = length // dtype.itemsize
+        if regions is not None:
+            raw = regions.reply[:count]  # the server wrote them before the header
+        else:
+            raw = np.empty(count, dtype=dtype.raw_numpy)
+            self._receive_into(sock, raw.data.cast("B"))
         return Reply(version, decode(raw, dtype), done, progress, local)
 
     def _receive_into(self, sock: socket.socket, target: memoryview) -> None:

@@ -30,17 +30,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from syncswitch.core.sync.wire_dtype import WireDtype, decode
+from syncswitch.core.sync.wire_dtype import WireDtype
+from syncswitch.runtime.dataplane.connection import Connection
 from syncswitch.runtime.dataplane.wire import (
     LENGTH,
-    REQUEST,
     TOKEN_BYTES,
     MalformedMessage,
     Request,
-    decode_request,
     no_delay,
     send_buffers,
-    values_length,
 )
 
 _EXACT_WAIT_S = 0.002  # held gradients due sooner than this are waited for by a sleep
@@ -63,69 +61,6 @@ def _listening_socket(host: str) -> socket.socket:
     listener.listen(1024)
     listener.setblocking(False)
     return listener
-
-
-class _Connection:
-    """One worker's connection as the server reads it, message by message, never blocking:
-    the token first, then per request its length and header, then its values."""
-
-    _HEAD = LENGTH.size + REQUEST.size
-
-    def __init__(
-        self, sock: socket.socket, ident: int, dtype: WireDtype = WireDtype.FLOAT32
-    ) -> None:
-        self.sock = sock
-        self.ident = ident
-        self.dtype = dtype  # of the values on the wire (--wire-dtype)
-        self.admitted = False
-        self._head = bytearray(max(TOKEN_BYTES, self._HEAD))
-        self._values: np.ndarray | None = None
-        self._target = memoryview(self._head)[:TOKEN_BYTES]
-        self._got = 0
-
-    def read(self, token: bytes, max_values: int) -> list[Request]:
-        """Every complete request now readable. Raises EOFError when the worker closed the
-        connection, MalformedMessage when it broke the protocol."""
-        complete: list[Request] = []
-        while True:
-            try:
-                count = self.sock.recv_into(self._target[self._got :])
-            except BlockingIOError:
-                return complete
-            if count == 0:
-                raise EOFError
-            self._got += count
-            if self._got < len(self._target):
-                continue
-            request = self._advance(token, max_values)
-            if request is not None:
-                complete.append(request)
-
-    def _advance(self, token: bytes, max_values: int) -> Request | None:
-        """The current part is complete: check it and set up the next."""
-        head = memoryview(self._head)
-        if not self.admitted:
-            if not secrets.compare_digest(bytes(self._target), token):
-                raise MalformedMessage("wrong token")
-            self.admitted = True
-            self._expect(head[: self._HEAD])
-            return None
-        if self._values is None:
-            (length,) = LENGTH.unpack_from(self._head)
-            # Its own buffer per request: the synchronizer may keep the gradient (a barrier).
-            count = values_length(length, max_values, self.dtype)
-            self._values = np.empty(count, dtype=self.dtype.raw_numpy)
-            if length:
-                self._expect(self._values.data.cast("B"))
-                return None
-        values = decode(self._values, self.dtype)  # float32: itself, or a widened copy
-        request = decode_request(head[LENGTH.size : self._HEAD], values)
-        self._values = None
-        self._expect(head[: self._HEAD])
-        return request
-
-    def _expect(self, target: memoryview) -> None:
-        self._target, self._got = target, 0
 
 
 class ServerEndpoint:
@@ -153,7 +88,7 @@ class ServerEndpoint:
         self._listener = _listening_socket(host)
         bound_host, port = self._listener.getsockname()[:2]
         self.address = f"[{bound_host}]:{port}" if ":" in bound_host else f"{bound_host}:{port}"
-        self._connections: dict[int, _Connection] = {}
+        self._connections: dict[int, Connection] = {}
         # Connections that have not sent the token yet -> when they are closed (monotonic).
         self._pending: OrderedDict[int, float] = OrderedDict()
         self._paused_until: float | None = None  # accepting paused (resource exhaustion)
@@ -164,6 +99,8 @@ class ServerEndpoint:
         self._held: list[tuple[float, int, int, Request]] = []  # emulated, until ready_at
         self._order = itertools.count()
         self.rejected: dict[str, int] = {}
+        self.attached = 0  # connections whose values travel through shared memory
+        self.declined: dict[str, int] = {}  # shared-memory offers not attached, by reason
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._listener, selectors.EVENT_READ)
         self._wake_read, self._wake_write = os.pipe()  # only to stop the thread
@@ -189,13 +126,15 @@ class ServerEndpoint:
             if remaining <= 0 or not writable.poll(1000 * remaining):
                 raise TimeoutError
 
+        buffers = [LENGTH.pack(weights.nbytes), header, weights]
         with self._send_lock:
             try:
-                send_buffers(
-                    connection.sock,
-                    [LENGTH.pack(weights.nbytes), header, weights],
-                    wait_writable,
-                )
+                shared = connection.shared
+                if shared is not None:
+                    # The worker reads them once the header arrives; it is waiting for it.
+                    shared.reply[: weights.size] = weights
+                    buffers.pop()
+                send_buffers(connection.sock, buffers, wait_writable)
             except (OSError, TimeoutError):
                 # Not taking replies (or gone): the reading thread sees the close and drops
                 # the connection; its worker is dead, hung or restarted.
@@ -238,7 +177,7 @@ class ServerEndpoint:
             for key, _ in ready:
                 if key.fileobj is self._listener:
                     accept = True
-                elif isinstance(key.data, _Connection) and key.data.ident in self._connections:
+                elif isinstance(key.data, Connection) and key.data.ident in self._connections:
                     self._read(key.data)
             if accept:
                 self._accept()
@@ -288,7 +227,7 @@ class ServerEndpoint:
             return
         if len(self._pending) >= MAX_PENDING:
             self._close_oldest_pending("too many connections without a token")
-        connection = _Connection(sock, next(self._idents), self.wire_dtype)
+        connection = Connection(sock, next(self._idents), self.wire_dtype)
         try:
             self._selector.register(sock, selectors.EVENT_READ, connection)
         except (OSError, ValueError) as error:
@@ -364,7 +303,7 @@ class ServerEndpoint:
             self._reject(reason)
             self._drop(connection)
 
-    def _read(self, connection: _Connection) -> None:
+    def _read(self, connection: Connection) -> None:
         try:
             requests = connection.read(self.token, self.max_values)
         except MalformedMessage as error:
@@ -376,6 +315,8 @@ class ServerEndpoint:
             return
         if connection.admitted:
             self._pending.pop(connection.ident, None)
+        if connection.answer is not None and not self._answer_offer(connection):
+            return
         for request in requests:
             if request.ready_at is not None and request.ready_at > self._clock():
                 heapq.heappush(
@@ -384,7 +325,22 @@ class ServerEndpoint:
             else:
                 self._handle(connection.ident, request)
 
-    def _drop(self, connection: _Connection) -> None:
+    def _answer_offer(self, connection: Connection) -> bool:
+        """Tell the worker whether its values travel through shared memory (b"\\x01") or
+        here; False if its connection is gone."""
+        answer, connection.answer = connection.answer, None
+        self.attached += connection.shared is not None
+        if connection.declined is not None:
+            self.declined[connection.declined] = self.declined.get(connection.declined, 0) + 1
+        with self._send_lock:
+            try:
+                connection.sock.send(answer or b"\x00")
+            except OSError:  # a fresh connection's buffer is empty: it went away
+                self._drop(connection)
+                return False
+        return True
+
+    def _drop(self, connection: Connection) -> None:
         self._connections.pop(connection.ident, None)
         self._pending.pop(connection.ident, None)
         with contextlib.suppress(KeyError, ValueError):

@@ -28,6 +28,15 @@ class ActorDirectory:
         self.nodes_seen: set[str] = set()
         self.dataset_copies: list[str] = []
         self.rejected: dict[str, int] = {}  # data-plane connections the servers closed
+        # Worker connections whose values went through shared memory; offers declined.
+        self.shared_memory: dict[str, Any] = {"connections": 0, "declined": {}}
+
+    def count_shared_memory(self, per_server: list[tuple[int, dict[str, int]]]) -> None:
+        declined: dict[str, int] = self.shared_memory["declined"]
+        for attached, reasons in per_server:
+            self.shared_memory["connections"] += attached
+            for reason, count in reasons.items():
+                declined[reason] = declined.get(reason, 0) + count
 
     def locate(self, name: str, where: placement.ActorPlace) -> None:
         """Record where an actor (re)started: its process id, node, host and device."""
@@ -49,6 +58,7 @@ class ActorDirectory:
             "nodes_seen": sorted(self.nodes_seen),
             "resources": self.resources.describe(),
         }
+        described["data_plane_shared_memory"] = self.shared_memory
         if self.dataset_copies:
             described["dataset_copies_on_nodes"] = self.dataset_copies
         if self.rejected:

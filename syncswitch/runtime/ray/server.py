@@ -83,6 +83,11 @@ class ParameterServer:
         message (nothing of it applied), or a reply its worker did not take."""
         return dict(self._endpoint.rejected)
 
+    def shared_memory(self) -> tuple[int, dict[str, int]]:
+        """Worker connections whose values came through shared memory, and the offers it
+        declined by reason (a worker on another machine: "cannot open")."""
+        return self._endpoint.attached, dict(self._endpoint.declined)
+
     def close(self) -> None:
         """Stop the data plane (an actor's process ending does the same; this is for a
         server built outside Ray, e.g. by a benchmark)."""

@@ -58,6 +58,7 @@ from syncswitch.core.sync.sharding import parameter_shards
 from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.rundir import Summary, names
 from syncswitch.runtime import shards
+from syncswitch.runtime.dataplane.shared import shared_memory_wanted
 from syncswitch.runtime.progress import ProgressDisplay, starting, startup_elapsed_s
 from syncswitch.runtime.ray import placement
 from syncswitch.runtime.ray.actors import STARTUP_TIMEOUT_S, ActorDirectory, wait_ready
@@ -190,6 +191,7 @@ class RaySupervisor:
         for rejected in ray.get([s.rejected_messages.remote() for s in self.servers]):
             for reason, count in rejected.items():
                 self.actors.rejected[reason] = self.actors.rejected.get(reason, 0) + count
+        self.actors.count_shared_memory(ray.get([s.shared_memory.remote() for s in self.servers]))
         self._write_pids()
         return self.controller.finish(snapshots, worker_stats, final_weights), final_weights
 
@@ -404,6 +406,7 @@ class RaySupervisor:
             threads=self.resources.worker.threads,
             device=self.resources.worker.device,
             wire_dtype=plan.sync.wire_dtype,
+            shared_memory=shared_memory_wanted(),
         )
         # Restartable: after a crash Ray starts the actor again with the same arguments, in
         # the same bundle (placed again on another node if its node was lost).

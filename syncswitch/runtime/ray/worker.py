@@ -51,6 +51,7 @@ class WorkerSpec:
     threads: int = 1  # torch intra-op threads (the resource plan's)
     device: str = "cpu"  # "cuda": the model and its batches on the GPU Ray assigned
     wire_dtype: WireDtype = WireDtype.FLOAT32  # what messages' values travel as
+    shared_memory: bool = True  # offer servers on this machine shared memory for the values
 
 
 class Worker:
@@ -106,6 +107,7 @@ class Worker:
             ray.get([s.endpoint.remote() for s in servers]),
             probe=self._probe_servers,
             wire_dtype=self.spec.wire_dtype,
+            shared=self._shared_memory(),
         )
         try:
             sequence, batches, pulled = self._rejoin()
@@ -162,6 +164,14 @@ class Worker:
         # One flat copy off the device (on a GPU); the buffer is reused next step, which is
         # safe because every server has replied (so received it) before the next step.
         return self.flat.gradient_to_host(), loss
+
+    def _shared_memory(self) -> list[int] | None:
+        """Each server's number of values, offered through shared memory (servers on this
+        machine take it: dataplane/shared.py)."""
+        if not self.spec.shared_memory:
+            return None
+        total = self.flat.values.numel()
+        return [len(range(*part.indices(total))) for part in self.spec.shards]
 
     def _rejoin(self) -> tuple[int, int, Pulled]:
         """Join (again) at the current version; the servers say which sequence comes next and

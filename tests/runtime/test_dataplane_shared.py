@@ -1,0 +1,168 @@
+"""The data plane's shared-memory path, without Ray: a worker on the server's machine offers a
+segment, the server checks and attaches it, and the values move through it while the socket
+carries the headers. Offers the server must not trust are declined, and the socket is used."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import time
+
+import numpy as np
+import pytest
+
+from syncswitch.core.sync.wire_dtype import WireDtype, encode, round_trip
+from syncswitch.runtime.dataplane import Request, ServerEndpoint, WorkerChannel, encode_reply
+from syncswitch.runtime.dataplane.shared import (
+    ATTACH,
+    ATTACH_MARK,
+    SHM_DIR,
+    OfferedSegment,
+    segment_bytes,
+)
+from syncswitch.runtime.dataplane.wire import encode_request
+
+LOOPBACK = "127.0.0.1"
+pytestmark = pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason="no /dev/shm here")
+
+
+class Doubler:
+    """Answers each request with its values times two (in the wire's dtype)."""
+
+    def __init__(self, size: int, dtype: WireDtype = WireDtype.FLOAT32) -> None:
+        self.dtype = dtype
+        self.seen: list[Request] = []
+        self.endpoint = ServerEndpoint(
+            LOOPBACK, size, self.handle, clock=time.time, wire_dtype=dtype
+        )
+
+    def handle(self, ident: int, request: Request) -> None:
+        self.seen.append(request)
+        weights = encode(np.array(request.values) * 2, self.dtype)
+        self.endpoint.send(ident, encode_reply(request.sequence, False, 0.5), weights)
+
+    def channel(self, shared: list[int] | None) -> WorkerChannel:
+        return WorkerChannel(
+            [(self.endpoint.address, self.endpoint.token)],
+            probe=lambda: True,
+            wire_dtype=self.dtype,
+            shared=shared,
+        )
+
+
+def _segments() -> set[str]:
+    return {name for name in os.listdir(SHM_DIR) if name.startswith("syncswitch-")}
+
+
+def _request(sequence: int) -> bytes:
+    return encode_request(0, 0, sequence, sequence, 32, 0.5, 0.01, None)
+
+
+@pytest.mark.parametrize("dtype", list(WireDtype))
+def test_values_move_through_shared_memory_as_they_would_through_the_socket(dtype):
+    results = {}
+    for shared in (None, [1000]):
+        server = Doubler(1000, dtype)
+        before = _segments()
+        channel = server.channel(shared)
+        try:
+            assert channel.attached == [shared is not None]
+            assert _segments() == before  # the name is removed once attached
+            replies = []
+            for step in range(3):
+                values = np.linspace(-1, 1, 1000, dtype=np.float32) * (step + 1)
+                [reply] = channel.exchange([(_request(step), encode(values, dtype))])
+                replies.append(np.array(reply.weights))
+                assert reply.version == step and reply.progress == 0.5
+                np.testing.assert_array_equal(server.seen[-1].values, round_trip(values, dtype))
+        finally:
+            channel.close()
+            server.endpoint.close()
+        results[shared is not None] = replies
+        assert server.endpoint.declined == {}
+    for by_socket, by_memory in zip(results[False], results[True], strict=True):
+        np.testing.assert_array_equal(by_socket, by_memory)
+
+
+def test_a_shorter_gradient_still_reaches_the_server_which_judges_it():
+    server = Doubler(8)
+    channel = server.channel([8])
+    try:
+        [reply] = channel.exchange([(_request(1), np.ones(3, np.float32))])
+    finally:
+        channel.close()
+        server.endpoint.close()
+    assert server.seen[0].values.shape == (3,) and reply.weights.shape == (3,)
+
+
+def _offer_raw(server: Doubler, offer: bytes) -> tuple[socket.socket, bytes]:
+    host, _, port = server.endpoint.address.rpartition(":")
+    connection = socket.create_connection((host, int(port)), timeout=5)
+    connection.sendall(server.endpoint.token + struct.pack("<I", ATTACH_MARK) + offer)
+    return connection, connection.recv(1)
+
+
+def _forged(name: str, nonce: bytes = b"\0" * 16) -> bytes:
+    return ATTACH.pack(nonce, name.encode())
+
+
+@pytest.mark.parametrize(
+    ("make_offer", "reason"),
+    [
+        (lambda: _forged("../../etc/passwd"), "not a segment name"),
+        (lambda: _forged("syncswitch-" + "0" * 24), "cannot open: No such file or directory"),
+        (lambda: _wrong_size(), f"{segment_bytes(100, WireDtype.FLOAT32)} bytes, not "),
+        (lambda: _wrong_nonce(), "another segment of that name"),
+    ],
+    ids=["path", "missing", "wrong-size", "wrong-nonce"],
+)
+def test_an_offer_it_cannot_trust_is_declined_and_the_socket_carries_the_values(make_offer, reason):
+    server = Doubler(4)
+    try:
+        connection, answer = _offer_raw(server, make_offer())
+        assert answer == b"\x00"
+        [(declined, count)] = server.endpoint.declined.items()
+        assert declined.startswith(reason) and count == 1
+        # The connection goes on, over the socket: a request with its values is answered.
+        values = np.arange(4, dtype=np.float32)
+        connection.sendall(struct.pack("<I", values.nbytes) + _request(2) + values.tobytes())
+        deadline = time.time() + 5
+        while not server.seen and time.time() < deadline:
+            time.sleep(0.01)
+        np.testing.assert_array_equal(server.seen[0].values, values)
+        connection.close()
+    finally:
+        server.endpoint.close()
+        for name in _segments() & _left:
+            os.unlink(os.path.join(SHM_DIR, name))
+
+
+_left: set[str] = set()
+
+
+def _wrong_size() -> bytes:
+    segment = OfferedSegment(100, WireDtype.FLOAT32)  # the server's shard has 4 values
+    _left.add(segment.name)
+    return segment.offer
+
+
+def _wrong_nonce() -> bytes:
+    segment = OfferedSegment(4, WireDtype.FLOAT32)
+    _left.add(segment.name)
+    _, name = ATTACH.unpack(segment.offer)
+    return ATTACH.pack(bytes(16), name)
+
+
+def test_a_second_offer_closes_the_connection():
+    server = Doubler(4)
+    try:
+        segment = OfferedSegment(4, WireDtype.FLOAT32)
+        connection, answer = _offer_raw(server, segment.offer)
+        assert answer == b"\x01"
+        connection.sendall(struct.pack("<I", ATTACH_MARK) + segment.offer)
+        assert connection.recv(1) == b""
+        assert server.endpoint.rejected == {"shared memory offered twice": 1}
+    finally:
+        segment.forget()
+        server.endpoint.close()
