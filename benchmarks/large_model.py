@@ -4,7 +4,9 @@ PyTorch DDP (gloo) and one plain process, on the same model, batch and machine, 
 No emulation: every system computes real gradients and nothing sleeps. The models are MLPs
 built by benchmarks/wide_models.py on MNIST-1D (generated locally): `mlp17m` (16.9M
 parameters, 67.6 MB in float32; the model issue 43 measured) and `mlp100m` (101M, 404 MB).
-`bsp-bf16` is BSP with bfloat16 on the wire (half the bytes each way).
+`bsp-bf16` is BSP with bfloat16 on the wire (half the bytes each way). Workers on the
+servers' machine pass values through shared memory; `bsp-socket` is BSP with every value on
+the loopback socket instead (SYNCSWITCH_DATAPLANE=socket), as before shared memory.
 Batch 32 per process or worker, SGD with momentum 0.9, one torch thread per process, as in
 benchmarks/throughput.py, whose loops and steady-window measurement this script reuses
 (samples/s over 20%-90% of each run's steps; ratios taken within a repeat, medians of
@@ -18,8 +20,8 @@ workers' mean step time (weights in, forward, backward, gradient out: worker_ste
 the rest (waiting for the server: transport, copies, the server's apply, the reply). And once
 per model, in this process on one thread, what the pieces of a round cost alone:
 forward+backward of one batch, flattening the gradient, one message of the model's size over
-a loopback TCP socket, the server's FlatSGD step over the flat vector, and summing one more
-gradient into a BSP round's sum.
+a loopback TCP socket, copying it into shared memory, the server's FlatSGD step over the flat
+vector, and summing one more gradient into a BSP round's sum.
 
 syncswitch's actors keep freed memory in the process (runtime/ray/allocator.py: glibc's malloc
 without mmap for large chunks), which makes a step of these models about twice as fast on this
@@ -69,17 +71,20 @@ from wide_models import mlp17m, mlp100m, parameter_count
 
 from syncswitch.config import TrainConfig
 from syncswitch.core.sync.optimizer import FlatSGD
+from syncswitch.core.sync.wire_dtype import WireDtype
 from syncswitch.rundir import names
+from syncswitch.runtime.dataplane.shared import OfferedSegment
 from syncswitch.workloads import ArrayDataset, load_dataset
 
 MODELS: dict[str, Callable[[], torch.nn.Module]] = {"mlp17m": mlp17m, "mlp100m": mlp100m}
-SYSTEMS = ("plain", "ddp", "ddp-kept", "bsp", "bsp-bf16", "asp", "local-4")
-# syncswitch systems: (schedule, wire dtype)
+SYSTEMS = ("plain", "ddp", "ddp-kept", "bsp", "bsp-socket", "bsp-bf16", "asp", "local-4")
+# syncswitch systems: (schedule, wire dtype, values through shared memory)
 SYNCSWITCH = {
-    "bsp": ("bsp", "float32"),
-    "bsp-bf16": ("bsp", "bfloat16"),
-    "asp": ("asp", "float32"),
-    "local-4": ("local-4", "float32"),
+    "bsp": ("bsp", "float32", True),
+    "bsp-socket": ("bsp", "float32", False),
+    "bsp-bf16": ("bsp", "bfloat16", True),
+    "asp": ("asp", "float32", True),
+    "local-4": ("local-4", "float32", True),
 }
 OUT = Path("benchmarks/results")  # large-model-<model>/
 BATCH = 32
@@ -146,10 +151,14 @@ def round_pieces(model_name: str, repeats: int = 5) -> dict[str, float]:
     weights = torch.cat([p.detach().reshape(-1) for p in params])
     server = FlatSGD(weights, weight_decay=0.0)
     total = torch.zeros(count)
+    segment = OfferedSegment(count, WireDtype.FLOAT32)
+    segment.forget()  # mapped here until this returns; no name left behind
+    shared = torch.from_numpy(segment.regions.request)
     return {
         "forward_backward_s": _median_s(step, repeats),
         "flatten_gradient_s": _median_s(flatten, repeats),
         "loopback_message_s": loopback_message_s(count * 4, repeats),
+        "shared_memory_copy_s": _median_s(lambda: shared.copy_(flat), repeats),
         "server_step_s": _median_s(lambda: server.step(flat, lr=0.01, momentum=0.9), repeats),
         "sum_one_gradient_s": _median_s(lambda: total.add_(flat), repeats),
         "parameters": float(count),
@@ -260,7 +269,7 @@ class Bench:
 
 def run_syncswitch_system(bench: Bench, system: str, workers: int, seed: int) -> dict:
     """One syncswitch run of `system`, measured from its own files."""
-    schedule, wire_dtype = SYNCSWITCH[system]
+    schedule, wire_dtype, shared_memory = SYNCSWITCH[system]
     run_dir = bench.out / "runs" / f"{system}-w{workers}-s{seed}"
     config = TrainConfig(
         workers=workers,
@@ -278,7 +287,12 @@ def run_syncswitch_system(bench: Bench, system: str, workers: int, seed: int) ->
         checkpoint_every=0.0,
         divergence_guard=False,
     )
-    run = run_syncswitch(config)
+    # The driver passes the choice to its workers (runtime/dataplane/shared.py).
+    os.environ["SYNCSWITCH_DATAPLANE"] = "shared" if shared_memory else "socket"
+    try:
+        run = run_syncswitch(config)
+    finally:
+        os.environ.pop("SYNCSWITCH_DATAPLANE")
     split = breakdown(run_dir)
     run["samples_per_s"] = split.pop("samples_per_s")
     run["breakdown"] = split

@@ -70,10 +70,13 @@ class Pulled(NamedTuple):
 
 
 def join_replies(
-    replies: Sequence[Reply], fetch: Callable[[Any], np.ndarray] | None = None
+    replies: Sequence[Reply],
+    fetch: Callable[[Any], np.ndarray] | None = None,
+    whole: np.ndarray | None = None,
 ) -> Pulled:
     """One reply per shard, in shard order, joined; `fetch` resolves weights held in a shared
-    store ([ref], as Ray returns a large model's)."""
+    store ([ref], as Ray returns a large model's). `whole`: the replies' weights already lie
+    side by side there (shared memory: dataplane/shared.py), so nothing is concatenated."""
     parts = []
     for reply in replies:
         weights = reply.weights
@@ -81,7 +84,9 @@ def join_replies(
             assert fetch is not None, "weights by reference need a fetch"
             weights = fetch(weights[0])
         parts.append(weights)
-    flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    flat = whole
+    if flat is None:
+        flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
     progress = min(r.progress for r in replies)
     done = any(r.done for r in replies)
     return Pulled([r.version for r in replies], flat, done, progress, replies[0].local)

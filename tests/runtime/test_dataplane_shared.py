@@ -18,7 +18,7 @@ from syncswitch.runtime.dataplane.shared import (
     ATTACH,
     ATTACH_MARK,
     SHM_DIR,
-    OfferedSegment,
+    WorkerSegment,
     segment_bytes,
 )
 from syncswitch.runtime.dataplane.wire import encode_request
@@ -85,6 +85,30 @@ def test_values_move_through_shared_memory_as_they_would_through_the_socket(dtyp
         np.testing.assert_array_equal(by_socket, by_memory)
 
 
+def test_servers_share_one_segment_each_its_own_slice_of_it():
+    servers = [Doubler(3), Doubler(5)]
+    before = _segments()
+    channel = WorkerChannel(
+        [(s.endpoint.address, s.endpoint.token) for s in servers], lambda: True, shared=[3, 5]
+    )
+    try:
+        assert channel.attached == [True, True] and _segments() == before
+        assert channel.segment is not None
+        whole = channel.segment.regions
+        # The worker's gradient is the request region itself: nothing to copy in.
+        whole.request[:] = np.arange(8, dtype=np.float32)
+        replies = channel.exchange(
+            [(_request(1), whole.request[:3]), (_request(2), whole.request[3:])]
+        )
+    finally:
+        channel.close()
+        for server in servers:
+            server.endpoint.close()
+    np.testing.assert_array_equal(servers[1].seen[0].values, [3, 4, 5, 6, 7])
+    np.testing.assert_array_equal(whole.reply, np.arange(8) * 2)  # side by side, in order
+    np.testing.assert_array_equal(np.concatenate([r.weights for r in replies]), whole.reply)
+
+
 def test_a_shorter_gradient_still_reaches_the_server_which_judges_it():
     server = Doubler(8)
     channel = server.channel([8])
@@ -103,19 +127,21 @@ def _offer_raw(server: Doubler, offer: bytes) -> tuple[socket.socket, bytes]:
     return connection, connection.recv(1)
 
 
-def _forged(name: str, nonce: bytes = b"\0" * 16) -> bytes:
-    return ATTACH.pack(nonce, name.encode())
+def _forged(name: str, offset: int = 0, total: int = 4) -> bytes:
+    return ATTACH.pack(b"\0" * 16, name.encode(), offset, total)
 
 
 @pytest.mark.parametrize(
     ("make_offer", "reason"),
     [
         (lambda: _forged("../../etc/passwd"), "not a segment name"),
-        (lambda: _forged("syncswitch-" + "0" * 24), "cannot open: No such file or directory"),
+        (lambda: _forged("syncswitch-" + "0" * 12), "cannot open: No such file or directory"),
+        (lambda: _forged("syncswitch-" + "0" * 12, 1, 4), "a slice of 4 at 1 does not fit 4"),
+        (lambda: _forged("syncswitch-" + "0" * 12, 0, 1 << 62), "a slice of 4 at 0 does not"),
         (lambda: _wrong_size(), f"{segment_bytes(100, WireDtype.FLOAT32)} bytes, not "),
         (lambda: _wrong_nonce(), "another segment of that name"),
     ],
-    ids=["path", "missing", "wrong-size", "wrong-nonce"],
+    ids=["path", "missing", "outside", "huge", "wrong-size", "wrong-nonce"],
 )
 def test_an_offer_it_cannot_trust_is_declined_and_the_socket_carries_the_values(make_offer, reason):
     server = Doubler(4)
@@ -142,25 +168,26 @@ _left: set[str] = set()
 
 
 def _wrong_size() -> bytes:
-    segment = OfferedSegment(100, WireDtype.FLOAT32)  # the server's shard has 4 values
+    segment = WorkerSegment(100, WireDtype.FLOAT32)  # offered as 4 values, its shard's size
     _left.add(segment.name)
-    return segment.offer
+    nonce, name, _, _ = ATTACH.unpack(segment.offer(0))
+    return ATTACH.pack(nonce, name, 0, 4)
 
 
 def _wrong_nonce() -> bytes:
-    segment = OfferedSegment(4, WireDtype.FLOAT32)
+    segment = WorkerSegment(4, WireDtype.FLOAT32)
     _left.add(segment.name)
-    _, name = ATTACH.unpack(segment.offer)
-    return ATTACH.pack(bytes(16), name)
+    _, name, offset, total = ATTACH.unpack(segment.offer(0))
+    return ATTACH.pack(bytes(16), name, offset, total)
 
 
 def test_a_second_offer_closes_the_connection():
     server = Doubler(4)
     try:
-        segment = OfferedSegment(4, WireDtype.FLOAT32)
-        connection, answer = _offer_raw(server, segment.offer)
+        segment = WorkerSegment(4, WireDtype.FLOAT32)
+        connection, answer = _offer_raw(server, segment.offer(0))
         assert answer == b"\x01"
-        connection.sendall(struct.pack("<I", ATTACH_MARK) + segment.offer)
+        connection.sendall(struct.pack("<I", ATTACH_MARK) + segment.offer(0))
         assert connection.recv(1) == b""
         assert server.endpoint.rejected == {"shared memory offered twice": 1}
     finally:

@@ -163,12 +163,15 @@ def test_sharded_servers_train_the_same_model_as_one(ray_session, small_mnist, t
     np.testing.assert_allclose(one.final_weights, two.final_weights, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("schedule", ["bsp", "bsp:0.5,local-4"])
+@pytest.mark.parametrize(
+    ("schedule", "wire_dtype"), [("bsp:0.5,local-4", "float32"), ("bsp", "bfloat16")]
+)
 def test_values_through_shared_memory_train_what_the_socket_trains_bit_for_bit(
-    ray_session, small_mnist, tmp_path, monkeypatch, schedule
+    ray_session, small_mnist, tmp_path, monkeypatch, schedule, wire_dtype
 ):
     # Both runs on this machine, now: the same bits, or a region was read while written.
-    job = dict(schedule=schedule, epochs=0.3, servers=2, wire_dtype="bfloat16")
+    # float32: the workers' models compute in the shared regions; bfloat16: copied in.
+    job = dict(schedule=schedule, epochs=0.3, servers=2, wire_dtype=wire_dtype)
     shared = run(tmp_path / "shared", small_mnist, **job)
     monkeypatch.setenv("SYNCSWITCH_DATAPLANE", "socket")
     socket = run(tmp_path / "socket", small_mnist, **job)

@@ -165,17 +165,9 @@ class FlatParameters:
     """
 
     def __init__(self, model: torch.nn.Module, *, staged: bool | None = None) -> None:
-        params = list(model.parameters())
-        self.values = parameters_to_vector(params).detach().clone()
-        self.gradient = torch.zeros_like(self.values)
-        offset = 0
-        for p in params:
-            n = p.numel()
-            p.data = self.values[offset : offset + n].view_as(p)
-            # A defined .grad is accumulated into in place by autograd, so backward writes
-            # straight into the flat gradient buffer.
-            p.grad = self.gradient[offset : offset + n].view_as(p)
-            offset += n
+        self._params = list(model.parameters())
+        values = parameters_to_vector(self._params).detach().clone()
+        self._point(values, torch.zeros_like(values))
         self.device = self.values.device
         self.staged = self.device.type != "cpu" if staged is None else staged
         if self.staged:
@@ -186,8 +178,30 @@ class FlatParameters:
         else:
             self._values_np = self.values.numpy()
 
+    def place(self, values: torch.Tensor, gradient: torch.Tensor) -> None:
+        """Move both buffers into the given CPU memory (e.g. shared with the servers, whose
+        replies then land where the model computes), keeping the current weights."""
+        assert not self.staged, "a staged model's buffers are on its device"
+        values.copy_(self.values)
+        self._point(values, gradient)
+        self._values_np = values.numpy()
+
+    def _point(self, values: torch.Tensor, gradient: torch.Tensor) -> None:
+        self.values, self.gradient = values, gradient
+        offset = 0
+        for p in self._params:
+            n = p.numel()
+            p.data = values[offset : offset + n].view_as(p)
+            # A defined .grad is accumulated into in place by autograd, so backward writes
+            # straight into the flat gradient buffer.
+            p.grad = gradient[offset : offset + n].view_as(p)
+            offset += n
+
     def load(self, weights: np.ndarray) -> None:
-        """Copy new weights in (the source may be a read-only array from Ray)."""
+        """Copy new weights in (the source may be a read-only array from Ray); nothing to
+        copy when they are already there (a reply written into the placed buffer)."""
+        if weights.ctypes.data == self._values_np.ctypes.data and weights.dtype == np.float32:
+            return
         np.copyto(self._values_np, weights)
         if self.staged:
             # Ordered before the next forward on the same stream; the host buffer is not

@@ -11,7 +11,7 @@ from typing import NoReturn
 import numpy as np
 
 from syncswitch.core.sync.wire_dtype import WireDtype, decode
-from syncswitch.runtime.dataplane.shared import ATTACH_MARK, OfferedSegment, SharedRegions
+from syncswitch.runtime.dataplane.shared import ATTACH_MARK, SharedRegions, WorkerSegment
 from syncswitch.runtime.dataplane.wire import (
     LENGTH,
     PROBE_S,
@@ -29,8 +29,9 @@ class WorkerChannel:
     """A worker's end: one connection per server; one request and one reply per step.
 
     `probe()` raises if a server is gone, returns True if every server answered and False if
-    it could not tell yet. `shared`, each server's number of values: offer each a shared-memory
-    segment for them (a server on this machine attaches it; `attached` says which did).
+    it could not tell yet. `shared`, each server's number of values (the shards, in order, are
+    the flat vector): offer each its slice of one shared-memory segment (a server on this
+    machine attaches it; `attached` says which did, `segment` is the whole of it).
     """
 
     _HEAD = LENGTH.size + REPLY.size
@@ -49,16 +50,24 @@ class WorkerChannel:
         self._sockets: list[socket.socket] = []
         self._shared: list[SharedRegions | None] = []  # per server: attached, or the socket
         self._head = bytearray(self._HEAD)
+        self.segment = _segment(shared, wire_dtype)
         try:
+            offsets = np.cumsum([0, *(shared or [])]).tolist()
             for index, (address, token) in enumerate(endpoints):
                 host, _, port = address.rpartition(":")
                 sock = self._connect(host.strip("[]"), int(port), probe_s)
                 self._sockets.append(sock)
                 send_buffers(sock, [token], self._blocked)
-                self._shared.append(None if shared is None else self._offer(sock, shared[index]))
+                attached = self.segment is not None and self._offer(sock, offsets[index])
+                self._shared.append(self._slice(offsets, index) if attached else None)
         except BaseException:
             self.close()
             raise
+        finally:
+            if self.segment is not None:
+                self.segment.forget()
+        if not all(self.attached):
+            self.segment = None  # the replies are not all in it
 
     @property
     def attached(self) -> list[bool]:
@@ -78,7 +87,8 @@ class WorkerChannel:
         ):
             buffers = [LENGTH.pack(values.nbytes), header, values]
             if regions is not None:
-                regions.request[: values.size] = values
+                if not _same_memory(values, regions.request):
+                    regions.request[: values.size] = values
                 buffers.pop()
             try:
                 send_buffers(sock, buffers, self._blocked)
@@ -92,20 +102,18 @@ class WorkerChannel:
         self._sockets.clear()
         self._shared.clear()  # unmapped once the last reply viewing it is gone
 
-    def _offer(self, sock: socket.socket, values: int) -> SharedRegions | None:
-        """Offer the server a segment for `values` values each way; its regions if it
-        attached them (None: the socket carries the values, as it must across machines)."""
-        try:
-            segment = OfferedSegment(values, self._dtype)
-        except OSError:  # no /dev/shm here, or it is full
-            return None
-        try:
-            send_buffers(sock, [LENGTH.pack(ATTACH_MARK), segment.offer], self._blocked)
-            answer = bytearray(1)
-            self._receive_into(sock, memoryview(answer))
-        finally:
-            segment.forget()
-        return segment.regions if answer == b"\x01" else None
+    def _offer(self, sock: socket.socket, offset: int) -> bool:
+        """Offer the server its slice of the segment; whether it attached it (if not, the
+        socket carries the values, as it must across machines)."""
+        assert self.segment is not None
+        send_buffers(sock, [LENGTH.pack(ATTACH_MARK), self.segment.offer(offset)], self._blocked)
+        answer = bytearray(1)
+        self._receive_into(sock, memoryview(answer))
+        return answer == b"\x01"
+
+    def _slice(self, offsets: list[int], index: int) -> SharedRegions:
+        assert self.segment is not None
+        return self.segment.regions[offsets[index] : offsets[index + 1]]
 
     def _connect(self, host: str, port: int, probe_s: float) -> socket.socket:
         for _ in range(_CLOSED_PROBES):
@@ -157,3 +165,18 @@ class WorkerChannel:
             if self._probe():
                 raise ConnectionError("a parameter server closed its data-plane connection")
         raise ConnectionError("a parameter server closed its data-plane connection")
+
+
+def _segment(shared: Sequence[int] | None, dtype: WireDtype) -> WorkerSegment | None:
+    if shared is None:
+        return None
+    try:
+        return WorkerSegment(sum(shared), dtype)
+    except OSError:  # no /dev/shm here, or it is full: the socket carries the values
+        return None
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether `a` is the first len(a) values of `b` already (the worker's gradient lives in
+    the request region: nothing to copy)."""
+    return a.dtype == b.dtype and a.ctypes.data == b.ctypes.data and a.size <= b.size

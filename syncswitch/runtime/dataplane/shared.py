@@ -7,20 +7,24 @@ workers, while a plain copy of the same bytes costs about 8 ms (docs/large-model
 socket still carries every header, so the order of messages, the waiting, the token and the
 probing are exactly as before; only the values move through memory.
 
-A worker creates one segment per server, `/dev/shm/syncswitch-<24 hex>`, readable by its
-own user only, and offers it (its name and a random nonce written at its start) after the
-token. The server maps it only if the name has that form, the file is a regular file of the
-exact size its shard needs and belongs to this user, and the nonce matches (the same
-memory, not a same-named file on another machine); it then removes the name, so nothing
-else can open it, and answers whether it attached. Otherwise both ends use the socket.
+A worker creates one segment, `/dev/shm/syncswitch-<12 hex>`, readable by its own user only,
+and offers each server its slice of it (the name, a random nonce written at its start, the
+slice's offset and the segment's size) after the token. A server maps it only if the name
+has that form, the file is a regular file of this user of exactly the size offered, the
+slice is its shard's size and lies inside, and the nonce matches (the same memory, not a
+same-named file on another machine); it answers whether it attached. Otherwise both ends use
+the socket. The worker removes the name once every server has answered.
 
-The segment holds two regions of the shard's size in the wire's dtype: the request's values
-(the worker writes them before it sends the header) and the reply's weights (the server
-writes them before it sends the reply's header). Neither side writes a region while the
-other may read it: a worker writes its next request only after every server answered the
-last, and the synchronizer releases (answers) a worker only once its message's values were
-folded into a sum or applied (core/sync/barrier_sum.py), so the server never reads a region
-after its answer. A mapping is unmapped when the last array viewing it is gone.
+The segment holds two regions of the whole flat vector in the wire's dtype: the requests'
+values (the worker writes them before it sends the headers) and the replies' weights (each
+server writes its slice before it sends the reply's header). With float32 on the wire the
+worker's model computes in them (runtime/ray/worker.py): its parameters are views of the
+reply region and its gradient of the request region, so neither crossing copies on its side.
+Neither side writes a region while the other may read it: a worker writes its next request
+only after every server answered the last, and the synchronizer releases (answers) a worker
+only once its message's values were folded into a sum or applied (core/sync/barrier_sum.py),
+so the server never reads a region after its answer. A mapping is unmapped when the last
+array viewing it is gone.
 """
 
 from __future__ import annotations
@@ -32,19 +36,23 @@ import re
 import secrets
 import stat
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 
 from syncswitch.core.sync.wire_dtype import WireDtype
 
 SHM_DIR = "/dev/shm"
-_NAME = re.compile(r"syncswitch-[0-9a-f]{24}")
+_NAME = re.compile(r"syncswitch-[0-9a-f]{12}")
 NONCE_BYTES = 16
 _ALIGN = 64  # each region starts on a cache line
 # After the token, a u32 length of ATTACH_MARK introduces an offer instead of a request (no
 # request can announce that many bytes: values_length refuses it).
 ATTACH_MARK = 0xFFFF_FFFF
-ATTACH = struct.Struct("<16s40s")  # nonce, name (ASCII, NUL-padded): a request header's size
+# nonce, name (ASCII, NUL-padded), the slice's offset and the segment's size in values: the
+# size of a request's header, so an offer is read as one.
+ATTACH = struct.Struct("<16s24sQQ")
+_MAX_VALUES = 1 << 40  # an offered size beyond any model (and any /dev/shm)
 
 
 def shared_memory_wanted() -> bool:
@@ -63,24 +71,40 @@ def segment_bytes(values: int, dtype: WireDtype) -> int:
     return _ALIGN + 2 * _round_up(values * dtype.itemsize)
 
 
+@dataclass(frozen=True)
 class SharedRegions:
-    """A mapped segment's two regions, as raw arrays of the wire's dtype."""
+    """A slice of a segment's two regions, as raw arrays of the wire's dtype."""
 
-    def __init__(self, memory: mmap.mmap, values: int, dtype: WireDtype) -> None:
-        self.values = values
-        region = _round_up(values * dtype.itemsize)
-        self.request = np.frombuffer(memory, dtype.raw_numpy, values, offset=_ALIGN)
-        self.reply = np.frombuffer(memory, dtype.raw_numpy, values, offset=_ALIGN + region)
+    request: np.ndarray
+    reply: np.ndarray
+
+    @classmethod
+    def mapped(
+        cls, memory: mmap.mmap, total: int, dtype: WireDtype, offset: int = 0, count: int = -1
+    ) -> SharedRegions:
+        """The slice of `count` values (all from `offset` if negative) of a segment of
+        `total` values each way."""
+        count = total - offset if count < 0 else count
+        region = _round_up(total * dtype.itemsize)
+        start = _ALIGN + offset * dtype.itemsize
+        return cls(
+            np.frombuffer(memory, dtype.raw_numpy, count, offset=start),
+            np.frombuffer(memory, dtype.raw_numpy, count, offset=start + region),
+        )
+
+    def __getitem__(self, part: slice) -> SharedRegions:
+        return SharedRegions(self.request[part], self.reply[part])
 
 
-class OfferedSegment:
-    """A worker's segment, offered to one server: `offer` is the attach record to send."""
+class WorkerSegment:
+    """A worker's segment for `total` values each way; `offer` a server its slice of it."""
 
-    def __init__(self, values: int, dtype: WireDtype) -> None:
-        self.name = f"syncswitch-{secrets.token_hex(12)}"
+    def __init__(self, total: int, dtype: WireDtype) -> None:
+        self.name = f"syncswitch-{secrets.token_hex(6)}"
         self.path = os.path.join(SHM_DIR, self.name)
-        nonce = secrets.token_bytes(NONCE_BYTES)
-        size = segment_bytes(values, dtype)
+        self.total = total
+        self._nonce = secrets.token_bytes(NONCE_BYTES)
+        size = segment_bytes(total, dtype)
         descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
         try:
             os.ftruncate(descriptor, size)
@@ -90,12 +114,15 @@ class OfferedSegment:
             raise
         finally:
             os.close(descriptor)
-        memory[:NONCE_BYTES] = nonce
-        self.regions = SharedRegions(memory, values, dtype)
-        self.offer = ATTACH.pack(nonce, self.name.encode("ascii"))
+        memory[:NONCE_BYTES] = self._nonce
+        self.regions = SharedRegions.mapped(memory, total, dtype)
+
+    def offer(self, offset: int) -> bytes:
+        """The attach record for the slice starting `offset` values in."""
+        return ATTACH.pack(self._nonce, self.name.encode("ascii"), offset, self.total)
 
     def forget(self) -> None:
-        """Remove the name (the server removes it once attached; this covers the rest)."""
+        """Remove the name: every server has attached or declined (or the worker failed)."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 
@@ -104,13 +131,15 @@ class Declined(Exception):
     """Why a server did not attach a worker's offer (the socket carries the values then)."""
 
 
-def attach(offer: bytes, values: int, dtype: WireDtype) -> SharedRegions:
-    """The server's side: map the segment `offer` names, after checking it (see the module
-    docstring), and remove its name. Raises Declined, saying why."""
-    nonce, raw_name = ATTACH.unpack(offer)
+def attach(offer: bytes, count: int, dtype: WireDtype) -> SharedRegions:
+    """The server's side: map the slice of `count` values that `offer` names, after checking
+    it (see the module docstring). Raises Declined, saying why."""
+    nonce, raw_name, offset, total = ATTACH.unpack(offer)
     name = raw_name.rstrip(b"\0").decode("ascii", errors="replace")
     if not _NAME.fullmatch(name):
         raise Declined("not a segment name")
+    if not (count <= total <= _MAX_VALUES and offset <= total - count):
+        raise Declined(f"a slice of {count} at {offset} does not fit {total} values")
     path = os.path.join(SHM_DIR, name)
     try:
         descriptor = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -118,7 +147,7 @@ def attach(offer: bytes, values: int, dtype: WireDtype) -> SharedRegions:
         raise Declined(f"cannot open: {error.strerror}") from None
     try:
         info = os.fstat(descriptor)
-        size = segment_bytes(values, dtype)
+        size = segment_bytes(total, dtype)
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
             raise Declined("not a file of this user")
         if info.st_size != size:
@@ -128,6 +157,4 @@ def attach(offer: bytes, values: int, dtype: WireDtype) -> SharedRegions:
         os.close(descriptor)
     if not secrets.compare_digest(memory[:NONCE_BYTES], nonce):
         raise Declined("another segment of that name")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    return SharedRegions(memory, values, dtype)
+    return SharedRegions.mapped(memory, total, dtype, offset, count)

@@ -109,6 +109,7 @@ class Worker:
             wire_dtype=self.spec.wire_dtype,
             shared=self._shared_memory(),
         )
+        self._compute_in(channel)
         try:
             sequence, batches, pulled = self._rejoin()
             self._position(sequence, batches)
@@ -173,6 +174,18 @@ class Worker:
         total = self.flat.values.numel()
         return [len(range(*part.indices(total))) for part in self.spec.shards]
 
+    def _compute_in(self, channel: WorkerChannel) -> None:
+        """Where every server shares memory with this worker and float32 is on the wire,
+        the model computes in that memory: replies land in its weights and its gradient is
+        the request, so neither crossing copies here (dataplane/shared.py)."""
+        segment = channel.segment
+        self._whole: np.ndarray | None = None
+        if segment is None or self.spec.wire_dtype is not WireDtype.FLOAT32 or self.flat.staged:
+            return
+        regions = segment.regions
+        self.flat.place(torch.from_numpy(regions.reply), torch.from_numpy(regions.request))
+        self._whole = regions.reply
+
     def _rejoin(self) -> tuple[int, int, Pulled]:
         """Join (again) at the current version; the servers say which sequence comes next and
         how many batches the worker had drawn before it."""
@@ -226,7 +239,7 @@ class Worker:
                 for shard, version in zip(spec.shards, versions, strict=True)
             ]
         )
-        return join_replies(replies, ray.get)
+        return join_replies(replies, ray.get, whole=self._whole)
 
     def _probe_servers(self) -> bool:
         """Called while a reply is late: a dead server raises (RayActorError), which ends

@@ -40,6 +40,24 @@ def test_flat_views_give_the_same_gradient_as_the_plain_model():
     assert torch.equal(flatten_parameters(viewed), torch.tensor(weights))
 
 
+def test_placed_buffers_hold_the_weights_and_receive_the_gradient():
+    # As a worker places them in memory it shares with its servers (runtime/ray/worker.py).
+    plain, placed = _model(), _model()
+    flat = FlatParameters(placed)
+    size = flat.values.numel()
+    values, gradient = torch.full((size,), 9.0), torch.full((size,), 9.0)
+    flat.place(values, gradient)
+    assert torch.equal(values, flatten_parameters(plain))  # the weights came along
+    flat.zero_grad()
+    _loss(placed).backward()
+    plain.zero_grad(set_to_none=True)
+    _loss(plain).backward()
+    assert torch.equal(gradient, flat_gradient(plain))  # backward wrote into the buffer
+    values.mul_(0.5)  # a reply written where the model computes: no load needed
+    flat.load(values.numpy())
+    assert torch.equal(flatten_parameters(placed), flatten_parameters(plain) * 0.5)
+
+
 def test_loading_weights_changes_the_model_in_place():
     model = _model()
     flat = FlatParameters(model)
