@@ -3,10 +3,12 @@
 The one reply type is `Reply` (runtime/dataplane/wire.py: the data plane carries it). A shard's
 weights are copied once per version (and once more when the workload ends) and that one
 read-only copy is shared by every reply of the version, with the data plane's header for it
-(`ReplyCache`). With a narrower `--wire-dtype` the copy is rounded to it: `weights` are the
-rounded values widened back to float32 (what every runtime's worker computes on) and `wire`
-the bytes the data plane sends (core/sync/wire_dtype.py). A worker joins one reply per
-shard into the flat weights it computes on next (`join_replies`).
+(`ReplyCache`). The data plane needs no copy: it sends (or writes into shared memory) under
+the server's lock, so the live float32 weights cannot change while it reads them. With a
+narrower `--wire-dtype` the values are rounded to it: `weights` are the rounded values
+widened back to float32 (what every runtime's worker computes on) and `wire` the bytes the
+data plane sends (core/sync/wire_dtype.py). A worker joins one reply per shard into the flat
+weights it computes on next (`join_replies`).
 """
 
 from __future__ import annotations
@@ -36,27 +38,28 @@ class ReplyCache:
 
     def current(self, sync: Synchronizer, *, decoded: bool = True) -> Reply:
         """The reply of the shard's current version. `decoded=False` (the data plane, which
-        sends `wire` and `header` only): a narrower wire's float32 copy is not made yet."""
+        sends `wire` and `header` only, holding the server's lock): no float32 copy is made
+        yet, and with float32 on the wire `wire` is the live weights themselves."""
         reply = self.reply
         if reply is None or reply.version != sync.live.version or reply.done != sync.live.done:
             weights = sync.optimizer.weights_on_cpu().numpy()
-            self.wire = encode(weights, sync.config.wire_dtype)
-            if self.wire is weights:  # float32: the wire is the copy itself
-                self.wire = weights.copy()
-                self.wire.flags.writeable = False
-            self.weights = self.wire if self.wire.dtype == np.float32 else _NOT_DECODED
+            self.wire = encode(weights, sync.config.wire_dtype)  # float32: `weights` itself
+            self.weights = _NOT_COPIED
             local = sync.local_round()
             reply = Reply(sync.live.version, self.weights, sync.live.done, sync.progress, local)
             self.reply = reply
             self.header = encode_reply(sync.live.version, sync.live.done, sync.progress, local)
-        if decoded and self.weights is _NOT_DECODED:
+        if decoded and self.weights is _NOT_COPIED:
+            # float32: a copy of the live weights; a 16-bit wire: its values widened (new).
             self.weights = decode(self.wire, sync.config.wire_dtype)
+            if self.weights is self.wire:
+                self.weights = self.wire = self.wire.copy()
             self.weights.flags.writeable = False
             self.reply = reply = reply._replace(weights=self.weights)
         return reply
 
 
-_NOT_DECODED = np.empty(0, dtype=np.float32)  # a 16-bit wire's weights, not widened yet
+_NOT_COPIED = np.empty(0, dtype=np.float32)  # the version's float32 copy, not made yet
 
 
 class Pulled(NamedTuple):

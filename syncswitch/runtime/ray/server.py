@@ -191,6 +191,7 @@ class ParameterServer:
                 self._answer(connection)
 
     def _answer(self, connection: int) -> None:
+        # Always under the lock: the live weights are sent, no step can change them meanwhile.
         self._replies.current(self.shard.sync, decoded=False)
         self._endpoint.send(connection, self._replies.header, self._replies.wire)
 
