@@ -193,3 +193,21 @@ def test_a_second_offer_closes_the_connection():
     finally:
         segment.forget()
         server.endpoint.close()
+
+
+def test_a_segment_larger_than_dev_shm_has_room_for_leaves_the_values_on_the_socket():
+    # A container's /dev/shm is often 64 MB: the segment is reserved up front, so a model
+    # too large for it is sent over the socket instead of failing on first touch (SIGBUS).
+    room = os.statvfs(SHM_DIR)
+    too_many = room.f_bavail * room.f_frsize // 4 + 1
+    server = Doubler(too_many)
+    before = _segments()
+    channel = server.channel([too_many])
+    try:
+        assert channel.attached == [False] and channel.segment is None
+        assert _segments() == before
+        [reply] = channel.exchange([(_request(1), np.ones(4, np.float32))])
+        np.testing.assert_array_equal(reply.weights, [2, 2, 2, 2])
+    finally:
+        channel.close()
+        server.endpoint.close()

@@ -107,7 +107,9 @@ class WorkerSegment:
         size = segment_bytes(total, dtype)
         descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
         try:
-            os.ftruncate(descriptor, size)
+            # Reserved now, not on first touch: a /dev/shm too small for it (a container's
+            # 64 MB default) fails here, and the socket is used, instead of a SIGBUS later.
+            os.posix_fallocate(descriptor, 0, size)
             memory = mmap.mmap(descriptor, size)
         except BaseException:
             self.forget()
