@@ -88,12 +88,14 @@ class RunController:
         host_clock: Callable[[], float] = time.perf_counter,
         weights_state: Callable[[np.ndarray], dict[str, torch.Tensor]] | None = None,
         test_metrics: Callable[[np.ndarray], dict[str, float] | None] | None = None,
+        memory: dict[str, Any] | None = None,
     ) -> None:
         """`clock` is the run's time (a simulator's is virtual); `host_clock` is real time,
         for the host seconds the run took. `weights_state` turns the final flat weights into
         what final_weights.pt holds: train() gives the model's state_dict; without it (a
         scripted run, which has no model) the flat vector is kept as {"flat_weights": ...}.
-        `test_metrics` measures the final weights on the test split (None: it has none)."""
+        `test_metrics` measures the final weights on the test split (None: it has none).
+        `memory`: what the processes hold for the model (control/memory.py), for the summary."""
         self.plan = plan
         self.writer = writer
         self.resumed_from = resumed_from
@@ -101,6 +103,7 @@ class RunController:
         self.host_clock = host_clock
         self.weights_state = weights_state or flat_weights_state
         self.test_metrics = test_metrics
+        self.memory = memory
         self._host_started = host_clock()
         self._phases = PhaseMachine()
         self.state = ShardState()  # the first shard's, as of the last drain
@@ -350,6 +353,7 @@ class RunController:
             placement=self.placement,
             traffic=self.traffic or None,
             staleness_rules=self.staleness_rules,
+            memory=self.memory,
         )
 
     # -- bookkeeping ----------------------------------------------------------------------------

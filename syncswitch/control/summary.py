@@ -35,6 +35,7 @@ def build_summary(
     placement: dict[str, Any] | None = None,
     traffic: dict[str, Any] | None = None,
     staleness_rules: dict[str, Any] | None = None,
+    memory: dict[str, Any] | None = None,
 ) -> Summary:
     """What the run did so far (`status` says whether it is over); `state` is the first
     shard's latest."""
@@ -68,6 +69,7 @@ def build_summary(
         switches=tuple(s.rounded() for s in record.switches),  # as events.jsonl has them
         staleness=record.staleness_summary(),
         staleness_rules=staleness_rules,
+        memory=memory,
         # No drain yet (a run that failed while starting): no gradient was sent.
         gradients=state.accounting or Accounting(),
         workers=plan.workers,

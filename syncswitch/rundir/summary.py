@@ -156,6 +156,9 @@ class Summary:
     # The staleness-aware rules in force in ASP/SSP phases, with delay compensation's memory
     # (core/sync/staleness.py); None when none is (and in runs from before them).
     staleness_rules: dict[str, Any] | None = None
+    # What the processes hold for the model, estimated at start-up (control/memory.py); None
+    # in runs from before it.
+    memory: dict[str, Any] | None = None
     gradients: Accounting
     workers: int
     worker_step_time_mean_s: float | None
@@ -242,6 +245,7 @@ class Summary:
             ),
             staleness=_objects_by_name(read, "staleness"),
             staleness_rules=read.mapping("staleness_rules", None, optional=True),
+            memory=read.mapping("memory", None, optional=True),
             gradients=Accounting.from_plain(read.mapping("gradients"), f"{where}: gradients"),
             workers=read.integer("workers", low=1),
             worker_step_time_mean_s=read.number("worker_step_time_mean_s", **rate),

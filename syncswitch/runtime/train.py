@@ -16,12 +16,13 @@ import numpy as np
 import torch
 
 from syncswitch.config import TrainConfig
-from syncswitch.config.limits import MAX_CONFIG_FILE_BYTES, MAX_HANDED_OUT_BYTES_PER_SHARD
+from syncswitch.config.limits import MAX_CONFIG_FILE_BYTES
 from syncswitch.control.controller import (
     RunController,
     resume_point,
     run_dir_in_use,
 )
+from syncswitch.control.memory import MemoryEstimate
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.resume_check import (
     ResumeCheck,
@@ -32,7 +33,6 @@ from syncswitch.core.reliability.checkpoints import (
     LoadedCheckpoint,
 )
 from syncswitch.core.sync.local import SWITCH_WARMUP
-from syncswitch.core.sync.staleness import handed_out_bytes
 from syncswitch.errors import ConfigError, RunDirError
 from syncswitch.import_path import is_import_path
 from syncswitch.loggers import make_loggers
@@ -45,9 +45,9 @@ from syncswitch.rundir import (
     read_config,
     read_summary_if_any,
 )
+from syncswitch.runtime.announce import announce_memory, announce_staleness_rules
 from syncswitch.runtime.job import JobParts, builtin_task, job_parts
 from syncswitch.runtime.progress import starting, startup_status
-from syncswitch.terminal import project_console
 from syncswitch.workloads import ArrayDataset
 from syncswitch.workloads.data import TRAIN, DataSource, JobData
 from syncswitch.workloads.identity import Workload
@@ -168,17 +168,19 @@ def _train(
     plan = RunPlan.resolve(
         config, train_samples=data.size(TRAIN), metric=parts.task.spec(data.decision_split)
     )
-    announce_staleness_rules(plan, model_factory)
+    parameters = sum(p.numel() for p in model_factory().parameters())
+    announce_staleness_rules(plan, parameters)
+    memory = announce_memory(plan, parameters)
     if not plan.simulated:  # what Ray sends to its actors, checked before a file is written
-        from syncswitch.runtime.ray.launch import check_sendable
+        from syncswitch.runtime.ray.launch import check_memory, check_sendable
 
         check_sendable(data, model_factory, parts.task)
+        check_memory(config, memory)
     run_dir = Path(config.out or default_run_dir(config.schedule))
     checkpoint: LoadedCheckpoint | None = None
     if resume:
         refuse_finished_run(run_dir)
         # The directory is not trusted: each candidate state must fit this run's shapes.
-        parameters = sum(p.numel() for p in model_factory().parameters())
         checkpoint = checkpoint_or_none(run_dir, ResumeCheck(plan, parameters))
         if checkpoint is not None:
             refuse_changed_workload(run_dir, checkpoint, plan.total_samples)
@@ -197,13 +199,16 @@ def _train(
         measured=tuple(column(plan.metric.split, n) for n in parts.task.names),
     )
     if plan.simulated:
-        return _simulate(plan, writer, parts, checkpoint, schedule_source, weights_state)
+        return _simulate(
+            plan, writer, parts, checkpoint, schedule_source, weights_state, memory
+        )
     controller = RunController(
         plan,
         writer,
         resumed_from=checkpoint,
         schedule_source=schedule_source,
         weights_state=weights_state,
+        memory=memory.to_plain(),
         test_metrics=weights_state.test_metrics if weights_state.tests(plan) else None,
     )
     # Imported here: the controller and everything above load without Ray.
@@ -214,33 +219,6 @@ def _train(
         return weights_state.result(summary, writer.dir, final_weights)
     finally:
         writer.close()
-
-
-def announce_staleness_rules(plan: RunPlan, model_factory: Callable[[], torch.nn.Module]) -> None:
-    """Say the staleness rules in force (stderr, one line) and what delay compensation's
-    copies of the weights may cost; refuse it when one shard's would pass the limit."""
-    rules = plan.sync.staleness
-    if not rules.enabled:
-        return
-    line = f"syncswitch: ASP/SSP updates: {rules.describe()}"
-    if rules.delay_compensation > 0:
-        parameters = sum(p.numel() for p in model_factory().parameters())
-        worst = handed_out_bytes(plan.workers, parameters)
-        servers = plan.job.servers
-        per_shard = -(-worst // servers)
-        if per_shard > MAX_HANDED_OUT_BYTES_PER_SHARD:
-            raise ConfigError(
-                f"delay_compensation = {rules.delay_compensation:g} keeps up to {plan.workers} "
-                f"workers x {parameters:,} parameters x 4 bytes = {worst / 2**30:.1f} GiB of "
-                f"weights over {servers} server(s); at most "
-                f"{MAX_HANDED_OUT_BYTES_PER_SHARD / 2**30:g} GiB per server: use more --servers "
-                "or fewer --workers, or drop it"
-            )
-        line += (
-            f"; the servers keep each worker's weights: up to {plan.workers} x {parameters:,} "
-            f"parameters x 4 bytes = {worst / 2**20:.2f} MiB"
-        )
-    project_console().print(line, markup=False)  # the terminal, also while libraries' goes to a log
 
 
 class ModelState:
@@ -315,6 +293,7 @@ def _simulate(
     checkpoint: LoadedCheckpoint | None,
     schedule_source: dict[str, Any] | None,
     weights_state: ModelState,
+    memory: MemoryEstimate,
 ) -> RunResult:
     """The same run on the simulator: one process, a virtual clock, no Ray."""
     from syncswitch.runtime.sim.engine import EventQueue
@@ -329,6 +308,7 @@ def _simulate(
         schedule_source=schedule_source,
         clock=lambda: events.now_s,
         weights_state=weights_state,
+        memory=memory.to_plain(),  # of a Ray run of the same job (control/memory.py)
         test_metrics=weights_state.test_metrics if weights_state.tests(plan) else None,
     )
     threads = torch.get_num_threads()

@@ -10,6 +10,7 @@ import torch
 
 from syncswitch.config import TrainConfig
 from syncswitch.control.controller import RunController
+from syncswitch.control.memory import MemoryEstimate
 from syncswitch.errors import ConfigError
 from syncswitch.rundir import Summary
 from syncswitch.runtime.ray.resources import ResourcePlan, plan_resources
@@ -25,6 +26,38 @@ def check_before_start(config: TrainConfig) -> None:
 
     if cluster_address(config.ray_address) is None:
         plan_resources(config, local_view(_local_cpus(config)))
+
+
+def check_memory(config: TrainConfig, memory: MemoryEstimate) -> None:
+    """Refuse, in one line before anything starts, a job whose model this machine's memory
+    cannot hold (a local Ray: every process here). On a cluster the processes spread over
+    nodes Ray places; the estimate is only reported there."""
+    from syncswitch.runtime.ray.connect import cluster_address
+
+    if cluster_address(config.ray_address) is not None:
+        return
+    available = available_memory_bytes()
+    if available is not None and memory.total_bytes > available:
+        raise ConfigError(
+            f"this job's processes need about {memory.total_bytes / 2**30:.1f} GiB for the "
+            f"model's {memory.parameters:,} parameters ({config.workers} workers, "
+            f"{config.servers} server(s), the driver and the evaluator; activations not "
+            f"counted), but this machine has {available / 2**30:.1f} GiB available: use fewer "
+            "--workers or a smaller model, or run on a cluster (--ray-address)"
+        )
+
+
+def available_memory_bytes() -> int | None:
+    """What the kernel says a new process could use without swapping (Linux's MemAvailable:
+    free memory plus the page cache it can drop); None where it does not say."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def check_sendable(data: JobData, model_factory: Callable[[], torch.nn.Module], task: Task) -> None:
