@@ -7,6 +7,7 @@ parameters, 67.6 MB in float32; the model issue 43 measured) and `mlp100m` (101M
 `bsp-bf16` is BSP with bfloat16 on the wire (half the bytes each way). Workers on the
 servers' machine pass values through shared memory; `bsp-socket` is BSP with every value on
 the loopback socket instead (SYNCSWITCH_DATAPLANE=socket), as before shared memory.
+`bsp-2servers` shards the model over two server processes (`--servers 2`).
 Batch 32 per process or worker, SGD with momentum 0.9, one torch thread per process, as in
 benchmarks/throughput.py, whose loops and steady-window measurement this script reuses
 (samples/s over 20%-90% of each run's steps; ratios taken within a repeat, medians of
@@ -47,6 +48,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -77,14 +79,35 @@ from syncswitch.runtime.dataplane.shared import OfferedSegment
 from syncswitch.workloads import ArrayDataset, load_dataset
 
 MODELS: dict[str, Callable[[], torch.nn.Module]] = {"mlp17m": mlp17m, "mlp100m": mlp100m}
-SYSTEMS = ("plain", "ddp", "ddp-kept", "bsp", "bsp-socket", "bsp-bf16", "asp", "local-4")
-# syncswitch systems: (schedule, wire dtype, values through shared memory)
+SYSTEMS = (
+    "plain",
+    "ddp",
+    "ddp-kept",
+    "bsp",
+    "bsp-socket",
+    "bsp-bf16",
+    "bsp-2servers",
+    "asp",
+    "local-4",
+)
+
+
+class System(NamedTuple):
+    """A syncswitch system: its schedule and how its values travel."""
+
+    schedule: str
+    wire_dtype: str = "float32"
+    shared_memory: bool = True  # False: every value on the loopback socket
+    servers: int = 1
+
+
 SYNCSWITCH = {
-    "bsp": ("bsp", "float32", True),
-    "bsp-socket": ("bsp", "float32", False),
-    "bsp-bf16": ("bsp", "bfloat16", True),
-    "asp": ("asp", "float32", True),
-    "local-4": ("local-4", "float32", True),
+    "bsp": System("bsp"),
+    "bsp-socket": System("bsp", shared_memory=False),
+    "bsp-bf16": System("bsp", "bfloat16"),
+    "bsp-2servers": System("bsp", servers=2),
+    "asp": System("asp"),
+    "local-4": System("local-4"),
 }
 OUT = Path("benchmarks/results")  # large-model-<model>/
 BATCH = 32
@@ -269,13 +292,14 @@ class Bench:
 
 def run_syncswitch_system(bench: Bench, system: str, workers: int, seed: int) -> dict:
     """One syncswitch run of `system`, measured from its own files."""
-    schedule, wire_dtype, shared_memory = SYNCSWITCH[system]
+    schedule, wire_dtype, shared_memory, servers = SYNCSWITCH[system]
     run_dir = bench.out / "runs" / f"{system}-w{workers}-s{seed}"
     config = TrainConfig(
         workers=workers,
         batch_size=BATCH,
         schedule=schedule,
         wire_dtype=wire_dtype,
+        servers=servers,
         epochs=bench.epochs,
         seed=seed,
         model=bench.model_path,
