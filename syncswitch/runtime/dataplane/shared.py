@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from syncswitch.core.sync.wire_dtype import WireDtype
+from syncswitch.runtime.dataplane.wire import REQUEST
 
 SHM_DIR = "/dev/shm"
 _NAME = re.compile(r"syncswitch-[0-9a-f]{12}")
@@ -49,9 +50,10 @@ _ALIGN = 64  # each region starts on a cache line
 # After the token, a u32 length of ATTACH_MARK introduces an offer instead of a request (no
 # request can announce that many bytes: values_length refuses it).
 ATTACH_MARK = 0xFFFF_FFFF
-# nonce, name (ASCII, NUL-padded), the slice's offset and the segment's size in values: the
-# size of a request's header, so an offer is read as one.
-ATTACH = struct.Struct("<16s24sQQ")
+# nonce, name (ASCII, NUL-padded), the slice's offset and the segment's size in values,
+# padded to the size of a request's header, so that an offer is read as one.
+_OFFER = "<16s24sQQ"
+ATTACH = struct.Struct(f"{_OFFER}{REQUEST.size - struct.calcsize(_OFFER)}x")
 _MAX_VALUES = 1 << 40  # an offered size beyond any model (and any /dev/shm)
 
 
