@@ -11,6 +11,10 @@ timing is emulated: every figure is real compute on the device.
     python benchmarks/gpu.py                          # on a CUDA machine: the table
     python benchmarks/gpu.py --data-dir ~/data        # with a local CIFAR-10 copy
     python benchmarks/gpu.py --device cpu --quick     # the same code path on a CPU, small
+    python benchmarks/gpu.py --model mlp17m           # 16.9M parameters on MNIST-1D
+
+`--model mlp17m` / `mlp100m` (benchmarks/wide_models.py: 16.9M / 101M parameters) trains the
+large-model benchmark's MLPs on MNIST-1D (generated locally) instead of ResNet-20 on CIFAR.
 
 Results: benchmarks/results/gpu/<device>.json and .md (the table printed at the end).
 """
@@ -25,7 +29,9 @@ import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +48,7 @@ from harness import (
     save_json,
     save_text,
 )
+from wide_models import mlp17m, mlp100m
 
 from syncswitch.config import TrainConfig
 from syncswitch.errors import WorkloadError
@@ -50,11 +57,14 @@ from syncswitch.runtime.train import train
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset, prepare_batch
 
 RESULTS = Path("benchmarks/results/gpu")
+HERE = str(Path(__file__).resolve().parent)
+WIDE_MODELS = {"mlp17m": mlp17m, "mlp100m": mlp100m}
 SCHEDULES = ("bsp", "asp", "bsp:0.25,asp")
 
 
 @dataclass(frozen=True)
 class Setup:
+    model: str  # resnet20, or one of wide_models.py's MLPs
     device: str
     workers: int
     batch_size: int
@@ -84,8 +94,16 @@ class GpuRow:
 def setup_from(args: argparse.Namespace) -> Setup:
     if args.quick:
         # The code path, not a measurement: small enough for two CPU cores in a minute.
-        return Setup(args.device, 2, 16, 1.0, 256, 64, 0.0)
-    return Setup(args.device, args.workers, args.batch_size, args.epochs, 50_000, 10_000, 0.0)
+        return Setup(args.model, args.device, 2, 16, 1.0, 256, 64, 0.0)
+    return Setup(
+        args.model, args.device, args.workers, args.batch_size, args.epochs, 50_000, 10_000, 0.0
+    )
+
+
+def model_factory(setup: Setup, dataset: ArrayDataset) -> Callable[[], torch.nn.Module]:
+    if setup.model in WIDE_MODELS:
+        return WIDE_MODELS[setup.model]
+    return partial(build_model, setup.model, dataset)
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -94,6 +112,8 @@ def setup_from(args: argparse.Namespace) -> Setup:
 def cifar_or_synthetic(
     data_dir: str | None, setup: Setup, seed: int = 0
 ) -> tuple[ArrayDataset, str]:
+    if setup.model in WIDE_MODELS:
+        return load_dataset("mnist1d", mnist1d_samples=setup.train_samples), "MNIST-1D"
     if data_dir:
         try:
             return load_dataset("cifar10", data_dir), f"CIFAR-10 from {data_dir}"
@@ -128,8 +148,8 @@ def run_syncswitch(schedule: str, dataset: ArrayDataset, setup: Setup, out: Path
     run_dir = out / schedule.replace(":", "").replace(",", "-")
     shutil.rmtree(run_dir, ignore_errors=True)  # measured again from scratch
     config = TrainConfig(
-        dataset="cifar10",
-        model="resnet20",
+        dataset=dataset.name,
+        model=f"wide_models:{setup.model}" if setup.model in WIDE_MODELS else setup.model,
         workers=setup.workers,
         batch_size=setup.batch_size,
         epochs=setup.epochs,
@@ -195,7 +215,7 @@ def _ddp_worker(
     torch.manual_seed(0)
     cuda = setup.device == "cuda"
     device = torch.device(f"cuda:{rank % torch.cuda.device_count()}" if cuda else "cpu")
-    model = build_model("resnet20", dataset).to(device)
+    model = model_factory(setup, dataset)().to(device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
     lr = 0.1 * setup.workers * setup.batch_size / 128
     optimizer = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
@@ -262,7 +282,7 @@ def _free_port() -> int:
 def table(rows: list[GpuRow], data: str, setup: Setup, hardware: str) -> str:
     bsp = next(r for r in rows if r.schedule == "bsp").wall_time_s
     title = (
-        f"ResNet-20, {data} data, {setup.workers} workers x batch {setup.batch_size}, "
+        f"{setup.model}, {data} data, {setup.workers} workers x batch {setup.batch_size}, "
         f"{setup.epochs:g} epochs, device {setup.device} ({hardware}); real timing, no emulation"
     )
     columns = ("run", "final acc %", "wall time s", "samples/s", "time vs BSP")
@@ -294,6 +314,12 @@ def hardware_name(device: str) -> str:
 def main() -> None:
     cli = parser(__doc__)
     cli.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    cli.add_argument(
+        "--model",
+        choices=["resnet20", *WIDE_MODELS],
+        default="resnet20",
+        help="resnet20 on CIFAR-shaped data (default), or a large MLP on MNIST-1D",
+    )
     cli.add_argument("--workers", type=int, default=8)
     cli.add_argument("--batch-size", type=int, default=128)
     cli.add_argument("--epochs", type=float, default=2.0)
@@ -302,9 +328,12 @@ def main() -> None:
     cli.add_argument("--no-ddp", action="store_true", help="skip the DDP peer")
     add_out(cli, RESULTS, "where results go: <out>/<device>.json and .md")
     args = cli.parse_args()
+    # Ray's workers import wide_models by name: put this folder on their path.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")]))
     setup = setup_from(args)
     dataset, data = cifar_or_synthetic(args.data_dir, setup)
-    out = args.out / (setup.device + ("-quick" if args.quick else ""))
+    name = setup.device if setup.model == "resnet20" else f"{setup.device}-{setup.model}"
+    out = args.out / (name + ("-quick" if args.quick else ""))
     hardware = hardware_name(setup.device)
     # One local Ray for every run (train() joins it rather than starting its own).
     start_local(setup.workers + 4)
