@@ -75,7 +75,7 @@ from syncswitch.config import TrainConfig
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.wire_dtype import WireDtype
 from syncswitch.rundir import names
-from syncswitch.runtime.dataplane.shared import OfferedSegment
+from syncswitch.runtime.dataplane.shared import WorkerSegment
 from syncswitch.workloads import ArrayDataset, load_dataset
 
 MODELS: dict[str, Callable[[], torch.nn.Module]] = {"mlp17m": mlp17m, "mlp100m": mlp100m}
@@ -174,7 +174,7 @@ def round_pieces(model_name: str, repeats: int = 5) -> dict[str, float]:
     weights = torch.cat([p.detach().reshape(-1) for p in params])
     server = FlatSGD(weights, weight_decay=0.0)
     total = torch.zeros(count)
-    segment = OfferedSegment(count, WireDtype.FLOAT32)
+    segment = WorkerSegment(count, WireDtype.FLOAT32)
     segment.forget()  # mapped here until this returns; no name left behind
     shared = torch.from_numpy(segment.regions.request)
     return {
