@@ -90,7 +90,7 @@ def job_parts(
         data = ArrayData(arrays.with_validation(config.val_fraction))
         if model_factory is None:
             model_factory = BuiltinModel(config.model_name, shape_only(arrays))
-    check_job(data, model_factory, task, config.workers)
+    task = check_job(data, model_factory, task, config.workers)
     named = dataset_name or (data.name if train_data is not None or dataset is not None else None)
     workload = workload_of(config, named, model_factory, model_name)
     return JobParts(data, model_factory, task, workload)
@@ -107,7 +107,7 @@ def _pysource_parts(
     model_factory = model_factory or pysource_model(config)
     corpus = read_corpus(config.pysource_bytes)
     data = pysource_data(corpus, config.val_fraction)
-    check_job(data, model_factory, task, config.workers)
+    task = check_job(data, model_factory, task, config.workers)
     workload = workload_of(config, PYSOURCE, model_factory, model_name)
     return JobParts(data, model_factory, task, replace(workload, corpus_sha256=corpus.sha256))
 
