@@ -20,7 +20,7 @@ from torch.utils.data import TensorDataset
 from syncswitch.errors import WorkloadError
 from syncswitch.records.metric import TEST, VALIDATION
 from syncswitch.user_code import raised
-from syncswitch.workloads.data import TRAIN, ArrayData, JobData, TorchData, batch_size_of
+from syncswitch.workloads.data import TRAIN, ArrayData, JobData, TorchData
 from syncswitch.workloads.loss_checks import (
     check_loss_fits,
     check_metrics_fit,
@@ -73,7 +73,7 @@ def check_job(
             task = task.with_accuracy()
         _check_loss(task, outputs, inputs, targets)
         sizes = {s: data.size(s) for s in (VALIDATION, TEST) if data.has(s)}
-        check_whole_split_memory(task, outputs, targets, batch_size_of(targets), sizes)
+        check_whole_split_memory(task, outputs, targets, sizes)
         _check_gradient(model, task, inputs, targets)
         if data.has(VALIDATION):
             # Other splits must fit the same model (e.g. a test set of another length).

@@ -124,13 +124,14 @@ def check_metrics_fit(task: Task, outputs: torch.Tensor, targets: Any, where: st
 
 
 def check_whole_split_memory(
-    task: Task, outputs: torch.Tensor, targets: Any, samples: int, split_sizes: dict[str, int]
+    task: Task, outputs: torch.Tensor, targets: Any, split_sizes: dict[str, int]
 ) -> None:
     """A plain-function metric holds a split's outputs and targets: refused when the largest
-    split would take more than its limit, estimated from a first batch of `samples`."""
+    split would take more than its limit, estimated from a first batch."""
     whole = {n: m for n, m in task.metrics.items() if isinstance(m, WholeSplit)}
-    if not whole or not isinstance(targets, torch.Tensor) or samples <= 0:
+    if not whole or not isinstance(targets, torch.Tensor) or targets.ndim == 0:
         return
+    samples = int(targets.shape[0])
     per_sample = (
         outputs.numel() * outputs.element_size() + targets.numel() * targets.element_size()
     ) / samples

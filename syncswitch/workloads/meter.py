@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from syncswitch.errors import WorkloadError
 from syncswitch.user_code import described
+from syncswitch.workloads.data import batch_size_of
 from syncswitch.workloads.metrics import computed
 from syncswitch.workloads.scores import IGNORED_CLASS
 
@@ -37,7 +38,7 @@ class LossMean:
             else:
                 self.count += int((targets != IGNORED_CLASS).sum())
             return
-        size = int(targets.shape[0]) if isinstance(targets, torch.Tensor) and targets.ndim else 1
+        size = batch_size_of(targets)
         self.total += float(self.loss_fn(outputs, targets)) * size
         self.count += size
 
@@ -51,10 +52,17 @@ class SplitMeter:
     def __init__(self, loss_fn: Any, metrics: Mapping[str, Any]) -> None:
         self.loss = LossMean(loss_fn)
         self.metrics = dict(metrics)
+        self._placed = False
         for metric in self.metrics.values():
             metric.reset()
 
     def update(self, outputs: torch.Tensor, targets: Any) -> None:
+        if not self._placed:
+            # A metric that is a module (torchmetrics') keeps its state where the outputs are.
+            for metric in self.metrics.values():
+                if isinstance(metric, torch.nn.Module):
+                    metric.to(outputs.device)
+            self._placed = True
         self._guarded(LOSS, lambda: self.loss.update(outputs, targets))
         for name, metric in self.metrics.items():
             self._guarded(name, lambda m=metric: m.update(outputs, targets))

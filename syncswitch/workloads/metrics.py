@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from syncswitch.errors import WorkloadError
+from syncswitch.workloads.data import batch_size_of
 from syncswitch.workloads.scores import BinaryScores, ClassCounts, ColumnSums, class_scores
 
 MetricFn = Callable[[torch.Tensor, torch.Tensor], "float | torch.Tensor"]
@@ -57,8 +58,8 @@ class PerSampleMean:
     def __call__(self, outputs: torch.Tensor, targets: torch.Tensor) -> float:
         return float(self.fn(outputs, targets))
 
-    def update(self, outputs: torch.Tensor, targets: torch.Tensor) -> None:
-        size = int(targets.shape[0]) if targets.ndim else 1
+    def update(self, outputs: torch.Tensor, targets: Any) -> None:
+        size = batch_size_of(targets)
         self._total += float(self.fn(outputs, targets)) * size
         self._count += size
 
@@ -88,7 +89,13 @@ class WholeSplit:
     _targets: list[torch.Tensor] = field(default_factory=list)
     _bytes: int = 0
 
-    def update(self, outputs: torch.Tensor, targets: torch.Tensor) -> None:
+    def update(self, outputs: torch.Tensor, targets: Any) -> None:
+        if not isinstance(targets, torch.Tensor):
+            raise WorkloadError(
+                f"metric {self.name!r} is a plain function, so it receives the split's outputs "
+                f"and targets whole, concatenated: they must be tensors, and the targets are "
+                f"a {type(targets).__name__}; give an object with update/compute/reset"
+            )
         self._bytes += _nbytes(outputs) + _nbytes(targets)
         if self._bytes > self.limit_bytes:
             raise WorkloadError(too_large(self.name, self._bytes, self.limit_bytes))
@@ -98,7 +105,17 @@ class WholeSplit:
     def compute(self) -> float:
         if not self._targets:
             return math.nan
-        return float(self.fn(torch.cat(self._outputs), torch.cat(self._targets)))
+        try:
+            outputs, targets = torch.cat(self._outputs), torch.cat(self._targets)
+        except RuntimeError:  # e.g. sequences padded to each batch's own length
+            shapes = sorted({tuple(o.shape[1:]) for o in self._outputs})[:3]
+            raise WorkloadError(
+                f"metric {self.name!r} is a plain function, so it receives the split's outputs "
+                f"and targets concatenated, but the batches' outputs differ in shape beyond "
+                f"the first dimension ({', '.join(map(str, shapes))}, ...); give an object "
+                "with update/compute/reset"
+            ) from None
+        return float(self.fn(outputs, targets))
 
     def reset(self) -> None:
         self._outputs, self._targets, self._bytes = [], [], 0

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from syncswitch import per_sample_mean
 from syncswitch.errors import WorkloadError
+from syncswitch.workloads.loss_checks import check_whole_split_memory
 from syncswitch.workloads.metrics import BUILTIN, WholeSplit, as_metric
 from syncswitch.workloads.task import Task
 
@@ -186,3 +187,19 @@ def test_a_metric_that_cannot_read_the_outputs_says_what_it_needs() -> None:
     # Undefined on a split of one class (scikit-learn refuses): NaN, recorded as such.
     outputs, _ = logits(2)
     assert np.isnan(measured("auc", outputs, torch.ones(SAMPLES, dtype=torch.long)))
+
+
+def test_a_plain_function_is_refused_before_the_start_when_a_split_would_not_fit() -> None:
+    task = Task.of(metrics={"f1": lambda o, y: 0.0})
+    outputs, targets = logits(10)  # 40 bytes of outputs and 8 of a target per sample
+    check_whole_split_memory(task, outputs[:5], targets[:5], {"validation": 1_000_000})
+    with pytest.raises(WorkloadError, match=r"metric 'f1' is a plain function.*MiB"):
+        check_whole_split_memory(task, outputs[:5], targets[:5], {"validation": 30_000_000})
+
+
+def test_a_plain_function_over_batches_of_unlike_shapes_says_what_to_give() -> None:
+    metric = WholeSplit(lambda o, y: 0.0, "tokens")
+    metric.update(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long))
+    metric.update(torch.zeros(2, 3, 5), torch.zeros(2, 5, dtype=torch.long))
+    with pytest.raises(WorkloadError, match="differ in shape.*update/compute/reset"):
+        metric.compute()
