@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from syncswitch.errors import WorkloadError
 from syncswitch.workloads.meter import own_copies
-from syncswitch.workloads.metrics import WholeSplit, computed, too_large
+from syncswitch.workloads.metrics import PerSampleMean, WholeSplit, computed, too_large
 from syncswitch.workloads.task import Task
 
 # torch's own losses (mse_loss, l1_loss, smooth_l1_loss, huber_loss) say this when they
@@ -70,9 +70,12 @@ def _broadcasts(task: Task, outputs: torch.Tensor, targets: Any, value: float) -
         torch.broadcast_shapes(outputs.shape, targets.shape)
     except RuntimeError:
         return False
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        reshaped = float(task.loss_fn(outputs.reshape(targets.shape), targets))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            reshaped = float(task.loss_fn(outputs.reshape(targets.shape), targets))
+    except Exception:  # a loss that takes only its own shapes: nothing seen to refuse
+        return False
     return not math.isclose(value, reshaped, rel_tol=1e-5, abs_tol=1e-8)
 
 
@@ -108,14 +111,16 @@ def _check_cross_entropy_targets(outputs: torch.Tensor, targets: torch.Tensor) -
 
 
 def check_metrics_fit(task: Task, outputs: torch.Tensor, targets: Any, where: str) -> None:
-    """Each metric measures a first batch as it will a split: update, then compute one
-    number (a built-in one that a few samples leave undefined, an AUC of one class, gives
-    NaN; a function of the user's must give a number on them too)."""
+    """Each metric takes a first batch (its update). A plain function must also give one
+    number on it, as it always had to; an update/compute/reset object is first computed at
+    the first evaluation, as a few samples may leave it undefined (an F1 with no positive:
+    0/0), which a split does not."""
     for name, metric in own_copies(task.metrics).items():
         try:
             metric.reset()
             metric.update(outputs, targets)
-            computed(name, metric.compute())
+            if isinstance(metric, WholeSplit | PerSampleMean):
+                computed(name, metric.compute())
         except Exception as error:
             text = str(error).strip().splitlines()
             raise WorkloadError(

@@ -55,13 +55,16 @@ class Task:
         higher_is_better: bool | None = None,
     ) -> Task:
         """The task the API's keyword arguments describe, checked, with defaults filled in:
-        cross-entropy and accuracy; a primary metric named by `primary_metric` (else
+        cross-entropy and accuracy (with a loss of the user's own, accuracy once a first batch
+        shows class ids: `with_accuracy`); each metric as metrics.py's `as_metric` makes it
+        (a list names built-in metrics); a primary metric named by `primary_metric` (else
         accuracy if measured, else the first metric, else the loss), its direction known for
         common names and otherwise required."""
         loss_fn = F.cross_entropy if loss_fn is None else loss_fn
         if not callable(loss_fn):
             raise WorkloadError(f"loss_fn= must be a callable (outputs, targets), not {loss_fn!r}")
-        metrics_given, primary_given = metrics is not None, primary_metric is not None
+        metrics_given = metrics is not None
+        primary_given = primary_metric is not None or higher_is_better is not None
         if metrics is None:
             metrics = {"accuracy": "accuracy"} if loss_fn is F.cross_entropy else {}
         if isinstance(metrics, list | tuple) and all(isinstance(m, str) for m in metrics):

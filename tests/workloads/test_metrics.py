@@ -201,5 +201,5 @@ def test_a_plain_function_over_batches_of_unlike_shapes_says_what_to_give() -> N
     metric = WholeSplit(lambda o, y: 0.0, "tokens")
     metric.update(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long))
     metric.update(torch.zeros(2, 3, 5), torch.zeros(2, 5, dtype=torch.long))
-    with pytest.raises(WorkloadError, match="differ in shape.*update/compute/reset"):
+    with pytest.raises(WorkloadError, match=r"differ in shape.*update/compute/reset"):
         metric.compute()
