@@ -20,11 +20,10 @@ import torch.nn.functional as F
 from syncswitch.errors import WorkloadError
 from syncswitch.records.metric import VALIDATION, MetricSpec, check_metric_name, known_direction
 from syncswitch.workloads.meter import LOSS, SplitMeter, own_copies
-from syncswitch.workloads.metrics import Accuracy, MetricFn, as_metric
+from syncswitch.workloads.metrics import Accuracy, as_metric
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 DerivedFn = Callable[[Mapping[str, float]], float]  # a split's values -> one value
-__all__ = ["LOSS", "DerivedFn", "LossFn", "MetricFn", "Task"]
 
 
 def _accuracy() -> dict[str, Any]:
@@ -94,14 +93,14 @@ class Task:
             )
         if higher_is_better is None:
             higher_is_better = _known_direction(primary_metric)
-        chosen = metrics_given is False and loss_fn is not F.cross_entropy
+        chosen = not metrics_given and loss_fn is not F.cross_entropy
         return cls(
             loss_fn,
             measured,
             primary_metric,
             bool(higher_is_better),
             accuracy_if_classes=chosen,
-            accuracy_primary=chosen and primary_given is False,
+            accuracy_primary=chosen and not primary_given,
         )
 
     def with_accuracy(self) -> Task:

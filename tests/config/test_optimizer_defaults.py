@@ -27,6 +27,7 @@ def test_the_resolved_rate_is_what_config_json_and_the_fingerprint_hold() -> Non
     # An SGD job that names no rate is the job it was before the default depended on the
     # optimizer: the same description, so the same fingerprint and stored decisions.
     assert describe_job(TrainConfig()) == describe_job(TrainConfig(lr=0.2))
+    assert TrainConfig() == TrainConfig(lr=0.2)  # every field alike: the run is the same
 
 
 def test_the_command_line_and_a_config_file_resolve_it_alike(tmp_path: Path) -> None:

@@ -99,6 +99,8 @@ def test_a_class_weighted_loss_keeps_accuracy_as_the_primary_metric() -> None:
     # A primary metric named, or metrics= given, are the user's: accuracy is only added.
     named = check_job(data, functools.partial(linear, 3), Task.of(weighted, None, "loss", None))
     assert list(named.metrics) == ["accuracy"] and named.primary == "loss"
+    lower = check_job(data, functools.partial(linear, 3), Task.of(weighted, None, None, False))
+    assert list(lower.metrics) == ["accuracy"] and lower.primary == "loss"
     given = check_job(data, functools.partial(linear, 3), Task.of(weighted, {}, "loss"))
     assert list(given.metrics) == []
     # Not class ids: the loss alone.
