@@ -107,3 +107,24 @@ def test_a_class_weighted_loss_keeps_accuracy_as_the_primary_metric() -> None:
     floats = TorchData(pairs(torch.randn(32, 3)), pairs(torch.randn(12, 3)))
     regression = check_job(floats, functools.partial(linear, 3), Task.of(loss_fn=F.mse_loss))
     assert list(regression.metrics) == [] and regression.primary == "loss"
+
+
+def test_the_run_says_which_metrics_the_data_chose(tmp_path: Path, capsys) -> None:
+    weighted = functools.partial(F.cross_entropy, weight=torch.tensor([1.0, 2.0, 3.0]))
+    result = train(
+        TrainConfig(**JOB, out=str(tmp_path / "classes")),
+        model_factory=functools.partial(linear, 3),
+        train_data=pairs(torch.arange(32) % 3),
+        val_data=pairs(torch.arange(12) % 3),
+        loss_fn=weighted,
+    )
+    assert result.summary.metric.name == "accuracy" and "accuracy" in result.summary.validation
+    assert "metrics: accuracy (the targets are class ids) and the loss" in capsys.readouterr().err
+    train(
+        TrainConfig(**JOB, out=str(tmp_path / "values")),
+        model_factory=functools.partial(linear, 3),
+        train_data=pairs(torch.randn(32, 3)),
+        val_data=pairs(torch.randn(12, 3)),
+        loss_fn=F.mse_loss,
+    )
+    assert "metrics: the loss only (loss_fn= without metrics=" in capsys.readouterr().err
