@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 
@@ -32,18 +32,9 @@ MetricFn = Callable[[torch.Tensor, torch.Tensor], "float | torch.Tensor"]
 MAX_WHOLE_SPLIT_BYTES = 1 << 30
 
 
-@runtime_checkable
-class Metric(Protocol):
-    """torchmetrics' `Metric` interface, duck-typed (torchmetrics is not a dependency)."""
-
-    def update(self, preds: Any, target: Any) -> Any: ...
-
-    def compute(self) -> Any: ...
-
-    def reset(self) -> Any: ...
-
-
 def is_metric(value: object) -> bool:
+    """Whether `value` has torchmetrics' `Metric` interface (duck-typed: torchmetrics is not
+    a dependency)."""
     return all(callable(getattr(value, name, None)) for name in ("update", "compute", "reset"))
 
 
@@ -266,6 +257,11 @@ def as_metric(name: str, value: object) -> Any:
                 f"{', '.join(BUILTIN)} (perplexity comes with the language model's loss)"
             )
         return built()
+    if isinstance(value, type) and is_metric(value):
+        raise WorkloadError(
+            f"metrics={{{name!r}: {value.__name__}}} is a class; give an instance of it "
+            f"({value.__name__}(...)): each evaluation resets and updates it"
+        )
     if is_metric(value):
         return value
     if callable(value):

@@ -175,6 +175,8 @@ def test_unknown_names_and_values_are_refused_in_one_line() -> None:
         as_metric("x", "f2")
     with pytest.raises(WorkloadError, match="must be a built-in name, a function"):
         as_metric("x", 3)
+    with pytest.raises(WorkloadError, match=r"is a class; give an instance of it \(Counting"):
+        as_metric("x", Counting)
     assert set(BUILTIN) >= {"accuracy", "f1", "auc", "r2", "mse", "mae"}
     assert list(Task.of(metrics=["f1", "auc"]).metrics) == ["f1", "auc"]
 
