@@ -98,7 +98,7 @@ def _check_cross_entropy_targets(outputs: torch.Tensor, targets: torch.Tensor) -
         raise WorkloadError(
             f"targets are {dtype} {shape} against outputs {out}, and the loss is cross-entropy "
             "(the default), which takes integer class ids or class probabilities shaped like "
-            "the outputs: for a regression target give loss_fn= (e.g. F.mse_loss)"
+            "the outputs: for a regression target give train() a loss_fn= (e.g. F.mse_loss)"
         )
     sums = targets.sum(dim=1)
     in_range = bool(((targets >= 0) & (targets <= 1)).all())
@@ -106,7 +106,7 @@ def _check_cross_entropy_targets(outputs: torch.Tensor, targets: torch.Tensor) -
         raise WorkloadError(
             f"targets are {dtype} {shape} but not class probabilities (each in [0, 1], summing "
             "to 1 over the classes), and the loss is cross-entropy (the default): for a "
-            "regression target give loss_fn= (e.g. F.mse_loss)"
+            "regression target give train() a loss_fn= (e.g. F.mse_loss)"
         )
 
 

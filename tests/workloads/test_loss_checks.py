@@ -49,7 +49,7 @@ def test_a_regression_target_under_the_default_cross_entropy_is_refused(tmp_path
         tmp_path, model_factory=functools.partial(linear, 1), train_data=data, val_data=data
     )
     assert "targets are float32 (5, 1) against outputs (5, 1)" in says
-    assert "for a regression target give loss_fn=" in says
+    assert "for a regression target give train() a loss_fn=" in says
 
 
 def test_outputs_that_only_broadcast_against_the_targets_are_refused(tmp_path: Path) -> None:
