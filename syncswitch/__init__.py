@@ -11,7 +11,8 @@ Python API::
 
 `train` also takes a job of the user's own: `model_factory=`, torch Datasets as
 `train_data=`, `val_data=`, `test_data=` (or factories of them), `collate_fn=`, `loss_fn=`,
-`metrics=` and `primary_metric=` (see `syncswitch.runtime.train.train`, docs/your-job.md).
+`metrics=` and `primary_metric=` (see `syncswitch.runtime.train.train`, docs/your-job.md);
+`per_sample_mean(fn)` declares a metric function a mean over samples.
 """
 
 from __future__ import annotations
@@ -24,8 +25,17 @@ from syncswitch.rundir import Summary, read_summary
 
 if TYPE_CHECKING:
     from syncswitch.runtime.train import train
+    from syncswitch.workloads.metrics import per_sample_mean
 
-__all__ = ["ConfigError", "Summary", "TrainConfig", "make_config", "read_summary", "train"]
+__all__ = [
+    "ConfigError",
+    "Summary",
+    "TrainConfig",
+    "make_config",
+    "per_sample_mean",
+    "read_summary",
+    "train",
+]
 __version__ = "0.2.0"
 
 
@@ -36,4 +46,8 @@ def __getattr__(name: str) -> Any:
         from syncswitch.runtime.train import train
 
         return train
+    if name == "per_sample_mean":
+        from syncswitch.workloads.metrics import per_sample_mean
+
+        return per_sample_mean
     raise AttributeError(f"module 'syncswitch' has no attribute {name!r}")

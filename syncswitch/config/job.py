@@ -47,7 +47,12 @@ from syncswitch.core.stragglers.scenarios import StragglerScenario
 from syncswitch.core.sync.hyperparams import AsyncLrPolicy, LrSchedule, MomentumPolicy
 from syncswitch.core.sync.local import LocalConfig, LocalStepsRule, OuterOptimizerKind, StatePolicy
 from syncswitch.core.sync.protocol import ONLINE, Schedule
-from syncswitch.core.sync.server_optimizer import ADAM_BETAS, OptimizerConfig, OptimizerKind
+from syncswitch.core.sync.server_optimizer import (
+    ADAM_BETAS,
+    OptimizerConfig,
+    OptimizerKind,
+    default_lr,
+)
 from syncswitch.core.sync.staleness import StalenessConfig, StalenessLr
 from syncswitch.errors import ConfigError
 
@@ -67,6 +72,8 @@ class TrainConfig(TrainOptions):
     def _validate(self) -> None:
         """Every field against its declaration, then what relates fields to each other
         (validation.py); what is parsed on the way is kept (`_parsed`)."""
+        if self.lr is None:  # the optimizer's own default; a known optimizer is checked below
+            object.__setattr__(self, "lr", default_lr(self.optimizer))
         for f in fields(self):
             check_field(f, getattr(self, f.name))
         object.__setattr__(self, "_parsed", validate_job(self, self._build_cluster))

@@ -186,9 +186,12 @@ class JobOptions:
         Role(JOB_GROUP, Identity.JOB),
         range=Range(1, MAX_BATCH_SIZE),
     )
+    # None: the optimizer's own default (DEFAULT_LR), resolved when the config is built, so
+    # config.json and the job's fingerprint hold the number the run used.
     lr: float = option(
-        0.2,
-        "learning rate of one BSP update; ASP/SSP updates use lr/workers (see --async-lr)",
+        None,
+        "learning rate of one BSP update; ASP/SSP updates use lr/workers (see --async-lr); "
+        "default 0.2 for sgd, 1e-3 for adam and adamw (docs/optimizers.md)",
         Role(JOB_GROUP, Identity.JOB),
         range=Range(0, low_open=True),
     )

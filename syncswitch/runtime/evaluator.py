@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from syncswitch.core.sync.optimizer import load_flat_parameters
-from syncswitch.workloads.data import TRAIN, JobData, batch_size_of, to_device
-from syncswitch.workloads.task import LOSS, Task
+from syncswitch.workloads.data import TRAIN, JobData, to_device
+from syncswitch.workloads.task import Task
 
 _BN_CALIBRATION_BATCHES = 8
 _BN_CALIBRATION_SAMPLES = 256
@@ -42,19 +42,13 @@ class Evaluator:
         the given flat weights on `split` (by default the one decisions read)."""
         self.trained_model(weights)
         split = split or self.data.decision_split
-        sums = dict.fromkeys((LOSS, *self.task.metrics), 0.0)
-        count, batches = 0, 0
+        # Every measure over the whole split, whatever its batches (workloads/meter.py).
+        meter = self.task.meter()
         with torch.no_grad():
             for x, y in self.data.eval_batches(split):
                 x, y = to_device(x, self.device), to_device(y, self.device)
-                size = batch_size_of(y)
-                measured = self.task.measure(self.model(x), y)
-                for name, value in measured.items():
-                    sums[name] += value * size
-                count, batches = count + size, batches + 1
-        if batches == 1:
-            return self.task.finish(measured)  # exactly the batch's
-        return self.task.finish({name: total / count for name, total in sums.items()})
+                meter.update(self.model(x), y)
+        return self.task.finish(meter.result())
 
     def trained_model(self, weights: np.ndarray) -> torch.nn.Module:
         """The model holding the given flat weights, in eval mode, with the BatchNorm running

@@ -11,6 +11,7 @@ import torch
 
 from syncswitch.config import TrainConfig
 from syncswitch.errors import ConfigError
+from syncswitch.terminal import project_console
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset
 from syncswitch.workloads.char_transformer import CHAR_TRANSFORMER, CharTransformerFactory
 from syncswitch.workloads.checks import check_job
@@ -90,10 +91,24 @@ def job_parts(
         data = ArrayData(arrays.with_validation(config.val_fraction))
         if model_factory is None:
             model_factory = BuiltinModel(config.model_name, shape_only(arrays))
-    check_job(data, model_factory, task, config.workers)
+    checked = check_job(data, model_factory, task, config.workers)
+    say_chosen_metrics(task, checked)
+    task = checked
     named = dataset_name or (data.name if train_data is not None or dataset is not None else None)
     workload = workload_of(config, named, model_factory, model_name)
     return JobParts(data, model_factory, task, workload)
+
+
+def say_chosen_metrics(given: Task, checked: Task) -> None:
+    """Where the data chose the metrics (a loss of the user's own, no metrics=), say which
+    and why (one line on the terminal): a run measuring its loss alone is not a surprise."""
+    if not given.accuracy_if_classes:
+        return
+    if "accuracy" in checked.metrics:
+        line = "accuracy (the targets are class ids) and the loss"
+    else:
+        line = "the loss only (loss_fn= without metrics=, and the targets are not class ids)"
+    project_console().print(f"syncswitch: metrics: {line}; metrics= chooses others", markup=False)
 
 
 def _pysource_parts(
@@ -107,7 +122,7 @@ def _pysource_parts(
     model_factory = model_factory or pysource_model(config)
     corpus = read_corpus(config.pysource_bytes)
     data = pysource_data(corpus, config.val_fraction)
-    check_job(data, model_factory, task, config.workers)
+    task = check_job(data, model_factory, task, config.workers)
     workload = workload_of(config, PYSOURCE, model_factory, model_name)
     return JobParts(data, model_factory, task, replace(workload, corpus_sha256=corpus.sha256))
 

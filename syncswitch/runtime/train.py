@@ -52,7 +52,7 @@ from syncswitch.workloads import ArrayDataset
 from syncswitch.workloads.data import TRAIN, DataSource, JobData
 from syncswitch.workloads.identity import Workload
 from syncswitch.workloads.imports import user_code_arguments
-from syncswitch.workloads.task import LossFn, MetricFn, Task
+from syncswitch.workloads.task import LossFn, Task
 
 
 @dataclass
@@ -83,7 +83,7 @@ def train(
     collate_fn: Callable[[list[Any]], Any] | None = None,
     dataset: ArrayDataset | None = None,
     loss_fn: LossFn | None = None,
-    metrics: Mapping[str, MetricFn] | None = None,
+    metrics: Mapping[str, Any] | list[str] | None = None,
     primary_metric: str | None = None,
     higher_is_better: bool | None = None,
     model_name: str | None = None,
@@ -105,11 +105,14 @@ def train(
     - neither: the config's built-in dataset (MNIST-1D or CIFAR), with a validation split of
       `config.val_fraction` of its training samples.
 
-    Task: `loss_fn` (default cross-entropy), `metrics` (name -> fn(outputs, targets) ->
-    float; default accuracy with cross-entropy), and the `primary_metric` every decision
-    reads on the validation split, with `higher_is_better` (known for common names such as
-    accuracy, loss, mse). The test split is measured once, on the final weights, and never
-    drives a decision. summary.json holds both, under "validation" and "test".
+    Task: `loss_fn` (default cross-entropy), `metrics` (name -> a built-in name such as
+    "f1", a torchmetrics-style object with update/compute/reset, or fn(outputs, targets) ->
+    float; or a list of built-in names), each measured exactly over the whole split
+    (workloads/metrics.py); default accuracy whenever the targets are class ids. The
+    `primary_metric` every decision reads on the validation split, with `higher_is_better`
+    (known for common names such as accuracy, loss, mse). The test split is measured once,
+    on the final weights, and never drives a decision. summary.json holds both, under
+    "validation" and "test".
 
     A model and data of the user's own are recorded by name (`model_name`, else the factory's
     own name; `dataset_name`, else the dataset's) in config.json, the report and the job's

@@ -21,9 +21,15 @@ from syncswitch.errors import WorkloadError
 from syncswitch.records.metric import TEST, VALIDATION
 from syncswitch.user_code import raised
 from syncswitch.workloads.data import TRAIN, ArrayData, JobData, TorchData
+from syncswitch.workloads.loss_checks import (
+    check_loss_fits,
+    check_metrics_fit,
+    check_whole_split_memory,
+    class_id_targets,
+)
+from syncswitch.workloads.scores import IGNORED_CLASS
 from syncswitch.workloads.task import Task
 
-_IGNORED_CLASS = -100  # cross_entropy's default ignore_index (padding in sequence targets)
 # Samples of each split put through the model: an odd count, so that a target shaped unlike
 # the outputs does not broadcast against them by coincidence (as (2,) against (2, 2) would).
 _SAMPLES = 5
@@ -49,9 +55,10 @@ def check_job(
     model_factory: Callable[[], torch.nn.Module],
     task: Task,
     workers: int | None = None,
-) -> None:
+) -> Task:
     """Refuse, in one line, a job whose parts do not fit together (see the module docstring).
-    Leaves torch's random state as it found it."""
+    Returns the task, with accuracy measured where it was left to the data and a first batch
+    shows class ids (loss_checks.py). Leaves torch's random state as it found it."""
     state = torch.get_rng_state()
     token = _CHECKING.set(True)
     try:
@@ -62,7 +69,11 @@ def check_job(
         outputs = _forward(model, inputs)
         if task.loss_fn is F.cross_entropy:
             _check_classes(data, outputs, targets)
+        if task.accuracy_if_classes and class_id_targets(outputs, targets):
+            task = task.with_accuracy()
         _check_loss(task, outputs, inputs, targets)
+        sizes = {s: data.size(s) for s in (VALIDATION, TEST) if data.has(s)}
+        check_whole_split_memory(task, outputs, targets, sizes)
         _check_gradient(model, task, inputs, targets)
         if data.has(VALIDATION):
             # Other splits must fit the same model (e.g. a test set of another length).
@@ -73,6 +84,7 @@ def check_job(
     finally:
         _CHECKING.reset(token)
         torch.set_rng_state(state)
+    return task
 
 
 def build_checked(model_factory: Any) -> torch.nn.Module:
@@ -193,19 +205,12 @@ def _check_loss(
         f"{_shape(outputs)}, targets {_shape(targets)})"
     )
     try:
-        loss = task.loss_fn(outputs, targets)
+        check_loss_fits(task, outputs, targets, where)
+    except WorkloadError:
+        raise
     except Exception as error:
         raise WorkloadError(f"the loss fails {where}: {_first_line(error)}") from None
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        raise WorkloadError(f"the loss must return one number (a scalar tensor) {where}")
-    for name, fn in task.metrics.items():
-        try:
-            float(fn(outputs, targets))
-        except Exception as error:
-            raise WorkloadError(
-                f"metric {name!r} fails {where}: {_first_line(error)}; a metric returns one "
-                "number per batch"
-            ) from None
+    check_metrics_fit(task, outputs, targets, where)
 
 
 def _check_classes(data: JobData, outputs: torch.Tensor, targets: Any) -> None:
@@ -224,20 +229,14 @@ def _check_classes(data: JobData, outputs: torch.Tensor, targets: Any) -> None:
         )
     if not isinstance(targets, torch.Tensor):
         return
-    if targets.is_floating_point():
-        if targets.shape != outputs.shape:
-            raise WorkloadError(
-                f"cross-entropy targets are {targets.dtype} of shape {_shape(targets)}: class "
-                "ids must be integers (or class probabilities shaped like the outputs "
-                f"{_shape(outputs)})"
-            )
+    if targets.is_floating_point():  # class probabilities, or refused (loss_checks.py)
         return
     batch = [(TRAIN, targets)]  # the first batch's, then each split's
     splits = [(split, _labels(data, split) if data.has(split) else None) for split in _KEYWORD]
     for split, labels in batch + splits:
         if labels is None or labels.is_floating_point():
             continue
-        ids = labels[labels != _IGNORED_CLASS]
+        ids = labels[labels != IGNORED_CLASS]
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= classes):
             bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
             raise WorkloadError(

@@ -31,8 +31,10 @@ from syncswitch.workloads.datasets import ArrayDataset, prepare_batch
 Batch = tuple[Any, Any]  # (inputs, targets): tensors, or what collate_fn made of them
 DataSource = Any  # a map-style Dataset, or a callable returning one
 TRAIN = "train"
-_EVAL_BATCH = 1000  # samples per evaluation batch (ArrayData)
-_TORCH_EVAL_BATCH = 256  # per evaluation batch of a Dataset: its samples may be large
+# Samples per evaluation batch: only how much goes through the model at once, as every
+# measure is exact over the whole split whatever its batches (workloads/meter.py).
+_EVAL_BATCH = 1000  # ArrayData
+_TORCH_EVAL_BATCH = 256  # a Dataset: its samples may be large
 
 
 class JobData:

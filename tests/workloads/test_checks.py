@@ -70,7 +70,7 @@ def refused(tmp_path: Path, **kwargs: Any) -> str:
          "test_data= is empty"),
         (dict(model_factory=regressor, train_data=LinearTargets(32, 1),
               val_data=LinearTargets(8, 2)),
-         "metric 'accuracy' fails on a batch of train_data= (inputs (5, 8) float32"),
+         "targets are float32 (5, 2) but not class probabilities"),
         (dict(model_factory=regressor, train_data=LinearTargets(32, 1),
               val_data=LinearTargets(8, 2), metrics={}, primary_metric="loss",
               loss_fn=lambda o, t: F.cross_entropy(o, t[:, 0])),

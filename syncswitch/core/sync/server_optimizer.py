@@ -19,6 +19,13 @@ from syncswitch.core.sync.optimizer import FlatSGD
 ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults
 
 
+def default_lr(kind: str) -> float:
+    """The learning rate of a job that names none: SGD's is this project's long-standing 0.2
+    (momentum 0.9, the built-in CNN); Adam's and AdamW's is 1e-3, torch.optim.Adam's own, as
+    an Adam step's length does not scale with the gradient (0.2 makes it diverge)."""
+    return 0.2 if kind == OptimizerKind.SGD else 1e-3
+
+
 class OptimizerKind(StrEnum):
     SGD = "sgd"  # momentum SGD, L2 weight decay (torch.optim.SGD)
     ADAM = "adam"  # L2 weight decay added to the gradient (torch.optim.Adam)
