@@ -270,6 +270,14 @@ class JobOptions:
         Role(JOB_GROUP, Identity.WHEN_SET),
         range=Range(1e-30, 1),
     )
+    grad_clip: float | None = option(
+        None,
+        "clip the gradient of every update to this global L2 norm, as torch's "
+        "clip_grad_norm_: a BSP round's mean (one norm across all server shards), each "
+        "ASP/SSP gradient, each local step (default: off)",
+        Role(JOB_GROUP, Identity.WHEN_SET),
+        range=Range(0, low_open=True),
+    )
     lr_schedule: str = option(
         "cosine",
         "learning-rate schedule over training progress (fraction of samples)",

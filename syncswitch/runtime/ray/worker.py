@@ -210,6 +210,7 @@ class Worker:
                         step_s,
                         ready_at,
                         step.steps,
+                        step.norm,
                     ),
                     encode(step.gradient[shard], spec.wire_dtype),
                 )

@@ -1,0 +1,28 @@
+"""Gradient clipping on the simulator, end to end: one norm across the server shards."""
+
+import numpy as np
+
+from tests.sim.test_sim_runtime import accounted, simulate
+
+# Below MNIST-1D's gradient norms at this learning rate: updates are clipped throughout.
+CLIP = 0.05
+JOB = dict(workers=4, epochs=1.0, seed=5, eval_every=0.5)
+
+
+def test_clipped_bsp_over_two_shards_is_clipped_bsp_over_one(mnist, tmp_path) -> None:
+    one = simulate(tmp_path, mnist, "one", schedule="bsp", servers=1, grad_clip=CLIP, **JOB)
+    two = simulate(tmp_path, mnist, "two", schedule="bsp", servers=2, grad_clip=CLIP, **JOB)
+    plain = simulate(tmp_path, mnist, "plain", schedule="bsp", servers=2, **JOB)
+    scale = np.abs(one.final_weights).max()
+    # The same updates, up to the order the norm's squares are summed in.
+    assert np.abs(one.final_weights - two.final_weights).max() <= 1e-4 * scale
+    assert np.abs(plain.final_weights - two.final_weights).max() > 1e-2 * scale
+    accounted(two.summary)
+
+
+def test_clipping_runs_through_asp_and_local_phases_on_two_shards(mnist, tmp_path) -> None:
+    for name, schedule in [("asp", "bsp:0.3,asp"), ("local", "bsp:0.3,local-4")]:
+        run = simulate(tmp_path, mnist, name, schedule=schedule, servers=2, grad_clip=CLIP, **JOB)
+        accounted(run.summary)
+        assert run.summary["status"] == "complete"
+        assert np.isfinite(run.final_weights).all()
