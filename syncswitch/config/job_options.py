@@ -278,6 +278,19 @@ class JobOptions:
         Role(JOB_GROUP, Identity.WHEN_SET),
         range=Range(0, low_open=True),
     )
+    early_stop_patience: int = option(
+        0,
+        "end the run once this many evaluations in a row have not improved the primary "
+        "metric on validation by more than --early-stop-min-delta (0 = off)",
+        Role(JOB_GROUP, Identity.WHEN_SET),
+        range=Range(0, 10_000),
+    )
+    early_stop_min_delta: float = option(
+        0.0,
+        "with --early-stop-patience: the improvement that counts (in the metric's units)",
+        Role(JOB_GROUP, Identity.WHEN_SET),
+        range=Range(0),
+    )
     lr_schedule: str = option(
         "cosine",
         "learning-rate schedule over training progress (fraction of samples)",

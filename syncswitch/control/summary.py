@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from syncswitch.control.best_weights import TEST_WEIGHTS
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardState
@@ -53,6 +54,9 @@ def build_summary(
         best_value=metric.best(m.value for m in record.metrics),
         validation=measured.get(VALIDATION),
         test=measured.get(TEST),
+        best=record.bests[-1].describe() if record.bests else None,
+        test_weights=TEST_WEIGHTS if record.test is not None else None,
+        stopped_early=record.stopped_early,
         runtime=plan.runtime,
         wall_time_s=wall_s,
         host_time_s=round(host_s, 3),

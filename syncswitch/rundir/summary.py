@@ -139,6 +139,12 @@ class Summary:
     # split (measured once, at the end; it never drives a decision).
     validation: dict[str, float] | None = None
     test: dict[str, float] | None = None
+    # The best evaluation (value, samples, version, fraction; its weights in best_weights.pt),
+    # which weights `test` was measured on ("final"), and why early stopping ended the
+    # workload (None: it ran to its end). All None in runs from before best weights.
+    best: dict[str, Any] | None = None
+    test_weights: str | None = None
+    stopped_early: str | None = None
     runtime: str = "ray"  # runs from before the simulator name none: they ran on Ray
     wall_time_s: float = field(metadata=_HEADLINE)
     host_time_s: float | None = None
@@ -225,6 +231,9 @@ class Summary:
         return cls(
             status=read.text("status"),
             **_judged(read, where),
+            best=read.mapping("best", None, optional=True),
+            test_weights=_optional_text(read, "test_weights"),
+            stopped_early=_optional_text(read, "stopped_early"),
             runtime=read.text("runtime", "ray", choices=RUNTIMES),
             wall_time_s=read.number("wall_time_s", low=0.0),
             host_time_s=read.number("host_time_s", None, **rate),
@@ -262,6 +271,10 @@ class Summary:
             traffic=read.mapping("traffic", None, optional=True),
             run_dir=read.text("run_dir"),
         )
+
+
+def _optional_text(read: Fields, key: str) -> str | None:
+    return None if read.data.get(key) is None else read.text(key)
 
 
 _KEYS = frozenset(f.name for f in fields(Summary))
