@@ -94,10 +94,8 @@ class BestKeeper:
             self.record.bests.append(new)
             self.save(weights)
         if self.record.stopped_early is not None:
-            return None  # decided once
-        reason = early_stop_reason(self.record.metrics, self.metric, self.patience, self.min_delta)
-        self.record.stopped_early = reason
-        return reason
+            return None  # decided once (the controller records it when it ends the workload)
+        return early_stop_reason(self.record.metrics, self.metric, self.patience, self.min_delta)
 
 
 def save_weights(

@@ -217,7 +217,7 @@ class RunController:
             stop_reason = self.best.observe(evaluated, evaluated.weights)
             if stop_reason is not None and not self._workload_done:
                 # Early stopping ends the workload as a shard that applied it all does.
-                self._workload_done = True
+                self._workload_done, self.record.stopped_early = True, stop_reason
                 decisions.append(FinishShards(stop_reason))
             self.writer.metric(row.to_plain())
             self.writer.summary(self.summary([], status="running"))

@@ -80,6 +80,8 @@ def test_the_keeper_keeps_each_new_best_and_stops_once() -> None:
         record.metrics.append(item.metric_row())
         reason = keeper.observe(item, np.full(2, value, "f4"))
         assert (reason is not None) == (samples == 300)
+        record.stopped_early = record.stopped_early or reason  # as the controller does
+    assert keeper.observe(evaluated(0.1, 500), None) is None  # decided once
     assert [b.samples for b in record.bests] == [100, 200]
     assert [float(w[0]) for w in saved] == [0.5, pytest.approx(0.7)]
     assert record.stopped_early is not None and "accuracy" in record.stopped_early

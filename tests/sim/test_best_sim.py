@@ -86,3 +86,20 @@ def test_a_corrupt_best_weights_file_is_one_line(mnist, tmp_path) -> None:
     with pytest.raises(RunDirError, match="do not fit the model") as error:
         result.model(best=True)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.ray
+def test_early_stopping_and_the_best_weights_on_ray(ray_session, mnist, tmp_path) -> None:
+    # Emulated 5 ms steps: the evaluator keeps up, so the stop comes soon after its cause
+    # (on Ray evaluations run beside training: the run ends up to their lag later).
+    job = dict(**NOISY, servers=2, early_stop_patience=2, early_stop_min_delta=0.02)
+    simulated = simulate(tmp_path, mnist, "sim", **job)
+    job = {**JOB, **job, "step_time_ms": 5.0, "out": str(tmp_path / "ray")}
+    real = train(TrainConfig(**job), dataset=mnist)
+    summary = real.summary
+    assert summary["runtime"] == "ray" and summary["status"] == "complete"
+    assert summary["stopped_early"] == simulated.summary["stopped_early"] is not None
+    assert summary["samples"] < 3 * 1600
+    accounted(summary)
+    model = real.model(best=True)
+    assert validation_accuracy(model, mnist) == pytest.approx(summary["best"]["value"], abs=1e-6)
