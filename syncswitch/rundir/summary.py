@@ -231,7 +231,7 @@ class Summary:
         return cls(
             status=read.text("status"),
             **_judged(read, where),
-            best=read.mapping("best", None, optional=True),
+            best=_best(read.mapping("best", None, optional=True), f"{where}: best"),
             test_weights=_optional_text(read, "test_weights"),
             stopped_early=_optional_text(read, "stopped_early"),
             runtime=read.text("runtime", "ray", choices=RUNTIMES),
@@ -271,6 +271,19 @@ class Summary:
             traffic=read.mapping("traffic", None, optional=True),
             run_dir=read.text("run_dir"),
         )
+
+
+def _best(data: Any, where: str) -> dict[str, Any] | None:
+    """The best evaluation's block (control/best_weights.py), each field checked."""
+    if data is None:
+        return None
+    read = Fields(data, where)
+    return {
+        "value": read.number("value", finite=False),
+        "samples": read.integer("samples"),
+        "version": read.integer("version"),
+        "fraction": read.number("fraction", low=0.0, high=1.0),
+    }
 
 
 def _optional_text(read: Fields, key: str) -> str | None:
