@@ -68,6 +68,8 @@ class ShardState:
     handed_out_peak_bytes: int = 0
     handed_out_worst_case_bytes: int = 0
     uncompensated: int = 0
+    # Clipped BSP rounds applied without every shard's part of their norm (clipping.py).
+    norm_incomplete: int = 0
 
 
 @dataclass(frozen=True)
@@ -206,6 +208,7 @@ class ServerShard:
             messages_by_protocol=dict(live.messages_by_protocol),
             bytes_by_protocol=dict(live.bytes_by_protocol),
             unsent_samples=dict(live.unsent_samples),
+            norm_incomplete=exchange.incomplete if (exchange := sync.updater.exchange) else 0,
             **_compensation_state(sync),
         )
 

@@ -115,12 +115,16 @@ def traffic_of(states: list[ShardState]) -> dict[str, Any]:
         return dict(sorted(summed.items()))
 
     bytes_by_protocol = total("bytes_by_protocol")
-    return {
+    traffic = {
         "messages_by_protocol": total("messages_by_protocol"),
         "bytes_by_protocol": bytes_by_protocol,
         "bytes_sent": sum(bytes_by_protocol.values()),
         "unsent_local_samples": total("unsent_samples", max),
     }
+    incomplete = max((state.norm_incomplete for state in states), default=0)
+    if incomplete:  # clipped rounds a shard applied without every shard's norm (rare)
+        traffic["norm_exchange_incomplete_rounds"] = incomplete
+    return traffic
 
 
 def staleness_rules_of(plan: RunPlan, states: list[ShardState]) -> dict[str, Any] | None:

@@ -1,6 +1,7 @@
 """Gradient clipping on the simulator, end to end: one norm across the server shards."""
 
 import numpy as np
+import pytest
 
 from tests.sim.test_sim_runtime import accounted, simulate
 
@@ -20,9 +21,17 @@ def test_clipped_bsp_over_two_shards_is_clipped_bsp_over_one(mnist, tmp_path) ->
     accounted(two.summary)
 
 
-def test_clipping_runs_through_asp_and_local_phases_on_two_shards(mnist, tmp_path) -> None:
-    for name, schedule in [("asp", "bsp:0.3,asp"), ("local", "bsp:0.3,local-4")]:
-        run = simulate(tmp_path, mnist, name, schedule=schedule, servers=2, grad_clip=CLIP, **JOB)
+@pytest.mark.parametrize("schedule", ["bsp:0.3,asp", "bsp:0.3,ssp-2", "bsp:0.3,local-4"])
+def test_clipped_asynchronous_and_local_phases_over_two_shards_are_over_one(
+    mnist, tmp_path, schedule
+) -> None:
+    # ASP/SSP: each shard scales its slice by the worker's norm; local-H: each inner step.
+    one = simulate(tmp_path, mnist, "one", schedule=schedule, servers=1, grad_clip=CLIP, **JOB)
+    two = simulate(tmp_path, mnist, "two", schedule=schedule, servers=2, grad_clip=CLIP, **JOB)
+    plain = simulate(tmp_path, mnist, "plain", schedule=schedule, servers=2, **JOB)
+    scale = np.abs(one.final_weights).max()
+    assert np.abs(one.final_weights - two.final_weights).max() <= 1e-4 * scale
+    assert np.abs(plain.final_weights - two.final_weights).max() > 1e-2 * scale
+    for run in (one, two):
         accounted(run.summary)
-        assert run.summary["status"] == "complete"
-        assert np.isfinite(run.final_weights).all()
+        assert "norm_exchange_incomplete_rounds" not in run.summary["traffic"]

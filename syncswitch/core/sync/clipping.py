@@ -20,8 +20,9 @@ The norm is the whole model's, never one shard's slice:
   decided on the message alone.
 - A round the exchange cannot finish (a switch, a rollback or the end reaches it while it
   waits, or a peer's partial for a later version shows the peer is past it) is applied with
-  the partials at hand, and counted (`NormExchange.incomplete`). So is a barrier a switch cut
-  short after its messages were summed: its norm is the shard's own slice's.
+  the partials at hand, and counted (`NormExchange.incomplete`; summary.json's traffic block
+  says `norm_exchange_incomplete_rounds` when there were any). A barrier a switch cut short
+  after its messages were summed is clipped by its own slice's norm.
 """
 
 from __future__ import annotations
