@@ -1,12 +1,15 @@
 """The best evaluation's weights, and early stopping on the primary metric.
 
 Every evaluation (the primary metric on validation) that beats the best so far keeps its
-weights: in the run record (so checkpoints carry them and a resumed run goes on from them)
-and in RUN_DIR/best_weights.pt, rewritten at each new best. Early stopping (off by default)
-ends the workload once `patience` evaluations in a row have not beaten the best by more than
-`min_delta`, as Lightning's EarlyStopping does; the run then ends as one whose workload
-another shard ended (the shards finish, the evaluation points left are measured on the
-weights it stopped at), and summary.json says why.
+weights: in the run record (so checkpoints carry them and a resumed run goes on from them),
+and in RUN_DIR/best_weights.pt, written with each checkpoint and at the end when the best has
+changed since (as final_weights.pt, a state_dict: with BatchNorm its statistics are measured
+on the driver, too slow for every evaluation of a large model on Ray).
+
+Early stopping (off by default) ends the workload once `patience` evaluations in a row have
+not beaten the best by more than `min_delta`, as Lightning's EarlyStopping does; the run then
+ends as one whose workload another shard ended (the shards finish, the evaluation points left
+are measured on the weights it stopped at), and summary.json says why.
 
 The test split is measured on the final weights, as before (nothing decided during the run
 has seen it); summary.json says so (`test_weights`, best_weights.py).
@@ -69,6 +72,8 @@ class BestKeeper:
         self.save = save
         self.patience = plan.job.early_stop_patience
         self.min_delta = plan.job.early_stop_min_delta
+        self._saved: BestWeights | None = None  # the best best_weights.pt holds
+        self._checkpoints = record.checkpoints  # checkpoints written when it was last asked
         if resumed_from is not None:
             self.resumed(resumed_from.info.samples)
 
@@ -79,9 +84,22 @@ class BestKeeper:
     def resumed(self, samples: int) -> None:
         """A resumed run goes on from a checkpoint at `samples`: what its record knew then."""
         self.record.bests = [b for b in self.record.bests if b.samples <= samples][-1:]
-        if self.best is not None:
-            # best_weights.pt may hold a best the interrupted run found after the checkpoint.
-            self.save(self.best.weights)
+        # best_weights.pt may hold a best the interrupted run found after the checkpoint.
+        self.flush()
+
+    def checkpointed(self) -> None:
+        """Asked after each drain: with a checkpoint written since, best_weights.pt too."""
+        if self.record.checkpoints != self._checkpoints:
+            self._checkpoints = self.record.checkpoints
+            self.flush()
+
+    def flush(self) -> None:
+        """Write best_weights.pt if the best changed since it was last written (at each
+        checkpoint and at the end)."""
+        best = self.best
+        if best is not None and best is not self._saved:
+            self.save(best.weights)
+            self._saved = best
 
     def observe(self, evaluated: Evaluated, weights: np.ndarray | None) -> str | None:
         """An evaluation's row is released (in training order): keep its weights if it is the
@@ -92,7 +110,6 @@ class BestKeeper:
             point = evaluated.point
             new = BestWeights(row.value, point.samples, point.version, row.fraction, weights)
             self.record.bests.append(new)
-            self.save(weights)
         if self.record.stopped_early is not None:
             return None  # decided once (the controller records it when it ends the workload)
         return early_stop_reason(self.record.metrics, self.metric, self.patience, self.min_delta)

@@ -192,6 +192,7 @@ class RunController:
         healthy = None if verdict is None else self.divergence.healthy_samples(verdict)
         unwritten = self.evaluations.first_unreleased_samples
         self.checkpoints.collect(reports, max_samples=healthy, hold_from=unwritten)
+        self.best.checkpointed()  # best_weights.pt beside each checkpoint (best.py)
         if verdict is not None:
             rollback = self.divergence.respond(verdict, self.state)
             if rollback is not None:
@@ -332,6 +333,7 @@ class RunController:
             self.record.test = self.test_metrics(final_weights)
         summary = self.summary(worker_stats, status="complete")
         self.writer.summary(summary)
+        self.best.flush()
         save_weights(self.writer.dir / names.FINAL_WEIGHTS, self.weights_state, final_weights)
         self._phases.fire(PhaseEvent.FINISH)
         return summary

@@ -83,5 +83,11 @@ def test_the_keeper_keeps_each_new_best_and_stops_once() -> None:
         record.stopped_early = record.stopped_early or reason  # as the controller does
     assert keeper.observe(evaluated(0.1, 500), None) is None  # decided once
     assert [b.samples for b in record.bests] == [100, 200]
-    assert [float(w[0]) for w in saved] == [0.5, pytest.approx(0.7)]
+    assert saved == []  # written with checkpoints and at the end only
+    keeper.checkpointed()
+    assert saved == []  # no checkpoint since
+    record.checkpoints += 1
+    keeper.checkpointed()
+    keeper.flush()
+    assert [float(w[0]) for w in saved] == [pytest.approx(0.7)]  # once
     assert record.stopped_early is not None and "accuracy" in record.stopped_early

@@ -55,6 +55,7 @@ def test_a_resumed_run_keeps_the_best_weights_it_had(mnist, tmp_path) -> None:
         train(TrainConfig(**job), dataset=mnist, loss_fn=InterruptAfter(200), metrics=metrics)
     stopped = json.loads((tmp_path / "run" / names.SUMMARY).read_text())
     assert stopped["best"] == whole.summary["best"]  # found before the interruption
+    assert (tmp_path / "run" / names.BEST_WEIGHTS).exists()  # written with the checkpoints
     resumed = train(TrainConfig(**job), dataset=mnist, resume=True)
     assert resumed.summary["reliability"]["failures"][-1]["kind"] == "resumed"
     accounted(resumed.summary)
