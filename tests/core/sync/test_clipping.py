@@ -205,3 +205,17 @@ def test_each_inner_step_of_a_local_round_is_clipped() -> None:
         sgd.step()
     expected = torch.from_numpy(pulled) - flatten_parameters(reference)
     torch.testing.assert_close(torch.from_numpy(delta), expected, rtol=1e-5, atol=1e-7)
+
+
+def test_a_peer_s_norm_that_arrives_first_waits_for_the_round() -> None:
+    base = config(workers=2, shard=0, shards=2)
+    sync = Synchronizer(base, FlatSGD(torch.zeros(3)))
+    peer = Synchronizer(replace(base, shard=1), FlatSGD(torch.zeros(3)))
+    peer.submit(message(0, 0, 0, torch.ones(3)))
+    partial = peer.submit(message(1, 0, 0, torch.ones(3))).norm_partials[0]
+    assert receive_norm(sync, partial).released == []  # no round here yet
+    sync.submit(message(0, 0, 0, torch.ones(3)))
+    done = sync.submit(message(1, 0, 0, torch.ones(3)))
+    assert done.released == [0, 1] and len(done.norm_partials) == 1
+    assert receive_norm(peer, done.norm_partials[0]).released == [0, 1]
+    torch.testing.assert_close(sync.optimizer.weights, peer.optimizer.weights)
