@@ -16,13 +16,16 @@ The norm is the whole model's, never one shard's slice:
   norm (a `NormPartial`, a few bytes) and applies the round once every shard's partial for
   that version is in (`NormExchange`, norm_exchange.py); the runtime routes the partials
   (Ray: one actor call per peer; the simulator: in place, its latency not modelled). Rounds
-  are paired by the version they produce, which the shards share: every drop reason is
-  decided on the message alone.
-- A round the exchange cannot finish (a switch, a rollback or the end reaches it while it
-  waits, or a peer's partial for a later version shows the peer is past it) is applied with
-  the partials at hand, and counted (`NormExchange.incomplete`; summary.json's traffic block
+  are paired by the version they produce. The shards' versions agree while they drop the same
+  messages; with clipping a non-finite gradient (the drop one slice could decide alone) is
+  dropped by all alike, and where versions drift anyway (an exclusion reaching the shards at
+  different moments of an ASP phase), a peer's later partial lets the held round go (below).
+- A round the exchange cannot finish (a switch reaches it while it waits, or a peer's
+  partial for a later version shows the peer is past it) is applied with the partials at
+  hand, and counted (`NormExchange.incomplete`; summary.json's traffic block
   says `norm_exchange_incomplete_rounds` when there were any). A barrier a switch cut short
-  after its messages were summed is clipped by its own slice's norm.
+  after its messages were summed is clipped by its own slice's norm. A rollback or the end
+  drops a held round's messages, as it drops any at the barrier.
 """
 
 from __future__ import annotations
