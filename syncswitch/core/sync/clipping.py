@@ -18,8 +18,8 @@ The norm is the whole model's, never one shard's slice:
   (Ray: one actor call per peer; the simulator: in place, its latency not modelled). Rounds
   are paired by the version they produce. The shards' versions agree while they drop the same
   messages; with clipping a non-finite gradient (the drop one slice could decide alone) is
-  dropped by all alike, and where versions drift anyway (an exclusion reaching the shards at
-  different moments of an ASP phase), a peer's later partial lets the held round go (below).
+  dropped by all alike, and where versions drift anyway (a policy's switch reaching the shards
+  at different moments of a round), a peer's later partial lets the held round go (below).
 - A round the exchange cannot finish (a switch reaches it while it waits, or a peer's
   partial for a later version shows the peer is past it) is applied with the partials at
   hand, and counted (`NormExchange.incomplete`; summary.json's traffic block
