@@ -9,20 +9,16 @@ The norm is the whole model's, never one shard's slice:
 
 - An ASP/SSP gradient's norm is measured by its worker, which holds all of it, and travels
   with the message (`Gradient.norm`): every shard scales its slice by the same coefficient.
-  A non-finite norm is refused by every shard alike (admission.py), so no shard applies a
+  A non-finite norm is refused by every shard alike (gate.py), so no shard applies a
   message another dropped.
 - A BSP round's mean exists only in slices, one per shard. With one shard its norm is local.
   With several, each shard holds its complete round, sends the others its slice's squared
   norm (a `NormPartial`, a few bytes) and applies the round once every shard's partial for
-  that version is in (`NormExchange`, norm_exchange.py); the runtime routes the partials
-  (Ray: one actor call per peer; the simulator: in place, its latency not modelled). Rounds
-  are paired by the version they produce. The shards' versions agree while they drop the same
-  messages; with clipping a non-finite gradient (the drop one slice could decide alone) is
-  dropped by all alike, and where versions drift anyway (a policy's switch reaching the shards
-  at different moments of a round), a peer's later partial lets the held round go (below).
-- A round the exchange cannot finish (a switch reaches it while it waits, or a peer's
-  partial for a later version shows the peer is past it) is applied with the partials at
-  hand, and counted (`NormExchange.incomplete`; summary.json's traffic block
+  that round is in (`NormExchange`, norm_exchange.py, which says why a round's parts need
+  no version to be told apart); the runtime routes the partials (Ray: one actor call per
+  peer; the simulator: in place, its latency not modelled).
+- A round that a switch reaches before every shard's part of its norm is in is applied with
+  the parts at hand, and counted (`NormExchange.incomplete`; summary.json's traffic block
   says `norm_exchange_incomplete_rounds` when there were any). A barrier a switch cut short
   after its messages were summed is clipped by its own slice's norm. A rollback or the end
   drops a held round's messages, as it drops any at the barrier.

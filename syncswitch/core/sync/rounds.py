@@ -141,6 +141,8 @@ class Rounds:
             outcome.merge(self.apply_held(live, now=True))
             if live.done:
                 return outcome
+        if self.updater.exchange is not None:
+            self.updater.exchange.updated()  # a peer's partial for a round cut short here
         old = live.spec
         live.spec = spec
         if spec.protocol.is_async and not old.protocol.is_async:

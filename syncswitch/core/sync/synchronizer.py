@@ -354,5 +354,5 @@ def receive_norm(sync: Synchronizer, partial: NormPartial) -> Outcome:
     exchange = sync.updater.exchange
     if exchange is None:
         return Outcome()
-    exchange.receive(partial, sync.live.version)
+    exchange.receive(partial)
     return sync.rounds.apply_held(sync.live)

@@ -81,6 +81,8 @@ class Updater:
         outer step), one message's own, or (`summed`: their sum of b_i g_i, a barrier a
         switch cut short) their sum, as that many messages' shares under the new rule;
         `held`: a BSP round combined before, clipped by the global `norm` of its mean."""
+        if self.exchange is not None and held is None:
+            self.exchange.updated()  # norm partials received are for no round held here
         if summed is not None:
             total = sum(g.samples for g in gradients)
             # k messages' shares at once: the mean at k workers' share of the step.

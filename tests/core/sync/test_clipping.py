@@ -134,9 +134,39 @@ def test_a_round_waits_for_every_shard_s_norm_and_takes_none_from_a_round_done()
     # The mean (1, 1, 1) on both shards: global norm sqrt(6), every coordinate scaled by it.
     expected = -0.3 * MAX_NORM / (math.sqrt(6) + 1e-6)
     torch.testing.assert_close(sync.optimizer.weights, torch.full((3,), expected))
-    # A late copy of a partial for a round already applied changes nothing.
-    assert receive_norm(sync, partial).released == []
     assert sync.updater.exchange is not None and sync.updater.exchange.incomplete == 0
+
+
+def test_shards_whose_versions_drifted_apart_still_pair_their_rounds() -> None:
+    """Rounds are told apart by when they come, not by version: a switch cut short one
+    shard's round (more updates there), yet the next BSP rounds pair, exactly."""
+    base = config("bsp", workers=2, shard=0, shards=2)
+    sync = Synchronizer(base, FlatSGD(torch.zeros(3)))
+    peer = Synchronizer(replace(base, shard=1), FlatSGD(torch.zeros(3)))
+    sync.live.version = 7  # as after a different count of updates
+    for step in range(2):
+        sync.submit(message(0, step, sync.live.version, torch.ones(3)))
+        mine = sync.submit(message(1, step, sync.live.version, torch.ones(3))).norm_partials
+        peer.submit(message(0, step, peer.live.version, torch.ones(3)))
+        theirs = peer.submit(message(1, step, peer.live.version, torch.ones(3))).norm_partials
+        assert receive_norm(sync, theirs[0]).released == [0, 1]
+        assert receive_norm(peer, mine[0]).released == [0, 1]
+    torch.testing.assert_close(sync.optimizer.weights, peer.optimizer.weights)
+    assert (sync.live.version, peer.live.version) == (9, 2)
+    assert sync.updater.exchange is not None and sync.updater.exchange.incomplete == 0
+
+
+def test_a_partial_for_a_round_cut_short_here_is_forgotten_at_the_next_update() -> None:
+    base = config("bsp", workers=2, shard=0, shards=2)
+    sync = Synchronizer(base, FlatSGD(torch.zeros(3)))
+    peer = Synchronizer(replace(base, shard=1), FlatSGD(torch.zeros(3)))
+    peer.submit(message(0, 0, 0, torch.ones(3)))
+    stale = peer.submit(message(1, 0, 0, torch.ones(3))).norm_partials[0]
+    sync.submit(message(0, 0, 0, torch.ones(3)))
+    sync.switch_to(ASP, reason="test")  # cuts this shard's round short
+    receive_norm(sync, stale)  # the peer's part of that round comes late
+    sync.submit(message(1, 0, 0, torch.ones(3)))  # an ASP update
+    assert sync.updater.exchange is not None and sync.updater.exchange.received == {}
 
 
 def test_a_switch_reaching_a_held_round_applies_it_with_the_norms_at_hand() -> None:
