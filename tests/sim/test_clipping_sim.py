@@ -35,3 +35,25 @@ def test_clipped_asynchronous_and_local_phases_over_two_shards_are_over_one(
     for run in (one, two):
         accounted(run.summary)
         assert "norm_exchange_incomplete_rounds" not in run.summary["traffic"]
+
+
+@pytest.mark.parametrize(
+    "policy", [dict(online_policy="elastic"), dict(online_policy="greedy", greedy_return=True)]
+)
+def test_straggler_policies_on_two_clipped_shards_lose_nothing(mnist, tmp_path, policy) -> None:
+    # Exclusions and policy switches reach the shards between and inside held rounds.
+    slow = {"workers": [3], "start": 0.2, "duration": 0.3, "factor": 5.0}
+    run = simulate(
+        tmp_path,
+        mnist,
+        schedule="bsp:0.6,asp",
+        servers=2,
+        grad_clip=CLIP,
+        stragglers=[slow],
+        epochs=2.0,
+        divergence_guard=False,
+        **policy,
+    )
+    assert run.summary["status"] == "complete"
+    assert run.summary["online"]["decisions"]  # the policy acted
+    accounted(run.summary)
