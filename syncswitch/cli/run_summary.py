@@ -38,10 +38,16 @@ def summary_table(summary: Summary, run_dir: Path, *, library_log: Path | None) 
     table.add_column(style="bold")
     table.add_column()
     metric, final, best = summary.metric, summary.final_value, summary.best_value
+    # Where the best was, and the file holding its weights (control/best.py).
+    where = f" at {summary.best['fraction']:.0%} (best_weights.pt)" if summary.best else ""
     table.add_row(
         f"{metric.split} {metric.name}",
-        f"{metric.show(final)} final, {metric.show(best)} best" if final is not None else "-",
+        f"{metric.show(final)} final, {metric.show(best)} best{where}"
+        if final is not None
+        else "-",
     )
+    if summary.stopped_early:
+        table.add_row("stopped early", summary.stopped_early)
     if summary.test and metric.split != "test" and metric.name in summary.test:
         table.add_row(f"test {metric.name}", f"{metric.show(summary.test[metric.name])} (final)")
     for split, measured in (("validation", summary.validation), ("test", summary.test)):

@@ -165,6 +165,7 @@ class TrainConfig(TrainOptions):
             weight_decay=self.weight_decay,
             beta2=self.betas[1] if self.betas else ADAM_BETAS[1],
             eps=self.eps,
+            max_grad_norm=self.grad_clip,
         )
 
     def switch_momentum_policy(self) -> MomentumPolicy:

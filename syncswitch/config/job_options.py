@@ -273,6 +273,27 @@ class JobOptions:
         Role(JOB_GROUP, Identity.WHEN_SET),
         range=Range(1e-30, 1),
     )
+    grad_clip: float | None = option(
+        None,
+        "clip the gradient of every update to this global L2 norm, as torch's "
+        "clip_grad_norm_: a BSP round's mean (one norm across all server shards), each "
+        "ASP/SSP gradient, each local step (default: off)",
+        Role(JOB_GROUP, Identity.WHEN_SET),
+        range=Range(0, low_open=True),
+    )
+    early_stop_patience: int = option(
+        0,
+        "end the run once this many evaluations in a row have not improved the primary "
+        "metric on validation by more than --early-stop-min-delta (0 = off)",
+        Role(JOB_GROUP, Identity.WHEN_SET),
+        range=Range(0, 10_000),
+    )
+    early_stop_min_delta: float = option(
+        0.0,
+        "with --early-stop-patience: the improvement that counts (in the metric's units)",
+        Role(JOB_GROUP, Identity.WHEN_SET),
+        range=Range(0),
+    )
     lr_schedule: str = option(
         "cosine",
         "learning-rate schedule over training progress (fraction of samples)",

@@ -77,6 +77,11 @@ def validate_job(config: TrainOptions, build_cluster: Callable[[], ClusterModel]
             f"speed_factors has {len(config.speed_factors)} values but workers is "
             f"{config.workers}: give one factor per worker"
         )
+    if config.early_stop_min_delta and not config.early_stop_patience:
+        raise ConfigError(
+            "--early-stop-min-delta does nothing without --early-stop-patience (the number "
+            "of evaluations without such an improvement that ends the run)"
+        )
     if config.switch_floor > config.switch_ceiling:
         raise ConfigError(
             f"switch_floor = {config.switch_floor:g} is above switch_ceiling = "

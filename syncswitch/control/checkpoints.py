@@ -75,7 +75,13 @@ class CheckpointKeeper:
     def write(self, shard_snapshots: list[Snapshot]) -> None:
         first = shard_snapshots[0]
         record = self.record
-        kept = replace(record, metrics=[m for m in record.metrics if m.samples <= first.samples])
+        kept = replace(
+            record,
+            metrics=[m for m in record.metrics if m.samples <= first.samples],
+            # The best as of this checkpoint; the record needs it and any found since.
+            bests=[b for b in record.bests if b.samples <= first.samples][-1:],
+        )
+        record.bests = kept.bests + [b for b in record.bests if b.samples > first.samples]
         checkpoint = RunCheckpoint(
             tuple(s.state for s in shard_snapshots), kept, self.total_samples
         )

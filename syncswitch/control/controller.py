@@ -27,23 +27,25 @@ metrics in training order), `CheckpointKeeper` (snapshots -> checkpoints, timed 
 `HealthChecks` (dead, hung and quarantined workers), `DivergenceWatch` (losses -> rollback),
 `RunJournal` (the first shard's updates, drops and switches, and every decision -> the run
 record and the run directory), `StragglerResponse` (step times -> the straggler monitor ->
-exclude, readmit, switch) and `OnlineTiming` (the shards' gradient statistics or the test
-losses -> when an online phase ends).
+exclude, readmit, switch), `OnlineTiming` (the shards' gradient statistics or the test
+losses -> when an online phase ends) and `BestKeeper` (evaluations -> the best weights,
+early stopping).
 """
 
 from __future__ import annotations
 
-import io
 import os
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from syncswitch.control.best import BestKeeper, save_weights
 from syncswitch.control.checkpoints import CHECKPOINT_DIR, CheckpointKeeper
 from syncswitch.control.decisions import (
     FinishShards,
@@ -69,7 +71,7 @@ from syncswitch.control.timing import OnlineTiming
 from syncswitch.core.reliability.checkpoints import CheckpointError, LoadedCheckpoint
 from syncswitch.core.sync.records import EvalPoint, Snapshot, WorkerStats
 from syncswitch.errors import ConfigError, DiskFull
-from syncswitch.files import name_too_long, write_atomic
+from syncswitch.files import name_too_long
 from syncswitch.records.failures import Resumption, ServerFailure
 from syncswitch.rundir import RunWriter, Summary, events, names
 
@@ -118,6 +120,9 @@ class RunController:
             # A row the checkpoint holds but metrics.csv lost (cut by a full disk) is written
             # again: the resumed run does not evaluate that point twice.
             writer.restore_metrics([m.to_plain() for m in self.record.metrics])
+        # The best evaluation's weights (best_weights.pt) and early stopping (best.py).
+        save_best = partial(save_weights, writer.dir / names.BEST_WEIGHTS, self.weights_state)
+        self.best = BestKeeper(self.record, plan, save_best, resumed_from)
         self.journal = RunJournal(self.record, writer)
         log_decision = self.journal.log_decision
         self.evaluations = EvaluationAssembly(plan.metric.split)
@@ -190,6 +195,7 @@ class RunController:
         healthy = None if verdict is None else self.divergence.healthy_samples(verdict)
         unwritten = self.evaluations.first_unreleased_samples
         self.checkpoints.collect(reports, max_samples=healthy, hold_from=unwritten)
+        self.best.checkpointed()  # best_weights.pt beside each checkpoint (best.py)
         if verdict is not None:
             rollback = self.divergence.respond(verdict, self.state)
             if rollback is not None:
@@ -206,17 +212,22 @@ class RunController:
         """An evaluation is back (the measures of the split decisions read, the primary
         metric first); metrics are written in training order, whatever the order in which
         evaluations come back."""
-        before = self.phase
+        before, decisions = self.phase, list[RunDecision]()
         for evaluated in self.evaluations.result(point, values):
             row = evaluated.metric_row()
             if self.timing is not None:
                 self.timing.add_loss(float(row.fraction), float(row.loss))
             self.record.metrics.append(row)
+            stop_reason = self.best.observe(evaluated, evaluated.weights)
+            if stop_reason is not None and not self._workload_done:
+                # Early stopping ends the workload as a shard that applied it all does.
+                self._workload_done, self.record.stopped_early = True, stop_reason
+                decisions.append(FinishShards(stop_reason))
             self.writer.metric(row.to_plain())
             self.writer.summary(self.summary([], status="running"))
         self.checkpoints.release(self.evaluations.first_unreleased_samples)
         self._maybe_finishing()
-        return Step(before, self.phase)
+        return Step(before, self.phase, decisions)
 
     def on_worker_finished(self, worker: int, stats: WorkerStats) -> Step:
         before = self.phase
@@ -325,9 +336,8 @@ class RunController:
             self.record.test = self.test_metrics(final_weights)
         summary = self.summary(worker_stats, status="complete")
         self.writer.summary(summary)
-        buffer = io.BytesIO()  # written atomically: never through a planted symlink
-        torch.save(self.weights_state(final_weights), buffer)
-        write_atomic(self.writer.dir / names.FINAL_WEIGHTS, buffer.getvalue())
+        self.best.flush()
+        save_weights(self.writer.dir / names.FINAL_WEIGHTS, self.weights_state, final_weights)
         self._phases.fire(PhaseEvent.FINISH)
         return summary
 

@@ -109,6 +109,7 @@ class Evaluated:
     values: dict[str, float]  # the primary metric first
     train_loss: float
     split: str
+    weights: np.ndarray | None = None  # the flat weights evaluated (control/best.py)
 
     def metric_row(self) -> MetricsRow:
         """The metrics.csv row (and RunRecord.metrics entry) for this point."""
@@ -130,7 +131,9 @@ class Evaluated:
 class EvaluationAssembly:
     split: str = VALIDATION  # the split evaluations are measured on
     _slices: list[list[tuple[EvalPoint, np.ndarray]]] = field(default_factory=list)  # per shard
-    _pending: list[tuple[EvalPoint, float]] = field(default_factory=list)  # (point, train loss)
+    # (point, train loss, weights): the weights kept (a reference) until the result is in,
+    # so the best evaluation's can be kept (control/best.py).
+    _pending: list[tuple[EvalPoint, float, np.ndarray]] = field(default_factory=list)
     _results: dict[EvalPoint, dict[str, float]] = field(default_factory=dict)
 
     def add(self, reports: list[ShardReport], train_loss: Callable[[], float]) -> list[Evaluate]:
@@ -149,7 +152,7 @@ class EvaluationAssembly:
             slices = [queue.pop(0) for queue in self._slices]
             point = slices[0][0]
             weights = np.concatenate([w for _, w in slices])
-            self._pending.append((point, train_loss()))
+            self._pending.append((point, train_loss(), weights))
             decisions.append(Evaluate(point, weights, f"progress reached {point.fraction:g}"))
         return decisions
 
@@ -158,8 +161,9 @@ class EvaluationAssembly:
         self._results[point] = values
         released: list[Evaluated] = []
         while self._pending and self._pending[0][0] in self._results:
-            done, train_loss = self._pending.pop(0)
-            released.append(Evaluated(done, self._results.pop(done), train_loss, self.split))
+            done, train_loss, weights = self._pending.pop(0)
+            values = self._results.pop(done)
+            released.append(Evaluated(done, values, train_loss, self.split, weights))
         return released
 
     def forget_slices(self) -> None:
@@ -176,7 +180,7 @@ class EvaluationAssembly:
         """The samples of the earliest point whose row is not released yet (asked for, or
         with slices still to come from some shard); None when there is none."""
         waiting = [queue[0][0].samples for queue in self._slices if queue]
-        asked = [point.samples for point, _ in self._pending[:1]]
+        asked = [point.samples for point, _, _ in self._pending[:1]]
         return min(waiting + asked, default=None)
 
     @property

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from syncswitch.control.best_weights import BestWeights
 from syncswitch.control.evaluations import MetricsRow
 from syncswitch.control.timing import TimingHistory
 from syncswitch.core.stragglers.detector import StragglerRecord
@@ -57,6 +58,10 @@ class RunRecord:
     # The final weights' measures on the test split, once the run has finished (the test
     # split is evaluated there only, so nothing decided during the run has seen it).
     test: dict[str, float] | None = None
+    # The best evaluations' weights (control/best.py): the best so far last; a checkpoint
+    # keeps its own best, the record that and any found since.
+    bests: list[BestWeights] = field(default_factory=list)
+    stopped_early: str | None = None  # why early stopping ended the workload, if it did
 
     def add_update(self, protocol: str, staleness: int, loss: float) -> None:
         self.staleness.setdefault(protocol, StalenessStats()).add(staleness)
@@ -82,6 +87,7 @@ class RunRecord:
             "rollbacks": self.rollbacks,
             "guard_initial_level": self.guard_initial_level,
             "timing": self.timing.to_plain(),
+            "bests": [best.to_plain() for best in self.bests[-1:]],
         }
 
     @classmethod
@@ -106,6 +112,8 @@ class RunRecord:
             timing=(  # absent in checkpoints of runs before online timing
                 TimingHistory.from_plain(state["timing"]) if "timing" in state else TimingHistory()
             ),
+            # Absent in checkpoints of runs before best weights were kept.
+            bests=[BestWeights.from_plain(best) for best in state.get("bests", [])][-1:],
         )
 
     # -- reading ---------------------------------------------------------------------------------

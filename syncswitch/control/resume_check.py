@@ -45,7 +45,8 @@ class ResumeCheck:
 
     @property
     def max_bytes(self) -> int:
-        return 2 * 4 * self.parameters + _RECORD_ALLOWANCE_BYTES
+        # Weights, momentum or Adam's two moments, the best evaluation's weights.
+        return 4 * 4 * self.parameters + _RECORD_ALLOWANCE_BYTES
 
     def __call__(self, state: dict[str, Any]) -> RunCheckpoint:
         """The checkpoint's typed state, if this run can continue from it."""
@@ -65,6 +66,8 @@ class ResumeCheck:
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
                 detail = f"missing {error}" if isinstance(error, KeyError) else str(error)
                 raise ValueError(f"server {index}: {detail}") from None
+        for best in checkpoint.record.bests:  # control/best.py: loaded into this model
+            _check_vector(torch.from_numpy(best.weights), "the best weights", self.parameters)
         return checkpoint
 
     def _check_shard(self, shard_state: SynchronizerState, length: int) -> None:

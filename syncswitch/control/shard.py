@@ -25,13 +25,14 @@ from syncswitch.core.sync.protocol import ProtocolSpec
 from syncswitch.core.sync.records import (
     Decision,
     Gradient,
+    NormPartial,
     Outcome,
     Snapshot,
     StepObservation,
 )
 from syncswitch.core.sync.server_optimizer import make_optimizer
 from syncswitch.core.sync.state import SynchronizerState
-from syncswitch.core.sync.synchronizer import Synchronizer
+from syncswitch.core.sync.synchronizer import Synchronizer, receive_norm
 from syncswitch.records import Accounting
 
 
@@ -67,6 +68,8 @@ class ShardState:
     handed_out_peak_bytes: int = 0
     handed_out_worst_case_bytes: int = 0
     uncompensated: int = 0
+    # Clipped BSP rounds applied without every shard's part of their norm (clipping.py).
+    norm_incomplete: int = 0
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,10 @@ class ServerShard:
         """A straggler policy's (or online timing's) decision, made by the controller for every
         shard alike."""
         return self._record(carry_out(self.sync, decision))
+
+    def norm_arrived(self, partial: NormPartial) -> Outcome:
+        """Another shard's part of a held BSP round's norm (core/sync/clipping.py)."""
+        return self._record(receive_norm(self.sync, partial))
 
     def finish(self) -> Outcome:
         """Another shard has applied the whole workload: end here too."""
@@ -201,6 +208,7 @@ class ServerShard:
             messages_by_protocol=dict(live.messages_by_protocol),
             bytes_by_protocol=dict(live.bytes_by_protocol),
             unsent_samples=dict(live.unsent_samples),
+            norm_incomplete=exchange.incomplete if (exchange := sync.updater.exchange) else 0,
             **_compensation_state(sync),
         )
 
@@ -208,9 +216,11 @@ class ServerShard:
         for _ in outcome.evaluations:
             # Copied now: the weights change in place with the next update.
             self._eval_weights.append(self.sync.optimizer.weights_on_cpu().numpy().copy())
+        # Workers and norm partials are the runtime's to act on now, not the controller's.
         released, outcome.released = outcome.released, []
+        partials, outcome.norm_partials = outcome.norm_partials, []
         self._since_drain.merge(outcome)
-        outcome.released = released
+        outcome.released, outcome.norm_partials = released, partials
         return outcome
 
 

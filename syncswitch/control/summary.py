@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from syncswitch.control.best_weights import TEST_WEIGHTS
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.control.shard import ShardState
@@ -54,6 +55,9 @@ def build_summary(
         best_value=metric.best(m.value for m in record.metrics),
         validation=measured.get(VALIDATION),
         test=measured.get(TEST),
+        best=record.bests[-1].describe() if record.bests else None,
+        test_weights=TEST_WEIGHTS if record.test is not None else None,
+        stopped_early=record.stopped_early,
         runtime=plan.runtime,
         wall_time_s=wall_s,
         host_time_s=round(host_s, 3),
@@ -113,12 +117,16 @@ def traffic_of(states: list[ShardState]) -> dict[str, Any]:
         return dict(sorted(summed.items()))
 
     bytes_by_protocol = total("bytes_by_protocol")
-    return {
+    traffic = {
         "messages_by_protocol": total("messages_by_protocol"),
         "bytes_by_protocol": bytes_by_protocol,
         "bytes_sent": sum(bytes_by_protocol.values()),
         "unsent_local_samples": total("unsent_samples", max),
     }
+    incomplete = max((state.norm_incomplete for state in states), default=0)
+    if incomplete:  # clipped rounds a shard applied without every shard's norm (rare)
+        traffic["norm_exchange_incomplete_rounds"] = incomplete
+    return traffic
 
 
 def staleness_rules_of(plan: RunPlan, states: list[ShardState]) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ EVENTS = "events.jsonl"  # switches, decisions, failures, checkpoints: one JSON 
 WORKER_STEPS = "worker_steps.csv"  # per-worker step-time statistics, written at the end
 # The trained model's state_dict (runs before 0.2: {"flat_weights": tensor}).
 FINAL_WEIGHTS = "final_weights.pt"
+BEST_WEIGHTS = "best_weights.pt"  # the best evaluation's (control/best.py)
 CHECKPOINTS = "checkpoints"  # the checkpoint directory (syncswitch.core.reliability.checkpoints)
 ACTORS = "actors.json"  # which process is which and where it runs (Ray runtime)
 LIBRARY_LOG = "ray.log"  # Ray's and PyTorch's own output, unless --verbose
@@ -35,6 +36,7 @@ RUN_MARKERS = (
     EVENTS,
     WORKER_STEPS,
     FINAL_WEIGHTS,
+    BEST_WEIGHTS,
     ACTORS,
     TENSORBOARD,
     TIMING_SIGNALS,

@@ -139,6 +139,12 @@ class Summary:
     # split (measured once, at the end; it never drives a decision).
     validation: dict[str, float] | None = None
     test: dict[str, float] | None = None
+    # The best evaluation (value, samples, version, fraction; its weights in best_weights.pt),
+    # which weights `test` was measured on ("final"), and why early stopping ended the
+    # workload (None: it ran to its end). All None in runs from before best weights.
+    best: dict[str, Any] | None = None
+    test_weights: str | None = None
+    stopped_early: str | None = None
     runtime: str = "ray"  # runs from before the simulator name none: they ran on Ray
     wall_time_s: float = field(metadata=_HEADLINE)
     host_time_s: float | None = None
@@ -228,6 +234,9 @@ class Summary:
         return cls(
             status=read.text("status"),
             **_judged(read, where),
+            best=_best(read.mapping("best", None, optional=True), f"{where}: best"),
+            test_weights=_optional_text(read, "test_weights"),
+            stopped_early=_optional_text(read, "stopped_early"),
             runtime=read.text("runtime", "ray", choices=RUNTIMES),
             wall_time_s=read.number("wall_time_s", low=0.0),
             host_time_s=read.number("host_time_s", None, **rate),
@@ -266,6 +275,23 @@ class Summary:
             traffic=read.mapping("traffic", None, optional=True),
             run_dir=read.text("run_dir"),
         )
+
+
+def _best(data: Any, where: str) -> dict[str, Any] | None:
+    """The best evaluation's block (control/best_weights.py), each field checked."""
+    if data is None:
+        return None
+    read = Fields(data, where)
+    return {
+        "value": read.number("value", finite=False),
+        "samples": read.integer("samples"),
+        "version": read.integer("version"),
+        "fraction": read.number("fraction", low=0.0, high=1.0),
+    }
+
+
+def _optional_text(read: Fields, key: str) -> str | None:
+    return None if read.data.get(key) is None else read.text(key)
 
 
 _KEYS = frozenset(f.name for f in fields(Summary))

@@ -1,4 +1,5 @@
-"""final_weights.pt read back: a model's state_dict, or an earlier run's flat vector.
+"""final_weights.pt (and best_weights.pt) read back: a model's state_dict, or an earlier
+run's flat vector.
 
 Runs before 0.2 saved `{"flat_weights": tensor}` (the parameters as one vector, in the
 model's parameter order); runs since save the model's standard `state_dict`. Both are read
@@ -21,7 +22,19 @@ LEGACY_KEY = "flat_weights"
 
 def read_final_weights(run_dir: str | Path) -> dict[str, torch.Tensor]:
     """The run's final_weights.pt as a dict of tensors (a state_dict, or {LEGACY_KEY: ...})."""
-    path = Path(run_dir) / names.FINAL_WEIGHTS
+    return read_weights(Path(run_dir) / names.FINAL_WEIGHTS)
+
+
+def read_best_weights(run_dir: str | Path) -> dict[str, torch.Tensor]:
+    """The run's best_weights.pt (its best evaluation's state_dict: control/best.py)."""
+    path = Path(run_dir) / names.BEST_WEIGHTS
+    if not path.exists():
+        raise RunDirError(f"{path}: missing (the run has made no evaluation yet)")
+    return read_weights(path)
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """A weights file as a dict of tensors, or one RunDirError line."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -19,7 +19,7 @@ from syncswitch.control.decisions import RollBack
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.shard import ServerShard
 from syncswitch.core.sync.config import SyncConfig
-from syncswitch.core.sync.records import Decision, Outcome
+from syncswitch.core.sync.records import Decision, NormPartial, Outcome
 from syncswitch.core.sync.state import SynchronizerState
 
 # One of the controller's calls on a shard; what it releases, the runtime answers.
@@ -58,7 +58,8 @@ def shard_specs(
     online policy decides on them."""
     return [
         ShardSpec(
-            plan.sync,
+            # Which shard of how many: a clipped BSP round's norm is all of theirs.
+            replace(plan.sync, shard=index, shards=len(slices)),
             initial[part],
             restore=restore[index] if restore else None,
             observe_steps=index == 0 and plan.online is not None,
@@ -74,6 +75,11 @@ def carry_out(decision: Decision) -> ShardAction:
 
 def worker_lost(worker: int) -> ShardAction:
     return partial(ServerShard.worker_lost, worker=worker)
+
+
+def norm_arrived(norm: NormPartial) -> ShardAction:
+    """Another shard's part of a held BSP round's norm (core/sync/clipping.py)."""
+    return partial(ServerShard.norm_arrived, partial=norm)
 
 
 def finish() -> ShardAction:

@@ -11,6 +11,7 @@ clock, the simulator schedules events on its virtual one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -69,6 +70,8 @@ class Computed:
     loss: float
     steps: int  # a local round's steps (0: one gradient)
     ends: FaultKind | None  # an injected crash or hang now due: the runtime carries it out
+    # A gradient's L2 norm, sent with it when the run clips (core/sync/clipping.py).
+    norm: float | None = None
 
 
 class WorkerStep:
@@ -86,6 +89,7 @@ class WorkerStep:
         self.all_faults = faults
         self.faults = faults  # those of the current incarnation
         self.inner = InnerLoop(optimizer)  # its own optimizer in local phases
+        self.max_grad_norm = optimizer.max_grad_norm if optimizer is not None else None
 
     def start(self, incarnation: int, *, new_process: bool = False) -> None:
         """A run of the worker starts: a crash or a hang happens in the first incarnation
@@ -105,7 +109,13 @@ class WorkerStep:
         else:
             values, loss = self.inner.run(weights, local, gradient)
         values, ends = inject(self.faults, values, progress)
-        return Computed(values, loss, steps, ends)
+        norm = None
+        if self.max_grad_norm is not None and local is None:
+            # Measured after the faults, as the servers receive it: a shard has only a slice.
+            norm = float(np.linalg.norm(values.astype(np.float64, copy=False)))
+            # inf, never NaN (the wire's "not measured"): every shard drops it alike.
+            norm = norm if math.isfinite(norm) else math.inf
+        return Computed(values, loss, steps, ends, norm)
 
     def modelled_s(self, step_times: StepTimeModel, steps: int) -> list[float]:
         """The emulated device time of each of the step's steps (one for a gradient)."""

@@ -45,6 +45,7 @@ from syncswitch.rundir import (
     read_config,
     read_summary_if_any,
 )
+from syncswitch.rundir.weights import read_best_weights
 from syncswitch.runtime.announce import announce_memory, announce_staleness_rules
 from syncswitch.runtime.job import JobParts, builtin_task, job_parts
 from syncswitch.runtime.progress import starting, startup_status
@@ -64,12 +65,20 @@ class RunResult:
     model_factory: Callable[[], torch.nn.Module] | None = None
     state_dict: dict[str, torch.Tensor] | None = None  # also in RUN_DIR/final_weights.pt
 
-    def model(self) -> torch.nn.Module:
-        """A new instance of the trained model holding the final weights, in eval mode."""
+    def model(self, *, best: bool = False) -> torch.nn.Module:
+        """A new instance of the trained model holding the final weights, in eval mode;
+        `best`: the weights of the best evaluation instead (the primary metric on
+        validation; RUN_DIR/best_weights.pt, summary.json's "best" says where it was)."""
         if self.model_factory is None or self.state_dict is None:
             raise ConfigError("this run result holds no model (it was not made by train())")
+        state = read_best_weights(self.run_dir) if best else self.state_dict
         model = self.model_factory()
-        model.load_state_dict(self.state_dict)
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as error:  # a file that is not this model's: one line
+            first = str(error).splitlines()[0]
+            message = f"{self.run_dir}: weights that do not fit the model: {first}"
+            raise RunDirError(message) from None
         return model.eval()
 
 

@@ -31,6 +31,10 @@ from tests.security.helpers import one_line_error
         (["--optimizer", "adamw", "--betas", "0.9"], "betas = 0.9: give two values"),
         (["--optimizer", "adam", "--eps", "0"], "eps = 0"),
         (["--async-lr", "sqrt"], "choose one of linear, none"),
+        (["--grad-clip", "0"], "grad_clip = 0.0 is not allowed; it must be > 0"),
+        (["--grad-clip", "-1"], "grad_clip = -1.0 is not allowed"),
+        (["--early-stop-patience", "-1"], "early_stop_patience = -1"),
+        (["--early-stop-min-delta", "0.1"], "does nothing without --early-stop-patience"),
     ],
 )
 def test_bad_input_gets_one_line_naming_value_and_allowed(capsys, argv, fragment) -> None:

@@ -15,7 +15,7 @@ PINNED_GROUPS = {
         "workers", "epochs", "batch_size", "lr", "momentum", "weight_decay", "lr_schedule",
         "warmup", "lr_milestones", "lr_gamma", "dataset", "data_dir", "model",
         "mnist1d_samples", "pysource_bytes", "val_fraction", "seed", "eval_every", "optimizer",
-        "betas", "eps",
+        "betas", "eps", "grad_clip", "early_stop_patience", "early_stop_min_delta",
     },
     "schedule & switch": {
         "schedule", "momentum_at_switch", "momentum_ramp", "switch_rule", "switch_threshold",

@@ -59,7 +59,8 @@ def test_a_model_the_machine_cannot_hold_is_refused_in_one_line(tmp_path, monkey
     from syncswitch.runtime.ray import launch
     from syncswitch.runtime.train import train
 
-    monkeypatch.setattr(launch, "available_memory_bytes", lambda: 1 << 10)  # 1 KiB free: less than the small model needs
+    # 1 KiB free: less than even the small default model needs.
+    monkeypatch.setattr(launch, "available_memory_bytes", lambda: 1 << 10)
     out = tmp_path / "run"
     config = TrainConfig(workers=2, epochs=0.05, progress=False, out=str(out))
     with pytest.raises(ConfigError) as refused:

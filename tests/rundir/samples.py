@@ -19,6 +19,8 @@ def sample_summary(**changes: Any) -> Summary:
         best_value=0.92,
         validation={"accuracy": 0.91, "loss": 0.31},
         test={"accuracy": 0.9, "loss": 0.33},
+        best={"value": 0.92, "samples": 4000, "version": 120, "fraction": 0.8},
+        test_weights="final",
         runtime="ray",
         wall_time_s=12.5,
         host_time_s=14.0,

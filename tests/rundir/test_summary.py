@@ -109,6 +109,19 @@ def test_the_terminal_table_names_the_libraries_log_by_the_runtime(
     assert (runtime == "sim") != any("Ray/PyTorch" in line for line in lines)
 
 
+def test_the_terminal_table_says_where_the_best_was_and_why_the_run_stopped(tmp_path) -> None:
+    summary = sample_summary(stopped_early="early stopping: accuracy has not improved")
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(summary_table(summary, tmp_path, library_log=None))
+    text = console.export_text()
+    assert "92.00% best at 80% (best_weights.pt)" in text
+    assert any(
+        line.split()
+        == ["stopped", "early", "early", "stopping:", "accuracy", "has", "not", "improved"]
+        for line in text.splitlines()
+    )
+
+
 def test_a_summary_written_before_the_later_keys_existed_still_reads(tmp_path) -> None:
     # The first version's keys only: no runtime, host time, schedule source, cluster,
     # online, reliability or placement; a switch without its version; no unaccounted count.
@@ -125,6 +138,9 @@ def test_a_summary_written_before_the_later_keys_existed_still_reads(tmp_path) -
             "online",
             "reliability",
             "placement",
+            "best",
+            "test_weights",
+            "stopped_early",
         )
     }
     del old["switches"][0]["version"]
@@ -151,6 +167,9 @@ def test_a_summary_written_before_the_later_keys_existed_still_reads(tmp_path) -
         (lambda s: s["gradients"].update(sent=-1), "gradients: sent = -1"),
         (lambda s: s["reliability"].update(failures="none"), "reliability: failures"),
         (lambda s: s.update(time_by_protocol={"bsp": float("nan")}), "time_by_protocol"),
+        (lambda s: s["best"].update(fraction="x"), "best: fraction"),
+        (lambda s: s["best"].pop("samples"), "best: 'samples' is missing"),
+        (lambda s: s.update(stopped_early=3), "stopped_early"),
     ],
 )
 def test_a_hostile_summary_is_refused_in_one_line(tmp_path, change, fragment) -> None:

@@ -45,12 +45,16 @@ def accounted(summary: dict) -> None:
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("wire_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize(
+    ("wire_dtype", "grad_clip"), [("float32", None), ("bfloat16", None), ("float32", 0.05)]
+)
 def test_bsp_on_the_simulator_is_bsp_on_ray_bit_for_bit(
-    ray_session, mnist, tmp_path, wire_dtype
+    ray_session, mnist, tmp_path, wire_dtype, grad_clip
 ) -> None:
     # bfloat16: the simulator rounds messages as the data plane does (core/sync/wire_dtype.py).
+    # grad_clip: the two shards exchange each round's norm (core/sync/clipping.py).
     job = dict(workers=4, servers=2, schedule="bsp", epochs=2.0, seed=3, wire_dtype=wire_dtype)
+    job["grad_clip"] = grad_clip
     simulated = simulate(tmp_path, mnist, "sim", **job)
     real = train(TrainConfig(**{**JOB, **job, "out": str(tmp_path / "ray")}), dataset=mnist)
     assert simulated.summary["final_value"] == real.summary["final_value"]

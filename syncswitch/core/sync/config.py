@@ -39,6 +39,9 @@ class SyncConfig:
     staleness: StalenessConfig = field(default_factory=StalenessConfig)
     # What messages' values are rounded to on the way (core/sync/wire_dtype.py).
     wire_dtype: WireDtype = WireDtype.FLOAT32
+    # This shard and how many there are: a clipped BSP round's norm is all shards' (clipping.py).
+    shard: int = 0
+    shards: int = 1
 
     def __post_init__(self) -> None:
         if self.workers < 1:

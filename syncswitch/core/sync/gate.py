@@ -9,6 +9,7 @@ waits for its worker.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -70,6 +71,9 @@ class Gate:
             reason, gradient.squared_norm = check_gradient(
                 gradient.values, self.numel, squared=squared
             )
+            if reason is None and gradient.norm is not None and not math.isfinite(gradient.norm):
+                # Its worker's whole-gradient norm (clipping): every shard drops it alike.
+                reason = DropReason.NON_FINITE
             verdict = self.quarantine.observe(worker, reason)
             if verdict is not None:
                 outcome.decisions.append(verdict.to_decision(self.now_s(), progress))

@@ -48,6 +48,7 @@ from enum import StrEnum
 import numpy as np
 import torch
 
+from syncswitch.core.sync.clipping import clipped, squared_norm
 from syncswitch.core.sync.protocol import MAX_LOCAL_STEPS, Protocol, ProtocolSpec
 from syncswitch.core.sync.server_optimizer import OptimizerConfig, ServerOptimizer, make_optimizer
 
@@ -219,9 +220,13 @@ class InnerLoop:
             sgd = self._sgd = make_optimizer(config, start)
         self._epoch = plan.epoch
         losses = []
+        max_norm = self.optimizer.max_grad_norm
         for _ in range(plan.steps):
             values, loss = gradient(sgd.weights.numpy())
-            sgd.step(torch.from_numpy(values), lr=plan.lr, momentum=plan.momentum)
+            step = torch.from_numpy(values)
+            if max_norm is not None:  # each inner step clipped, as a server's update is
+                step = clipped(step, math.sqrt(squared_norm(step)), max_norm)
+            sgd.step(step, lr=plan.lr, momentum=plan.momentum)
             losses.append(loss)
         delta = (start - sgd.weights).numpy()
         return delta, float(np.mean(losses))

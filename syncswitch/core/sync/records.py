@@ -35,6 +35,19 @@ class Gradient:
     # abs(values)^2, written by the synchronizer's admission check when the round it joins is
     # measured for online timing (the check's by-product; core/timing/gradient_stats.py), else None.
     squared_norm: float | None = None
+    # The whole gradient's L2 norm, measured by its worker when the run clips gradients
+    # (core/sync/clipping.py): every shard scales its slice of a lone update by it.
+    norm: float | None = None
+
+
+@dataclass(frozen=True)
+class NormPartial:
+    """One shard's share of a BSP round's squared global norm, for the other shards
+    (core/sync/clipping.py)."""
+
+    shard: int
+    version: int  # the version the round produces
+    squared: float
 
 
 @dataclass(frozen=True)
@@ -109,6 +122,8 @@ class Outcome:
     snapshots: list[Snapshot] = field(default_factory=list)  # states to checkpoint
     # Gradient statistics of BSP rounds over this shard's slice (an online phase only).
     partials: list[RoundPartials] = field(default_factory=list)
+    # This shard's part of a held BSP round's norm, for the runtime to send the other shards.
+    norm_partials: list[NormPartial] = field(default_factory=list)
     done: bool = False
 
     def merge(self, other: Outcome) -> None:

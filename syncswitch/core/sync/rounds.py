@@ -51,7 +51,13 @@ class Rounds:
     def complete_barrier(self, live: LiveState) -> Outcome:
         """Apply the barrier's update if every active worker's gradient is in."""
         outcome, room = Outcome(), self.room
+        if self.holding:
+            return outcome  # the round waits for the other shards' norms (clipping.py)
         if not room.pending or not self.config.active(live.excluded) <= room.pending_workers():
+            return outcome
+        if self.updater.holds(live, room.pending):
+            outcome.norm_partials.append(self.updater.hold(live, room.pending))
+            outcome.merge(self.apply_held(live))
             return outcome
         outcome.applied.extend(
             self.updater.apply(live, self.gate.ledger, room.pending, gathered=True)
@@ -59,6 +65,35 @@ class Rounds:
         room.pending = []
         outcome.released.extend(room.release_all())
         outcome.merge(self.after_update(live))
+        return outcome
+
+    @property
+    def holding(self) -> bool:
+        """A complete BSP round is held for the other shards' norms (clipping.py)."""
+        exchange = self.updater.exchange
+        return exchange is not None and exchange.held is not None
+
+    def apply_held(self, live: LiveState, *, now: bool = False) -> Outcome:
+        """Apply the held round once every shard's norm is in (`now`: with those at hand, a
+        switch reached it); release its workers, then take up any message that came since."""
+        exchange, outcome, room = self.updater.exchange, Outcome(), self.room
+        if exchange is None or exchange.held is None or not (now or exchange.ready()):
+            return outcome
+        held, norm = exchange.release()
+        ledger = self.gate.ledger
+        outcome.applied.extend(self.updater.apply(live, ledger, [], held=held, norm=norm))
+        in_round = {id(g) for g in held.gradients}
+        room.pending = [g for g in room.pending if id(g) not in in_round]
+        # A worker readmitted while the round was held waits on for the next one.
+        later = room.pending_workers()
+        released = sorted(w for w in room.waiting if w not in later)
+        room.waiting -= set(released)
+        outcome.released.extend(released)
+        outcome.merge(self.after_update(live))
+        if room.pending and not live.done:
+            candidates = set(self.config.active(live.excluded)) | later
+            self.updater.gather(live, room.pending, candidates)
+            outcome.merge(self.complete_barrier(live))
         return outcome
 
     def after_update(self, live: LiveState) -> Outcome:
@@ -101,6 +136,13 @@ class Rounds:
         """Put a new protocol in force now, in place, at the current version."""
         started = self.clock()
         outcome, room, cfg = Outcome(), self.room, self.config
+        if self.holding:
+            # A round waiting for the other shards' norms: applied first, with those at hand.
+            outcome.merge(self.apply_held(live, now=True))
+            if live.done:
+                return outcome
+        if self.updater.exchange is not None:
+            self.updater.exchange.updated()  # a peer's partial for a round cut short here
         old = live.spec
         live.spec = spec
         if spec.protocol.is_async and not old.protocol.is_async:
@@ -148,6 +190,8 @@ class Rounds:
         outcome = Outcome()
         if live.done:
             return outcome
+        if self.updater.exchange is not None:
+            self.updater.exchange.forget()  # a held round's messages are dropped below
         for gradient in self.room.pending:
             outcome.dropped.append(self.gate.drop(gradient, DropReason.TRAINING_COMPLETE))
         self.room.pending = []

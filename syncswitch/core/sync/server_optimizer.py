@@ -38,8 +38,13 @@ class OptimizerConfig:
     weight_decay: float = 0.0
     beta2: float = 0.999  # Adam's; its beta1 is the run's momentum (see SyncConfig.momentum)
     eps: float = 1e-8  # Adam's
+    # Clip each gradient a step is made with to this global norm (core/sync/clipping.py):
+    # the servers' updates and a local phase's inner steps alike. None: off.
+    max_grad_norm: float | None = None
 
     def __post_init__(self) -> None:
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0.0:
+            raise ValueError(f"max_grad_norm {self.max_grad_norm} must be > 0")
         if not 0.0 <= self.beta2 < 1.0:
             raise ValueError(f"beta2 {self.beta2} must be in [0, 1)")
         if not self.eps > 0.0:

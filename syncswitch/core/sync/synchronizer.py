@@ -55,7 +55,7 @@ from syncswitch.core.sync.live import LiveState
 from syncswitch.core.sync.local import LocalRound
 from syncswitch.core.sync.local_phase import LocalPhase
 from syncswitch.core.sync.protocol import Protocol, ProtocolSpec
-from syncswitch.core.sync.records import Gradient, Outcome, Snapshot
+from syncswitch.core.sync.records import Gradient, NormPartial, Outcome, Snapshot
 from syncswitch.core.sync.rounds import Rounds
 from syncswitch.core.sync.server_optimizer import ServerOptimizer
 from syncswitch.core.sync.snapshots import Snapshots
@@ -186,6 +186,8 @@ class Synchronizer:
         elif barrier:
             room.pending.append(gradient)
             room.waiting.add(gradient.worker)
+            if self.rounds.holding:
+                return outcome  # summed once the held round is applied (rounds.py)
             self.updater.gather(live, room.pending, set(self.active) | room.pending_workers())
             outcome.merge(self.rounds.complete_barrier(live))
         else:
@@ -329,6 +331,8 @@ class Synchronizer:
         arrives. Accounting and time are not rolled back: what happened, happened.
         """
         outcome = Outcome()
+        if self.updater.exchange is not None:
+            self.updater.exchange.forget()  # a held round's messages are dropped below
         for gradient in self.room.pending:
             outcome.dropped.append(self.gate.drop(gradient, DropReason.ROLLED_BACK))
         self.room.pending = []
@@ -340,3 +344,15 @@ class Synchronizer:
             outcome.merge(self.switch_to(protocol, reason=reason))
         outcome.released.extend(self.room.release_all())
         return outcome
+
+
+@_hands_out
+def receive_norm(sync: Synchronizer, partial: NormPartial) -> Outcome:
+    """Another shard's part of a held BSP round's global norm (core/sync/clipping.py): the
+    round is applied once every shard's is in. A function, not a method: the runtime routes
+    partials between shards, as it carries out the controller's decisions."""
+    exchange = sync.updater.exchange
+    if exchange is None:
+        return Outcome()
+    exchange.receive(partial)
+    return sync.rounds.apply_held(sync.live)

@@ -4,12 +4,14 @@ wanted, and recorded as one `UpdateRecord` per message."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 
 from syncswitch.core.sync.admission import GradientLedger
 from syncswitch.core.sync.barrier_sum import BarrierSum
+from syncswitch.core.sync.clipping import clipped, squared_norm
 from syncswitch.core.sync.config import SyncConfig
 from syncswitch.core.sync.hyperparams import (
     AsyncLrPolicy,
@@ -19,8 +21,9 @@ from syncswitch.core.sync.hyperparams import (
 )
 from syncswitch.core.sync.live import LiveState
 from syncswitch.core.sync.local_phase import LocalPhase
+from syncswitch.core.sync.norm_exchange import HeldRound, NormExchange
 from syncswitch.core.sync.protocol import ASP, Protocol, ProtocolSpec
-from syncswitch.core.sync.records import Gradient, UpdateRecord
+from syncswitch.core.sync.records import Gradient, NormPartial, UpdateRecord
 from syncswitch.core.sync.server_optimizer import ServerOptimizer
 from syncswitch.core.sync.staleness import StalenessRules
 from syncswitch.core.timing.gradient_stats import RoundStatsAccumulator
@@ -46,6 +49,11 @@ class Updater:
         self.stats: RoundStatsAccumulator | None = None
         # The barrier's round, summed as its messages arrive (core/sync/barrier_sum.py).
         self.barrier = BarrierSum()
+        # With clipping over several shards, a BSP round waits for every shard's part of its
+        # norm (core/sync/clipping.py); None otherwise.
+        self.exchange: NormExchange | None = None
+        if config.optimizer.max_grad_norm is not None and config.shards > 1:
+            self.exchange = NormExchange(config.shard, config.shards)
         if config.schedule.online_index is not None and config.stats_coordinates is not None:
             self.stats = RoundStatsAccumulator(
                 optimizer.weights.numel(),
@@ -66,14 +74,21 @@ class Updater:
         *,
         gathered: bool = False,
         summed: torch.Tensor | None = None,
+        held: HeldRound | None = None,
+        norm: float | None = None,
     ) -> list[UpdateRecord]:
         """One update from `gradients`: a barrier's (`gathered`: BSP's, or a local round's
         outer step), one message's own, or (`summed`: their sum of b_i g_i, a barrier a
-        switch cut short) their sum, as that many messages' shares under the new rule."""
+        switch cut short) their sum, as that many messages' shares under the new rule;
+        `held`: a BSP round combined before, clipped by the global `norm` of its mean."""
+        if self.exchange is not None and held is None:
+            self.exchange.updated()  # norm partials received are for no round held here
         if summed is not None:
             total = sum(g.samples for g in gradients)
             # k messages' shares at once: the mean at k workers' share of the step.
             mean = summed.div_(total)
+        elif held is not None:
+            gradients, mean, total = held.gradients, held.mean, held.samples
         elif gathered:
             gradients, mean, total = self._combine(live, gradients)
         else:
@@ -85,6 +100,7 @@ class Updater:
             lr, momentum = self.local.step(live, mean, gathered=gathered)
         else:
             alone = gradients[0] if len(gradients) == 1 else None
+            mean = self._clipped(mean, alone, norm)
             lr, momentum = self._step(live, mean, count=len(gradients), alone=alone)
         applied_to = live.version
         live.version += 1
@@ -114,6 +130,36 @@ class Updater:
             )
             for g in gradients
         ]
+
+    def holds(self, live: LiveState, pending: list[Gradient]) -> bool:
+        """Whether a complete barrier round waits for the other shards' norms: a BSP round
+        of gradients (a local round's deltas are not clipped again) over several shards."""
+        return (
+            self.exchange is not None
+            and live.spec.protocol is Protocol.BSP
+            and pending[0].local_steps == 0
+        )
+
+    def hold(self, live: LiveState, pending: list[Gradient]) -> NormPartial:
+        """Combine the complete round and hold it; returns this shard's part of its norm."""
+        assert self.exchange is not None
+        gradients, mean, total = self._combine(live, pending)
+        return self.exchange.hold(HeldRound(gradients, mean, total, live.version + 1))
+
+    def _clipped(
+        self, mean: torch.Tensor, alone: Gradient | None, norm: float | None
+    ) -> torch.Tensor:
+        """`mean` clipped to the run's global norm, if it clips: by `norm` (a held round's,
+        all shards'), else the lone gradient's own (its worker measured it), else this
+        slice's (the whole gradient with one shard; see clipping.py for the exceptions)."""
+        max_norm = self.config.optimizer.max_grad_norm
+        if max_norm is None:
+            return mean
+        if norm is None:
+            norm = alone.norm if alone is not None and alone.norm is not None else None
+        if norm is None:
+            norm = math.sqrt(squared_norm(mean))
+        return clipped(mean, norm, max_norm)
 
     def squares_wanted(self, live: LiveState) -> bool:
         """Whether the admission check should square the gradient it checks: it joins a BSP

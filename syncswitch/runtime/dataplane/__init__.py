@@ -15,7 +15,7 @@ The wire, little-endian:
 
 - a worker opens one connection per server and first sends the server's 16-byte token,
   which the server made and handed out only through Ray (its `endpoint` call);
-- a request: u32 byte length of the values, a 56-byte header (`encode_request`), the raw
+- a request: u32 byte length of the values, a 64-byte header (`encode_request`), the raw
   values (a gradient, or in a local phase a delta: the same size) in the job's
   `--wire-dtype` (float32, or bfloat16/float16 as 16-bit words: core/sync/wire_dtype.py);
 - a reply: u32 byte length of the weights, a 54-byte header (`encode_reply`: the version,

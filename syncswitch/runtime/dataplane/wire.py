@@ -20,8 +20,9 @@ PROBE_S = 1.0  # a worker waiting longer than this asks whether its servers are 
 
 LENGTH = struct.Struct("<I")
 # worker, incarnation, sequence, computed_version, samples, loss, step_time_s, ready_at,
-# local_steps (0: a gradient; H: a local phase's delta after H steps)
-REQUEST = struct.Struct("<iiqqidddi")
+# local_steps (0: a gradient; H: a local phase's delta after H steps), norm (the whole
+# gradient's, when the run clips: core/sync/clipping.py; NaN: not measured)
+REQUEST = struct.Struct("<iiqqidddid")
 # version, done, progress, then the worker's local round (steps 0: none): steps, lr,
 # momentum, weight_decay, epoch, keep_inner_state
 REPLY = struct.Struct("<qBdidddqB")
@@ -41,6 +42,7 @@ class Request:
     ready_at: float | None  # emulation: wall time at which the emulated step ends
     values: np.ndarray  # float32 (widened from --wire-dtype), the server's own writable buffer
     local_steps: int = 0  # a local phase's delta after this many steps (0: a gradient)
+    norm: float | None = None  # the whole gradient's L2 norm, when the run clips
 
 
 class Reply(NamedTuple):
@@ -70,6 +72,7 @@ def encode_request(
     step_time_s: float,
     ready_at: float | None,
     local_steps: int = 0,
+    norm: float | None = None,
 ) -> bytes:
     """The fixed-size header of a request (the values follow it as they are)."""
     return REQUEST.pack(
@@ -82,11 +85,12 @@ def encode_request(
         step_time_s,
         math.nan if ready_at is None else ready_at,
         local_steps,
+        math.nan if norm is None else norm,
     )
 
 
 def decode_request(header: bytes | bytearray | memoryview, values: np.ndarray) -> Request:
-    worker, incarnation, sequence, version, samples, loss, step_s, ready_at, local_steps = (
+    worker, incarnation, sequence, version, samples, loss, step_s, ready_at, local_steps, norm = (
         REQUEST.unpack(header)
     )
     return Request(
@@ -100,6 +104,9 @@ def decode_request(header: bytes | bytearray | memoryview, values: np.ndarray) -
         ready_at=None if math.isnan(ready_at) else ready_at,
         values=values,
         local_steps=max(local_steps, 0),
+        # NaN stands for "not measured"; a non-finite norm a worker measured is +inf here,
+        # so every shard drops its gradient alike (core/sync/gate.py).
+        norm=None if math.isnan(norm) else norm,
     )
 
 

@@ -23,6 +23,7 @@ import torch
 from syncswitch.control.shard import ServerShard, ShardReport
 from syncswitch.core.sync.records import Gradient, Outcome
 from syncswitch.core.sync.wire_dtype import WireDtype
+from syncswitch.runtime import shards
 from syncswitch.runtime.dataplane import Request, ServerEndpoint
 from syncswitch.runtime.ray.allocator import keep_freed_memory
 from syncswitch.runtime.ray.placement import ActorPlace, here
@@ -60,6 +61,7 @@ class ParameterServer:
         self._replies = ReplyCache()
         self._shared: tuple[int, list] | None = None  # version -> [ObjectRef] (large models)
         self._last_heard: dict[int, float] = {}  # worker -> wall time of its last message
+        self._peers: list = []  # the run's other servers (a clipped round's norm, clipping.py)
         self._endpoint = ServerEndpoint(
             host or ray.util.get_node_ip_address(),
             len(spec.initial),
@@ -74,6 +76,11 @@ class ParameterServer:
     def endpoint(self) -> tuple[str, bytes]:
         """Where workers send their steps, and the token that admits them."""
         return self._endpoint.address, self._endpoint.token
+
+    def connect_peers(self, servers: list, index: int) -> None:
+        """The run's servers, this one being `servers[index]`: where its parts of clipped
+        rounds' norms go."""
+        self._peers = [server for i, server in enumerate(servers) if i != index]
 
     def ping(self) -> None:
         """A waiting worker asks whether this server is still alive (Ray answers if not)."""
@@ -141,6 +148,7 @@ class ParameterServer:
             loss=request.loss,
             step_time_s=request.step_time_s,
             local_steps=request.local_steps,
+            norm=request.norm,
         )
         with self._lock:
             self._last_heard[worker] = time.time()
@@ -180,6 +188,10 @@ class ParameterServer:
     # -- internals --------------------------------------------------------------------------
 
     def _release(self, outcome: Outcome) -> None:
+        for norm in outcome.norm_partials:
+            # A clipped round's norm is every shard's: tell the others this one's part.
+            for peer in self._peers:
+                peer.act.remote(shards.norm_arrived(norm))
         if not outcome.released:
             return
         now = time.time()

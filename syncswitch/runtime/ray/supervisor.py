@@ -360,6 +360,9 @@ class RaySupervisor:
         self.actors.pids["servers"] = [where.pid for where in located]
         for index, where in enumerate(located):
             self.actors.locate(f"server {index}", where)
+        if len(servers) > 1 and self.plan.sync.optimizer.max_grad_norm is not None:
+            # A clipped BSP round's norm is every shard's: each tells the others its part.
+            ray.get([s.connect_peers.remote(servers, i) for i, s in enumerate(servers)])
         return servers
 
     def _start_evaluator(self) -> Any:

@@ -233,6 +233,7 @@ class Worker:
                         step_s,
                         ready_at,
                         step.steps,
+                        step.norm,
                     ),
                     encode(step.gradient[shard], spec.wire_dtype),
                 )

@@ -17,9 +17,8 @@ One worker step, as events:
     receive     each released worker's weights slice comes back the same way; with all of
                 them in, its next step starts
 
-In a local-H phase (core/sync/local.py) a reply carries the worker's round: start_step then runs H
-real steps of the worker's own SGD and push sends one delta, after H step times, over the
-same links (a delta is the size of a gradient), so the network's cost falls with H.
+In a local-H phase (core/sync/local.py) a reply carries the worker's round: start_step runs H real
+steps of the worker's own SGD, push sends one delta (a gradient's size) after H step times.
 
 Stale events (from before a worker died or the servers were replaced) carry the `life` they
 were made in and are ignored, as Ray ignores a dead process's messages.
@@ -65,7 +64,7 @@ from syncswitch.runtime.replies import Reply, ReplyCache, join_replies
 from syncswitch.runtime.sim.engine import EventQueue
 from syncswitch.runtime.sim.gradients import GradientComputer
 from syncswitch.runtime.sim.paths import SimPaths
-from syncswitch.runtime.step import WorkerStep
+from syncswitch.runtime.step import Computed, WorkerStep
 from syncswitch.workloads.data import JobData
 from syncswitch.workloads.task import Task
 
@@ -114,8 +113,7 @@ class SimRuntime:
         self.task = task
         self.progress = progress
         self.events = events  # the controller's clock reads it too
-        job = self.plan.job
-        plan = self.plan
+        job, plan = self.plan.job, self.plan
         steps = [
             WorkerStep(w, plan.emulation, plan.faults.for_worker(w), plan.sync.optimizer)
             for w in range(plan.workers)
@@ -280,7 +278,11 @@ class SimRuntime:
         return reply._replace(progress=sync.progress, local=sync.local_round())
 
     def _released(self, outcome: Outcome, index: int) -> None:
-        """Send each worker the shard released its weights (over its links)."""
+        """Released workers get the weights (over links), other shards its norm partials."""
+        for norm in outcome.norm_partials:
+            for other, shard in enumerate(self.shards):
+                if other != index:
+                    self._released(shard.norm_arrived(norm), other)
         if not outcome.released:
             return
         now = self.events.now_s
@@ -372,11 +374,9 @@ class SimRuntime:
             worker.life,
             worker.sequence,
             pulled.versions,
-            step.gradient,
-            step.loss,
+            step,
             step_s,
             started_s + step_s,
-            step.steps,
         )
         worker.sequence += 1
 
@@ -386,17 +386,16 @@ class SimRuntime:
         life: int,
         sequence: int,
         versions: list[int],
-        gradient: np.ndarray,
-        loss: float,
+        step: Computed,
         step_s: float,
         due_s: float,
-        local_steps: int = 0,
     ) -> None:
         worker = self.workers[index]
         if life != worker.life:
             return
         now = self.events.now_s
         worker.last_heard_s = now
+        gradient, local_steps = step.gradient, step.steps
         batch = self.plan.job.batch_size * max(local_steps, 1)
         overlap, wire_dtype = self.cluster.compute.sends_during_step, self.plan.sync.wire_dtype
         for shard_index, (part, version) in enumerate(zip(self.slices, versions, strict=True)):
@@ -409,9 +408,10 @@ class SimRuntime:
                 # Rounded as the data plane rounds it (its replies are, in ReplyCache).
                 values=torch.from_numpy(round_trip(gradient[part], wire_dtype)),
                 samples=batch,
-                loss=loss,
+                loss=step.loss,
                 step_time_s=step_s,
                 local_steps=local_steps,
+                norm=step.norm,
             )
             if self.paths.serve_later:
                 held = overlap and self.cluster.server.applies_after_step
