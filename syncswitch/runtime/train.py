@@ -211,9 +211,7 @@ def _train(
         measured=tuple(column(plan.metric.split, n) for n in parts.task.names),
     )
     if plan.simulated:
-        return _simulate(
-            plan, writer, parts, checkpoint, schedule_source, weights_state, memory
-        )
+        return _simulate(plan, writer, parts, checkpoint, schedule_source, weights_state, memory)
     controller = RunController(
         plan,
         writer,
