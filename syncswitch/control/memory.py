@@ -92,7 +92,8 @@ def estimate_memory(plan: RunPlan, parameters: int, *, shared_memory: bool) -> M
     if _may_run_locally(plan):
         # A local round's start, its own optimizer's weights and state, and the delta.
         worker["local rounds"] = parameters * FLOAT32 * (3 + state_per_value)
-    others = {"driver": 2 * parameters * FLOAT32, "evaluator": 2 * parameters * FLOAT32}
+    # The driver: the initial model, the final weights and the best evaluation's.
+    others = {"driver": 3 * parameters * FLOAT32, "evaluator": 2 * parameters * FLOAT32}
     return MemoryEstimate(parameters, servers, workers, server, worker, others)
 
 

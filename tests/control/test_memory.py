@@ -30,7 +30,8 @@ def test_a_bsp_run_with_sgd_counts_what_each_process_holds():
     }
     # The model computes in the memory it shares with the servers: nothing more.
     assert memory.worker == {"weights and gradient": 8 * P}
-    assert memory.total_bytes == 16 * P + 4 * 8 * P + 16 * P
+    assert memory.others == {"driver": 12 * P, "evaluator": 8 * P}
+    assert memory.total_bytes == 16 * P + 4 * 8 * P + 20 * P
     assert memory.to_plain()["estimate"] is True
     assert "activations not counted" in memory.describe()
 
