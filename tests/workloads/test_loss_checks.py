@@ -15,11 +15,12 @@ import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 
 from syncswitch import TrainConfig, train
-from syncswitch.errors import UserError, WorkloadError
+from syncswitch.errors import WorkloadError
 from syncswitch.workloads.checks import check_job
 from syncswitch.workloads.data import TorchData
 from syncswitch.workloads.loss_checks import check_loss_fits
 from syncswitch.workloads.task import Task
+from tests.workloads.test_checks import refused
 
 JOB = dict(runtime="sim", workers=2, epochs=1, progress=False)
 WHERE = "on a first batch"
@@ -32,15 +33,6 @@ def pairs(targets: torch.Tensor, features: int = 4) -> TensorDataset:
 
 def linear(outputs: int) -> torch.nn.Module:
     return torch.nn.Linear(4, outputs)
-
-
-def refused(tmp_path: Path, **kwargs: Any) -> str:
-    out = tmp_path / "run"
-    with pytest.raises(UserError) as error:
-        train(TrainConfig(**JOB, out=str(out)), **kwargs)
-    message = str(error.value)
-    assert "\n" not in message and not out.exists()
-    return message
 
 
 def test_a_regression_target_under_the_default_cross_entropy_is_refused(tmp_path: Path) -> None:
