@@ -10,7 +10,6 @@ from syncswitch.errors import RunDirError
 from syncswitch.rundir import names
 from syncswitch.runtime.train import train
 from syncswitch.workloads import prepare_batch
-from syncswitch.workloads.task import accuracy
 from tests.sim.interrupt import InterruptAfter
 from tests.sim.test_sim_runtime import JOB, accounted, rows, simulate
 
@@ -50,8 +49,8 @@ def test_a_resumed_run_keeps_the_best_weights_it_had(mnist, tmp_path) -> None:
     job = dict(**{**JOB, **NOISY}, runtime="sim", checkpoint_every=0.2, out=str(tmp_path / "run"))
     whole = train(TrainConfig(**{**job, "out": str(tmp_path / "whole")}), dataset=mnist)
     with pytest.raises(KeyboardInterrupt):
-        # Cut after the checkpoint at 0.6 (the metric kept: a loss_fn alone would drop it).
-        metrics = {"accuracy": accuracy}
+        # Cut after the checkpoint at 0.6 (the built-in accuracy named beside the loss_fn).
+        metrics = {"accuracy": "accuracy"}
         train(TrainConfig(**job), dataset=mnist, loss_fn=InterruptAfter(200), metrics=metrics)
     stopped = json.loads((tmp_path / "run" / names.SUMMARY).read_text())
     assert stopped["best"] == whole.summary["best"]  # found before the interruption
