@@ -20,7 +20,7 @@ import torch
 
 from syncswitch.core.cluster.emulation import EmulationConfig, StepTimeModel
 from syncswitch.core.reliability.faults import Fault, FaultKind, inject
-from syncswitch.core.sync.local import InnerLoop, LocalRound
+from syncswitch.core.sync.local import InnerLoop, LocalRound, ModelBuffers
 from syncswitch.core.sync.server_optimizer import OptimizerConfig
 from syncswitch.core.sync.sharding import BatchStream
 
@@ -99,15 +99,21 @@ class WorkerStep:
             self.inner.forget()
 
     def compute(
-        self, weights: np.ndarray, local: LocalRound | None, progress: float, gradient: GradientFn
+        self,
+        weights: np.ndarray,
+        local: LocalRound | None,
+        progress: float,
+        gradient: GradientFn,
+        model: ModelBuffers | None = None,
     ) -> Computed:
-        """The step on the weights pulled: one gradient, or a local round's H steps and delta;
-        then the faults active at `progress`."""
+        """The step on the weights pulled: one gradient, or a local round's H steps and delta
+        (in the `model`'s own buffers when given: InnerLoop.run); then the faults active at
+        `progress`."""
         steps = 0 if local is None else local.steps
         if local is None:
             values, loss = gradient(weights)
         else:
-            values, loss = self.inner.run(weights, local, gradient)
+            values, loss = self.inner.run(weights, local, gradient, model)
         values, ends = inject(self.faults, values, progress)
         norm = None
         if self.max_grad_norm is not None and local is None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from syncswitch.core.sync.optimizer import as_float32_on, check_shape
+from syncswitch.core.sync.optimizer import adopted, as_float32_on, check_shape
 
 
 class FlatAdam:
@@ -68,6 +68,9 @@ class FlatAdam:
 
     def weights_on_cpu(self) -> torch.Tensor:
         return self._weights.cpu()
+
+    def adopt(self, buffer: torch.Tensor) -> None:
+        self._weights = adopted(self._weights, buffer)
 
     def reset_momentum(self) -> None:
         """Forget the first moment: the next step starts it afresh, bias-corrected as new."""

@@ -71,6 +71,10 @@ class FlatSGD:
         """The weights in CPU memory: the tensor itself on a CPU, a copy from a GPU."""
         return self._weights.cpu()
 
+    def adopt(self, buffer: torch.Tensor) -> None:
+        """Step `buffer` in place from now on, holding the current weights (see adopted())."""
+        self._weights = adopted(self._weights, buffer)
+
     def step(self, gradient: torch.Tensor, *, lr: float, momentum: float) -> None:
         """One SGD update with `gradient`, which is read and never written."""
         weights = self._weights
@@ -111,6 +115,21 @@ class FlatSGD:
             if buffer is None
             else buffer.to(device=self._weights.device, dtype=torch.float32, copy=True)
         )
+
+
+def adopted(weights: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
+    """`buffer`, holding `weights`' values, for an optimizer to step in place from now on: a
+    worker's local steps then update the memory its model computes in, and no step copies
+    the weights into the model first."""
+    where = (weights.shape, weights.dtype, weights.device)
+    if (buffer.shape, buffer.dtype, buffer.device) != where:
+        raise ValueError(
+            f"a buffer of shape {tuple(buffer.shape)}, {buffer.dtype} on {buffer.device} for "
+            f"weights of shape {tuple(weights.shape)}, {weights.dtype} on {weights.device}"
+        )
+    if buffer.data_ptr() != weights.data_ptr():
+        buffer.copy_(weights)
+    return buffer
 
 
 def check_shape(gradient: torch.Tensor, weights: torch.Tensor) -> None:

@@ -19,6 +19,7 @@ from ray.exceptions import GetTimeoutError
 
 from syncswitch.core.cluster.emulation import EmulationConfig
 from syncswitch.core.reliability.faults import Fault, FaultKind
+from syncswitch.core.sync.local import ModelBuffers
 from syncswitch.core.sync.optimizer import FlatParameters
 from syncswitch.core.sync.records import WorkerStats
 from syncswitch.core.sync.server_optimizer import OptimizerConfig
@@ -125,7 +126,7 @@ class Worker:
             started_wall, started = time.time(), time.perf_counter()
             started_cpu = time.thread_time()
             result = self.step.compute(
-                pulled.weights, pulled.local, pulled.progress, self._gradient
+                pulled.weights, pulled.local, pulled.progress, self._gradient, self._buffers
             )
             _end_if(result.ends)
             compute_s = time.perf_counter() - started
@@ -180,11 +181,18 @@ class Worker:
         the request, so neither crossing copies here (dataplane/shared.py)."""
         segment = channel.segment
         self._whole: np.ndarray | None = None
+        # A local round steps the model's own weights (core/sync/local.py, InnerLoop.run).
+        self._buffers = (
+            None
+            if self.flat.staged
+            else ModelBuffers(self.flat.values.numpy(), self.flat.gradient.numpy())
+        )
         if segment is None or self.spec.wire_dtype is not WireDtype.FLOAT32 or self.flat.staged:
             return
         regions = segment.regions
         self.flat.place(torch.from_numpy(regions.reply), torch.from_numpy(regions.request))
         self._whole = regions.reply
+        self._buffers = ModelBuffers(regions.reply, regions.request)
 
     def _rejoin(self) -> tuple[int, int, Pulled]:
         """Join (again) at the current version; the servers say which sequence comes next and

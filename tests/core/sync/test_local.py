@@ -16,7 +16,9 @@ from syncswitch.core.sync.local import (
     QSR_MAX_GROWTH,
     InnerLoop,
     LocalConfig,
+    LocalRound,
     LocalStepsRule,
+    ModelBuffers,
     OuterOptimizer,
     OuterOptimizerKind,
     StatePolicy,
@@ -27,6 +29,7 @@ from syncswitch.core.sync.local import (
 from syncswitch.core.sync.optimizer import FlatSGD
 from syncswitch.core.sync.protocol import Protocol, ProtocolSpec, Schedule, ScheduleError
 from syncswitch.core.sync.records import Gradient
+from syncswitch.core.sync.server_optimizer import OptimizerConfig, OptimizerKind
 from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.core.sync.synchronizer import Synchronizer
 
@@ -485,3 +488,46 @@ def test_a_bsp_gradient_caught_by_a_switch_into_a_local_phase_counts_as_bsp() ->
     sync.submit(Gradient(1, 0, 0, torch.ones(DIM), BATCH, 1.0, 0.01))
     assert set(sync.live.samples_by_protocol) <= {"bsp", "local"}
     assert sync.live.samples_by_protocol["bsp"] == 2 * BATCH
+
+
+class BufferedModel:
+    """A worker's model as FlatParameters keeps it: weights and gradient in flat buffers of its
+    own, weights copied in unless already there (FlatParameters.load)."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        self.buffers = ModelBuffers(np.zeros(DIM, np.float32), np.zeros(DIM, np.float32))
+        self.copies_in = 0
+
+    def gradient(self, weights: np.ndarray) -> tuple[np.ndarray, float]:
+        if weights.ctypes.data != self.buffers.weights.ctypes.data:
+            np.copyto(self.buffers.weights, weights)
+            self.copies_in += 1
+        values, loss = self.problem.gradient(0, self.buffers.weights)
+        np.copyto(self.buffers.gradient, values)
+        return self.buffers.gradient, loss
+
+
+@pytest.mark.parametrize("kind", [OptimizerKind.SGD, OptimizerKind.ADAMW])
+def test_local_steps_in_the_model_s_own_buffers_give_the_same_bits(kind: OptimizerKind) -> None:
+    """Stepping the model's weights in place (the Ray worker) is the copying path (the
+    simulator) to the last bit, across rounds that keep the inner state."""
+    results = {}
+    for in_place in (False, True):
+        model = BufferedModel(Problem(1))
+        inner = InnerLoop(OptimizerConfig(kind=kind, max_grad_norm=0.5))
+        pulled = np.full(DIM, 0.25, np.float32)
+        deltas = []
+        for _ in range(3):
+            plan = LocalRound(
+                4, lr=0.05, momentum=0.9, weight_decay=0.01, epoch=0, keep_inner_state=True
+            )
+            delta, _ = inner.run(pulled, plan, model.gradient, model.buffers if in_place else None)
+            deltas.append(delta.copy())
+            pulled = pulled - 0.5 * delta
+        results[in_place] = deltas
+        if in_place:  # only the weights each round pulled are copied in
+            assert model.copies_in == 0
+            assert delta is model.buffers.gradient  # left where the request is sent from
+    for copied, placed in zip(results[False], results[True], strict=True):
+        np.testing.assert_array_equal(copied, placed)
