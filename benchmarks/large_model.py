@@ -7,7 +7,9 @@ parameters, 67.6 MB in float32; the model issue 43 measured) and `mlp100m` (101M
 `bsp-bf16` is BSP with bfloat16 on the wire (half the bytes each way). Workers on the
 servers' machine pass values through shared memory; `bsp-socket` is BSP with every value on
 the loopback socket instead (SYNCSWITCH_DATAPLANE=socket), as before shared memory.
-`bsp-2servers` shards the model over two server processes (`--servers 2`).
+`bsp-2servers` shards the model over two server processes (`--servers 2`); `local-4-socket` is
+local-4 on the socket, and "x BSP, same path" compares each protocol with the BSP whose values
+travel the same way.
 Batch 32 per process or worker, SGD with momentum 0.9, one torch thread per process, as in
 benchmarks/throughput.py, whose loops and steady-window measurement this script reuses
 (samples/s over 20%-90% of each run's steps; ratios taken within a repeat, medians of
@@ -89,6 +91,7 @@ SYSTEMS = (
     "bsp-2servers",
     "asp",
     "local-4",
+    "local-4-socket",
 )
 
 
@@ -108,7 +111,19 @@ SYNCSWITCH = {
     "bsp-2servers": System("bsp", servers=2),
     "asp": System("asp"),
     "local-4": System("local-4"),
+    "local-4-socket": System("local-4", shared_memory=False),
 }
+
+
+def same_path_bsp(system: str) -> str | None:
+    """The BSP whose values travel as `system`'s do: a protocol's gain over BSP is read on
+    one data path (a local phase saves messages, which cost more on the socket)."""
+    known = SYNCSWITCH.get(system)
+    if known is None or system.startswith("bsp"):
+        return None
+    return "bsp" if known.shared_memory else "bsp-socket"
+
+
 OUT = Path("benchmarks/results")  # large-model-<model>/
 BATCH = 32
 
@@ -252,6 +267,7 @@ def table(model_name: str, workers: int, repeats: list[dict], pieces: dict[str, 
                 cell(rates.get(system), ",.0f"),
                 cell(within("ddp"), ".2f"),
                 cell(within("ddp-kept"), ".2f"),
+                cell((peer := same_path_bsp(system)) and within(peer), ".2f"),
                 cell(split.get("interval_s") and split["interval_s"] * 1e3, ".0f"),
                 cell(split.get("worker_step_s") and split["worker_step_s"] * 1e3, ".0f"),
                 cell(split.get("worker_wait_s") and split["worker_wait_s"] * 1e3, ".0f"),
@@ -262,6 +278,7 @@ def table(model_name: str, workers: int, repeats: list[dict], pieces: dict[str, 
         "samples/s",
         "x DDP",
         "x DDP-kept",
+        "x BSP, same path",
         "ms per update",
         "ms worker step",
         "ms wait",

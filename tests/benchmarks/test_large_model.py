@@ -29,3 +29,11 @@ def test_samples_per_s_of_bsp_rounds_sharing_a_stamp() -> None:
     # BSP with 4 workers: 4 rows per round share its time stamp and total.
     bsp = rows((0.25 * r, 128 * r) for r in range(1, 41) for _ in range(4))
     assert large_model.steady_samples_per_s(bsp) == pytest.approx(512, rel=0.03)
+
+
+def test_a_protocol_is_compared_with_the_bsp_on_its_own_data_path() -> None:
+    assert large_model.same_path_bsp("local-4") == "bsp"
+    assert large_model.same_path_bsp("local-4-socket") == "bsp-socket"
+    assert large_model.same_path_bsp("asp") == "bsp"
+    assert large_model.same_path_bsp("bsp-socket") is None
+    assert large_model.same_path_bsp("ddp") is None
