@@ -21,10 +21,10 @@ import torch
 from syncswitch.config import TrainConfig, make_config
 from syncswitch.config.limits import MAX_WORKERS
 from syncswitch.core.cluster.model import ComputeModel, NodeModel
-from syncswitch.errors import ConfigError
+from syncswitch.errors import ConfigError, RunDirError
 from syncswitch.import_path import is_import_path, resolve
-from syncswitch.rundir import RunData, load_run
-from syncswitch.rundir.parsing import float_cell, short
+from syncswitch.rundir import RunData, load_run, names
+from syncswitch.rundir.parsing import float_cell, read_json_object, short
 from syncswitch.workloads import DATASETS, ArrayDataset, build_model, load_dataset
 
 _SPEED_FACTOR_TOLERANCE = 0.10
@@ -277,14 +277,29 @@ def node_shape(runs: list[CalibrationRun], cores: int | None) -> NodeModel:
     """Where the runs' processes ran: on one node (this machine), all of them share its
     cores; over several, the workers are spread as evenly and the cores are not known."""
     nodes = max(_nodes_of(r.run) for r in runs)
+    # Values through shared memory where a worker and a server shared a node, as the runs did.
+    shared = all(_used_shared_memory(r.path) for r in runs)
     if nodes <= 1:
         return NodeModel(
             workers_per_node=MAX_WORKERS,
             cores=cores or os.cpu_count() or 1,
             servers_with_workers=True,
+            shared_memory=shared,
         )
     widest = max(r.workers for r in runs)
-    return NodeModel(workers_per_node=-(-widest // nodes), cores=cores or 0)
+    return NodeModel(workers_per_node=-(-widest // nodes), cores=cores or 0, shared_memory=shared)
+
+
+def _used_shared_memory(path: Path) -> bool:
+    """Whether the run's workers passed values through shared memory (actors.json says how
+    many connections did); a run from before shared memory, or on the socket, did not."""
+    try:
+        actors = read_json_object(path / names.ACTORS)
+    except (FileNotFoundError, RunDirError):
+        return False
+    plane = actors.get("data_plane_shared_memory")
+    connections = plane.get("connections") if isinstance(plane, dict) else None
+    return type(connections) is int and connections > 0
 
 
 def _nodes_of(run: RunData) -> int:

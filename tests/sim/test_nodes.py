@@ -118,3 +118,33 @@ def test_a_server_that_applies_after_the_step_and_replies_in_turn(mnist, tmp_pat
     assert rounds["over"] == pytest.approx(0.040, rel=0.02)
     assert rounds["after"] == pytest.approx(0.060, rel=0.02)
     assert rounds["replies"] == pytest.approx(0.040, rel=0.02)
+
+
+def test_values_through_shared_memory_cost_a_node_s_messages_only_their_latency(
+    mnist, tmp_path
+) -> None:
+    # 20,840-byte messages on 0.01 Gbps links take 16.7 ms each way, more on the server's
+    # link shared by 4; through shared memory (a worker and the server on one node, as the
+    # Ray data plane passes them there) a round is the step and two latencies: 20 + 2 x 1 ms.
+    slow = {"network": {"worker_bandwidth_gbps": 0.01, "server_bandwidth_gbps": 0.01,
+                        "latency_ms": 1}}  # fmt: skip
+    one_node = {"workers_per_node": 4, "servers_with_workers": True}
+    shared = cluster_file(tmp_path, "shm", nodes={**one_node, "shared_memory": True}, **slow)
+    socket = cluster_file(tmp_path, "socket", nodes=one_node, **slow)
+    apart = cluster_file(tmp_path, "apart", nodes={"workers_per_node": 4, "shared_memory": True},
+                         **slow)  # fmt: skip
+    job = dict(schedule="bsp", epochs=2.0)
+    rounds = {
+        name: seconds_per_update(simulate(tmp_path, mnist, name, cluster=path, **job))
+        for name, path in (("shm", shared), ("socket", socket), ("apart", apart))
+    }
+    assert rounds["shm"] == pytest.approx(0.022, rel=0.02)
+    # On the links: the server's link carries the round's 4 messages in, then 4 out.
+    assert rounds["socket"] > 0.020 + 4 * 0.0166 + 2 * 0.0166
+    assert rounds["apart"] == pytest.approx(rounds["socket"], rel=0.02)  # not on one node
+
+
+def test_shared_memory_in_a_cluster_file_is_true_or_false() -> None:
+    assert parse_cluster({"nodes": {"shared_memory": True}}).nodes.shared_memory
+    with pytest.raises(ValueError, match="shared_memory = 'yes' is not allowed"):
+        parse_cluster({"nodes": {"shared_memory": "yes"}})

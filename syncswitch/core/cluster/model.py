@@ -23,6 +23,7 @@ every simulated run's summary, so a simulated time always says what cluster it s
       cores: 0                   # each node's cores; 0 = a core for every process (no contention)
       servers_with_workers: false  # servers, evaluator and driver on the first worker node
       nic_gbps: 0                # each node's NIC, each direction, shared; 0 = no NIC limit
+      shared_memory: false       # true: a worker and a server on one node pass values in memory
     host_cpu:                    # host CPU beside the device time, on the node's cores
       worker_ms: 0               # a worker per step: framework, (de)serialisation, data plane
       compute_ms: 0              # a worker per step inside its device time (a CPU "device")
@@ -45,7 +46,10 @@ Nodes (optional; left out, every process has a core and a link of its own, as be
 workers are placed on nodes of `workers_per_node` as `--placement` places them on Ray; every
 role's host CPU (a worker's per step, a server's per gradient, the evaluator's, the driver's)
 queues for its node's `cores`, so more busy processes than cores slow each other down; and
-transfers between nodes queue for each node's NIC.
+transfers between nodes queue for each node's NIC. With `shared_memory`, a worker and a
+server on the same node pass values through memory, as the Ray data plane does there
+(runtime/dataplane/shared.py): a message takes the latency alone, and what the values cost is
+the server's CPU (its per-gradient and per-reply CPU, which calibration measures).
 """
 
 from __future__ import annotations
@@ -135,6 +139,9 @@ class NodeModel:
     # machine, or Ray's pack placement of every bundle); False: on nodes of their own.
     servers_with_workers: bool = False
     nic_gbps: float = 0.0  # each node's NIC, each direction; 0: only the links limit
+    # True: values between a worker and a server of one node go through shared memory, not
+    # over the links (the Ray data plane's default there); only the header's latency is left.
+    shared_memory: bool = False
 
     @property
     def contended(self) -> bool:
@@ -215,7 +222,7 @@ _SECTIONS: dict[str, type] = {
     "nodes": NodeModel,
     "host_cpu": HostCpuModel,
 }
-_FLAGS = ("sends_during_step", "applies_after_step", "servers_with_workers")
+_FLAGS = ("sends_during_step", "applies_after_step", "servers_with_workers", "shared_memory")
 # (lowest, highest) per whole-number key.
 _COUNTS: dict[str, tuple[int, int]] = {
     "workers_per_node": (1, 1 << 20),

@@ -40,6 +40,14 @@ class SimPaths:
         server = cluster.server
         self.reply_s = server.reply_ms / 1e3
         self.serve_later = cluster.nodes.contended or server.applies_after_step or self.reply_s > 0
+        # Which (worker, shard) pairs pass values through shared memory: one node's, when the
+        # cluster says its data plane does (nodes.shared_memory), as the Ray runtime does.
+        shared = cluster.nodes.shared_memory
+        self.in_memory = [
+            [shared and node == server_node for server_node in self.nodes.server_node]
+            for node in self.nodes.worker_node
+        ]
+        self.latency_s = network.latency_ms / 1e3
         self.reset(len(slices))
 
     @classmethod
@@ -60,6 +68,8 @@ class SimPaths:
         leave one after another), then the worker's."""
         if self.reply_s:
             ready_s = self.server_cpu(shard, ready_s, self.reply_s)
+        if self.in_memory[worker][shard]:
+            return ready_s + self.latency_s
         sent = self._links_out[shard].serve(ready_s, self.server_link_s[shard])
         if self.nic_s[shard]:
             sent = self._through_nics(worker, shard, sent, inbound=False)
@@ -80,7 +90,9 @@ class SimPaths:
 
     def gradient_on_server_s(self, worker: int, shard: int, now: float) -> float:
         """Over the worker's link (and the NICs between nodes), then in turn over the
-        server's link."""
+        server's link; through shared memory, the header's latency alone."""
+        if self.in_memory[worker][shard]:
+            return now + self.latency_s
         leaves = now + self.worker_link_s[shard]
         if self.nic_s[shard]:
             leaves = self._through_nics(worker, shard, leaves, inbound=True)
