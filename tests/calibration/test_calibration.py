@@ -169,3 +169,25 @@ def test_a_failed_replay_never_names_a_temporary_file(
     message = str(error.value)
     assert "replaying" in message and "the replay/metrics.csv" in message
     assert "the fitted cluster model" in message and tempfile.gettempdir() + "/tmp" not in message
+
+
+@pytest.mark.parametrize(
+    ("actors", "shared"),
+    [
+        ({"data_plane_shared_memory": {"connections": 4, "declined": {}}}, True),
+        ({"data_plane_shared_memory": {"connections": 0, "declined": {}}}, False),
+        ({"data_plane_shared_memory": {"connections": "4"}}, False),  # not a count
+        ({}, False),  # a run from before shared memory
+        (None, False),  # no actors.json
+        ("[1, 2", False),  # not JSON: read as no shared memory, never a traceback
+    ],
+)
+def test_the_fitted_nodes_pass_values_through_shared_memory_as_the_runs_did(
+    sim_run: Path, tmp_path: Path, actors, shared: bool
+) -> None:
+    run = as_if_ray(sim_run, tmp_path)
+    if actors is not None:
+        text = actors if isinstance(actors, str) else json.dumps(actors)
+        (run / "actors.json").write_text(text)
+    model, _ = calibrate(run, refine=False)
+    assert model.nodes.shared_memory is shared
