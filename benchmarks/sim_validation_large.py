@@ -1,0 +1,158 @@
+"""Simulator validation at 16.9M parameters: does a cluster model calibrated on one Ray run
+of `mlp17m` predict the others' times?
+
+No emulation: every Ray worker computes real gradients of the 16.9M-parameter MLP
+(benchmarks/wide_models.py, 67.6 MB in float32) and nothing sleeps; workers and servers
+share this machine, so values pass through shared memory (the runs' actors.json says so, and
+the fitted cluster model's `nodes.shared_memory` follows it). The calibration run (marked *)
+is fitted by `syncswitch calibrate`; each other job is then simulated under that model alone
+and its SIMULATED wall time set against the Ray run's measured one. Held out: the other
+protocols and another worker count.
+
+    python benchmarks/sim_validation_large.py                # the table in docs/large-models.md
+    python benchmarks/sim_validation_large.py --epochs 0.1   # a quick look
+
+Batch 32 per worker, one evaluation at the end and no checkpoint but the final one (as
+benchmarks/large_model.py measures the training path). Results in --out: runs.jsonl (one line
+per run as it ends), cluster.yaml, calibration.json and table.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from harness import RunLog, Timing, add_out, check_timing, markdown_table, parser, save_text
+from sim_validation import CALIBRATE, HELD_OUT, Case, _error, _pct
+
+from syncswitch.calibration import calibrate, cluster_yaml
+from syncswitch.config import TrainConfig
+from syncswitch.runtime.train import train
+from syncswitch.workloads import load_dataset
+
+MODEL = "wide_models:mlp17m"
+CASES = (
+    Case("4w bsp:0.5,asp s0", CALIBRATE, 4, "bsp:0.5,asp"),
+    Case("4w bsp s1", HELD_OUT, 4, "bsp", seed=1),
+    Case("4w asp s1", HELD_OUT, 4, "asp", seed=1),
+    Case("2w bsp:0.5,asp s0", HELD_OUT, 2, "bsp:0.5,asp"),
+    Case("3w bsp s0", HELD_OUT, 3, "bsp"),
+)
+GOAL = 0.10  # the simulator's time within 10% of Ray's
+
+
+def job(case: Case, out: Path, epochs: float, **changes) -> TrainConfig:
+    return TrainConfig(
+        **{
+            "workers": case.workers,
+            "schedule": case.schedule,
+            "seed": case.seed,
+            "batch_size": 32,
+            "epochs": epochs,
+            "model": MODEL,
+            "eval_every": 1.0,
+            "checkpoint_every": 0.0,
+            "divergence_guard": False,
+            "progress": False,
+            "out": str(out),
+            **changes,
+        }
+    )
+
+
+def main() -> None:
+    cli = parser(__doc__)
+    cli.add_argument(
+        "--epochs", type=float, default=0.5, help="passes over the 8,000 samples (default 0.5)"
+    )
+    add_out(cli, "benchmarks/results/sim-validation-mlp17m")
+    args = cli.parse_args()
+    # Ray's workers import the model's module by name: put this folder on their path.
+    here = str(Path(__file__).resolve().parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    sys.path.insert(0, here)
+    out: Path = args.out
+    runs = out / "runs"
+    shutil.rmtree(runs, ignore_errors=True)
+    runs.mkdir(parents=True)
+    dataset = load_dataset("mnist1d", mnist1d_samples=TrainConfig().mnist1d_samples)
+    log = RunLog(out / "runs.jsonl")
+    log.clear()
+
+    from syncswitch.runtime.ray.connect import start_local
+
+    start_local(max(c.workers for c in CASES) + 4)
+    # A fresh Ray instance runs its first job slower: one short run, not measured, takes that.
+    train(job(CASES[0], runs / "warm-up", 0.05), dataset=dataset)
+    measured: dict[str, dict] = {}
+    for case in CASES:
+        run_dir = runs / f"ray-{case.workers}w-{case.schedule}-s{case.seed}"
+        before = os.getloadavg()[0]
+        summary = train(job(case, run_dir, args.epochs), dataset=dataset).summary
+        load = [round(before, 2), round(os.getloadavg()[0], 2)]
+        measured[case.name] = {"case": case.name, "role": case.role, "runtime": "ray",
+                               "wall_time_s": summary.wall_time_s, "dir": str(run_dir),
+                               "load": load}  # fmt: skip
+        log.append(measured[case.name])
+        print(f"ray {case.name}: {summary.wall_time_s:.2f} s", flush=True)
+    import ray
+
+    ray.shutdown()  # the simulator needs no Ray; its cores go back to the simulations
+
+    basis = [Path(measured[c.name]["dir"]) for c in CASES if c.role == CALIBRATE]
+    model, report = calibrate(basis, model_path=MODEL)
+    cluster = out / "cluster.yaml"
+    cluster.write_text(cluster_yaml(model))
+    replays = [r.to_plain() for r in report["replays"]]
+    save_text(out / "calibration.json", json.dumps({**report, "replays": replays}, indent=1))
+    print(f"calibrated: worst replay error {100 * report['worst_error']:.1f}%", flush=True)
+    predicted: dict[str, float] = {}
+    for case in CASES:
+        run_dir = runs / f"sim-{case.workers}w-{case.schedule}-s{case.seed}"
+        config = job(case, run_dir, args.epochs, runtime="sim", cluster=str(cluster))
+        summary = train(config, dataset=dataset).summary
+        predicted[case.name] = summary.wall_time_s
+        log.append({"case": case.name, "role": case.role, "runtime": "sim",
+                    "wall_time_s": summary.wall_time_s,
+                    "host_time_s": summary.host_time_s})  # fmt: skip
+        print(f"sim {case.name}: {summary.wall_time_s:.2f} SIMULATED s", flush=True)
+    text = table(args.epochs, measured, predicted, model.nodes.shared_memory)
+    save_text(out / "table.md", text + "\n")
+    print(text)
+
+
+def table(epochs: float, measured: dict, predicted: dict, shared_memory: bool) -> str:
+    title = (
+        f"mlp17m (16.9M parameters) on MNIST-1D, {epochs:g} epochs, batch 32 per worker, "
+        f"{os.cpu_count()}-core machine. Ray: real compute, no emulation, measured wall seconds "
+        "of training. Simulator: SIMULATED seconds under the cluster model calibrated on the "
+        f"run marked * alone (values through shared memory in the model: {shared_memory}). "
+        "Load: the 1-minute load average before / after each Ray run."
+    )
+    check_timing(title, Timing.REAL, Timing.SIMULATED)
+    rows, errors = [], []
+    for case in CASES:
+        m, p = measured[case.name], predicted[case.name]
+        error = _error(p, m["wall_time_s"])
+        if case.role == HELD_OUT and error is not None:
+            errors.append(abs(error))
+        mark = "*" if case.role == CALIBRATE else ""
+        load = " / ".join(f"{v:.1f}" for v in m["load"])
+        wall = f"{m['wall_time_s']:.2f}"
+        rows.append((f"{case.name}{mark}", wall, f"{p:.2f}", _pct(error), load))
+    columns = ("run", "wall s Ray", "wall s sim", "error", "load")
+    lines = [title, "", *markdown_table(columns, rows), ""]
+    if errors:
+        worst = max(errors)
+        lines.append(
+            f"- Held-out runs ({len(errors)}): largest wall-time error {100 * worst:.1f}% "
+            f"(goal every run within {100 * GOAL:.0f}%: {'met' if worst <= GOAL else 'NOT met'})."
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
