@@ -69,6 +69,13 @@ def summary_table(summary: Summary, run_dir: Path, *, library_log: Path | None) 
         table.add_row("time", f"{wall:,.2f} s training (+ {setup:,.1f} s start-up, all steps)")
     rate = summary.samples_per_s
     table.add_row("samples/s", f"{rate:,.0f} ({summary.samples:,} samples)" if rate else "-")
+    if summary.tokens_per_s is not None:
+        # A language model's throughput, labelled as its times are (simulated or measured).
+        label = "SIMULATED" if summary.timing == "simulated" else summary.timing
+        table.add_row(
+            "tokens/s",
+            f"{summary.tokens_per_s:,.0f} {label} ({summary.tokens_per_sample} per sample)",
+        )
     table.add_row("phases", _phases(summary))
     table.add_row("switches", _switches(summary.switches))
     if summary.online_timing is not None:

@@ -50,6 +50,7 @@ from syncswitch.runtime.announce import announce_memory, announce_staleness_rule
 from syncswitch.runtime.job import JobParts, builtin_task, job_parts
 from syncswitch.runtime.progress import starting, startup_status
 from syncswitch.workloads import ArrayDataset
+from syncswitch.workloads.causal_lm import CausalLM, collate_causal_lm
 from syncswitch.workloads.data import TRAIN, DataSource, JobData
 from syncswitch.workloads.identity import Workload
 from syncswitch.workloads.imports import user_code_arguments
@@ -150,6 +151,12 @@ def train(
             collate_fn = named.get("collate_fn", collate_fn)
             dataset, dataset_name = named.get("dataset"), dataset_name or named["dataset_name"]
         task = Task.of(loss_fn, metrics, primary_metric, higher_is_better)
+        if isinstance(model_factory, CausalLM):
+            # The adapter's own batches and task (workloads/causal_lm.py): dict samples,
+            # next-token targets, the loss per token, perplexity and bits per byte.
+            collate_fn = collate_fn or collate_causal_lm
+            if loss_fn is None and metrics is None:
+                task = model_factory.task(primary_metric)
         if train_data is None and dataset is None and loss_fn is None and metrics is None:
             # A built-in dataset's own task (pysource's: next-byte loss and perplexity).
             task = builtin_task(config, primary_metric) or task
@@ -180,6 +187,7 @@ def _train(
     plan = RunPlan.resolve(
         config, train_samples=data.size(TRAIN), metric=parts.task.spec(data.decision_split)
     )
+    plan = replace(plan, tokens_per_sample=parts.tokens_per_sample)
     parameters = sum(p.numel() for p in model_factory().parameters())
     announce_staleness_rules(plan, parameters)
     memory = announce_memory(plan, parameters)
