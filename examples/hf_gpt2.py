@@ -145,7 +145,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--eval-every", type=float, default=0.5)
-    parser.add_argument("--pysource-bytes", type=int, default=30_000)
+    parser.add_argument("--pysource-bytes", type=int, default=20_000)
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     parser.add_argument("--out", default=None, help="a directory for the runs (sim/, ray/)")
     args = parser.parse_args()

@@ -97,12 +97,13 @@ def collate_causal_lm(samples: Any) -> tuple[dict[str, torch.Tensor], torch.Tens
     targets are the labels shifted by one, -100 wherever the mask is 0. A dataset whose
     `__getitems__` returns the batch already stacked (one dict of 2-D tensors) is taken as
     it is: no per-sample dicts to collate."""
+    listed = isinstance(samples, list | tuple) and len(samples) > 0
+    first = samples[0] if listed else samples
     if isinstance(samples, Mapping) and INPUT_IDS in samples:
         batch = dict(samples)
-    elif samples and isinstance(samples[0], Mapping) and INPUT_IDS in samples[0]:
+    elif listed and isinstance(first, Mapping) and INPUT_IDS in first:
         batch = default_collate(list(samples))
     else:
-        first = samples[0] if isinstance(samples, list | tuple) and samples else samples
         kind = type(first).__name__
         raise WorkloadError(
             f"a causal language model's sample must be a dict with {INPUT_IDS!r} (and "
