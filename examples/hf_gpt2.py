@@ -6,9 +6,9 @@ weights, no tokenizer). The tokens are the text's bytes (a vocabulary of 256), s
 in nats per token divided by ln 2 is bits per byte exactly. `causal_lm()` adapts the model
 to `train()`: batches of dicts (input_ids, attention_mask, labels), `.logits` outputs,
 next-token targets with padding never counted. Needs the `hf` extra
-(`pip install -e '.[hf]'`).
+(`.venv/bin/pip install -c constraints.txt -e '.[hf]'`).
 
-    .venv/bin/python examples/hf_gpt2.py                      # 10.8M parameters, sim then Ray
+    .venv/bin/python examples/hf_gpt2.py                      # 10.9M parameters, sim then Ray
     .venv/bin/python examples/hf_gpt2.py --small --runtime sim   # a tiny model, seconds
 """
 
