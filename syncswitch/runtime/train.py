@@ -124,6 +124,10 @@ def train(
     on the final weights, and never drives a decision. summary.json holds both, under
     "validation" and "test".
 
+    A `model_factory` wrapped by `syncswitch.workloads.causal_lm.causal_lm` (a Hugging Face
+    causal LM) brings its own batches (dict samples, next-token targets) and task (the loss
+    in nats per token, perplexity, bits per byte); summary.json then gives tokens/s.
+
     A model and data of the user's own are recorded by name (`model_name`, else the factory's
     own name; `dataset_name`, else the dataset's) in config.json, the report and the job's
     fingerprint. final_weights.pt holds the trained model's state_dict; `RunResult.model()`

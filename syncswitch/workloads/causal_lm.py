@@ -145,9 +145,6 @@ class CausalLM:
         """The wrapped factory's name (config.json, the report, the fingerprint)."""
         return model_name_of(self.model_factory)
 
-    def collate(self, samples: list[Any]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        return collate_causal_lm(samples)
-
     def task(self, primary_metric: str | None = None) -> Task:
         return language_task(primary_metric, self.bytes_per_token, job="a causal language model")
 
