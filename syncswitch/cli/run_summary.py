@@ -40,8 +40,10 @@ def summary_table(summary: Summary, run_dir: Path, *, library_log: Path | None) 
     metric, final, best = summary.metric, summary.final_value, summary.best_value
     # Where the best was, and the file holding its weights (control/best.py).
     where = f" at {summary.best['fraction']:.0%} (best_weights.pt)" if summary.best else ""
+    # A language model's loss is a mean per token: its unit says so beside the name.
+    unit = " (nats/token)" if summary.tokens_per_sample and metric.name == "loss" else ""
     table.add_row(
-        f"{metric.split} {metric.name}",
+        f"{metric.split} {metric.name}{unit}",
         f"{metric.show(final)} final, {metric.show(best)} best{where}"
         if final is not None
         else "-",
@@ -49,7 +51,9 @@ def summary_table(summary: Summary, run_dir: Path, *, library_log: Path | None) 
     if summary.stopped_early:
         table.add_row("stopped early", summary.stopped_early)
     if summary.test and metric.split != "test" and metric.name in summary.test:
-        table.add_row(f"test {metric.name}", f"{metric.show(summary.test[metric.name])} (final)")
+        table.add_row(
+            f"test {metric.name}{unit}", f"{metric.show(summary.test[metric.name])} (final)"
+        )
     for split, measured in (("validation", summary.validation), ("test", summary.test)):
         # The job's other metrics (e.g. a language model's perplexity); the loss beside an
         # accuracy is in summary.json, and would only lengthen every classifier's table.
@@ -69,6 +73,13 @@ def summary_table(summary: Summary, run_dir: Path, *, library_log: Path | None) 
         table.add_row("time", f"{wall:,.2f} s training (+ {setup:,.1f} s start-up, all steps)")
     rate = summary.samples_per_s
     table.add_row("samples/s", f"{rate:,.0f} ({summary.samples:,} samples)" if rate else "-")
+    if summary.tokens_per_s is not None:
+        # A language model's throughput, labelled as its times are (simulated or measured).
+        label = "SIMULATED" if summary.timing == "simulated" else summary.timing
+        table.add_row(
+            "tokens/s",
+            f"{summary.tokens_per_s:,.0f} {label} ({summary.tokens_per_sample} per sample)",
+        )
     table.add_row("phases", _phases(summary))
     table.add_row("switches", _switches(summary.switches))
     if summary.online_timing is not None:

@@ -129,6 +129,9 @@ class RunPlan:
     cluster: ClusterModel | None = None  # the simulator's cluster model (None on Ray)
     timing: TimingPlan | None = None  # how an online phase's end is decided; None: no such phase
     metric: MetricSpec = DEFAULT  # what the run is judged by, on which split
+    # A language model's target positions per sample (summary.json's tokens_per_s); None
+    # for other jobs.
+    tokens_per_sample: int | None = None
 
     @classmethod
     def resolve(

@@ -64,6 +64,10 @@ def build_summary(
         setup_time_s=round(setup_s, 3),
         samples=samples,
         samples_per_s=samples / wall_s if wall_s else None,
+        tokens_per_sample=plan.tokens_per_sample,
+        tokens_per_s=(
+            samples * plan.tokens_per_sample / wall_s if wall_s and plan.tokens_per_sample else None
+        ),
         updates=state.version,
         updates_per_s=state.version / wall_s if wall_s else None,
         schedule=plan.job.schedule,

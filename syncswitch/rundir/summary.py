@@ -151,6 +151,11 @@ class Summary:
     setup_time_s: float
     samples: int
     samples_per_s: float | None = field(metadata=_HEADLINE)
+    # A language model's: target positions per sample (padding included) and tokens/s =
+    # samples_per_s x tokens_per_sample, simulated on the simulator as samples_per_s is;
+    # None for other jobs (and runs from before them).
+    tokens_per_sample: int | None = None
+    tokens_per_s: float | None = None
     updates: int
     updates_per_s: float | None
     schedule: str
@@ -243,6 +248,8 @@ class Summary:
             setup_time_s=read.number("setup_time_s", low=0.0),
             samples=read.integer("samples"),
             samples_per_s=read.number("samples_per_s", **rate),
+            tokens_per_sample=read.optional_integer("tokens_per_sample", None, low=1),
+            tokens_per_s=read.number("tokens_per_s", None, **rate),
             updates=read.integer("updates"),
             updates_per_s=read.number("updates_per_s", **rate),
             schedule=read.text("schedule"),

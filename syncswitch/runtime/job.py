@@ -15,7 +15,7 @@ from syncswitch.terminal import project_console
 from syncswitch.workloads import ArrayDataset, build_model, load_dataset
 from syncswitch.workloads.char_transformer import CHAR_TRANSFORMER, CharTransformerFactory
 from syncswitch.workloads.checks import check_job
-from syncswitch.workloads.data import ArrayData, DataSource, JobData, TorchData
+from syncswitch.workloads.data import TRAIN, ArrayData, DataSource, JobData, TorchData
 from syncswitch.workloads.identity import Workload, model_name_of
 from syncswitch.workloads.language import language_task, pysource_data
 from syncswitch.workloads.models import datasets_of
@@ -42,6 +42,7 @@ class JobParts:
     model_factory: Callable[[], torch.nn.Module]
     task: Task
     workload: Workload
+    tokens_per_sample: int | None = None  # a language model's: tokens/s = this x samples/s
 
 
 def job_parts(
@@ -96,7 +97,19 @@ def job_parts(
     task = checked
     named = dataset_name or (data.name if train_data is not None or dataset is not None else None)
     workload = workload_of(config, named, model_factory, model_name)
-    return JobParts(data, model_factory, task, workload)
+    return JobParts(data, model_factory, task, workload, tokens_per_sample(data, task))
+
+
+def tokens_per_sample(data: JobData, task: Task) -> int | None:
+    """A language model's target positions per sample (padding included: a position costs
+    its compute whether or not it is counted), read from a first training sample; None for
+    other jobs."""
+    if not task.per_token:
+        return None
+    _, targets = data.sample_batch(TRAIN, 1)
+    if not isinstance(targets, torch.Tensor) or targets.ndim < 1:
+        return None
+    return int(targets[0].numel())
 
 
 def say_chosen_metrics(given: Task, checked: Task) -> None:
@@ -123,8 +136,10 @@ def _pysource_parts(
     corpus = read_corpus(config.pysource_bytes)
     data = pysource_data(corpus, config.val_fraction)
     task = check_job(data, model_factory, task, config.workers)
-    workload = workload_of(config, PYSOURCE, model_factory, model_name)
-    return JobParts(data, model_factory, task, replace(workload, corpus_sha256=corpus.sha256))
+    workload = replace(
+        workload_of(config, PYSOURCE, model_factory, model_name), corpus_sha256=corpus.sha256
+    )
+    return JobParts(data, model_factory, task, workload, tokens_per_sample(data, task))
 
 
 def pysource_model(config: TrainConfig) -> CharTransformerFactory:

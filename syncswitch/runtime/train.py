@@ -50,6 +50,7 @@ from syncswitch.runtime.announce import announce_memory, announce_staleness_rule
 from syncswitch.runtime.job import JobParts, builtin_task, job_parts
 from syncswitch.runtime.progress import starting, startup_status
 from syncswitch.workloads import ArrayDataset
+from syncswitch.workloads.causal_lm import CausalLM, collate_causal_lm
 from syncswitch.workloads.data import TRAIN, DataSource, JobData
 from syncswitch.workloads.identity import Workload
 from syncswitch.workloads.imports import user_code_arguments
@@ -123,6 +124,10 @@ def train(
     on the final weights, and never drives a decision. summary.json holds both, under
     "validation" and "test".
 
+    A `model_factory` wrapped by `syncswitch.workloads.causal_lm.causal_lm` (a Hugging Face
+    causal LM) brings its own batches (dict samples, next-token targets) and task (the loss
+    in nats per token, perplexity, bits per byte); summary.json then gives tokens/s.
+
     A model and data of the user's own are recorded by name (`model_name`, else the factory's
     own name; `dataset_name`, else the dataset's) in config.json, the report and the job's
     fingerprint. final_weights.pt holds the trained model's state_dict; `RunResult.model()`
@@ -150,6 +155,12 @@ def train(
             collate_fn = named.get("collate_fn", collate_fn)
             dataset, dataset_name = named.get("dataset"), dataset_name or named["dataset_name"]
         task = Task.of(loss_fn, metrics, primary_metric, higher_is_better)
+        if isinstance(model_factory, CausalLM):
+            # The adapter's own batches and task (workloads/causal_lm.py): dict samples,
+            # next-token targets, the loss per token, perplexity and bits per byte.
+            collate_fn = collate_fn or collate_causal_lm
+            if loss_fn is None and metrics is None:
+                task = model_factory.task(primary_metric)
         if train_data is None and dataset is None and loss_fn is None and metrics is None:
             # A built-in dataset's own task (pysource's: next-byte loss and perplexity).
             task = builtin_task(config, primary_metric) or task
@@ -180,6 +191,7 @@ def _train(
     plan = RunPlan.resolve(
         config, train_samples=data.size(TRAIN), metric=parts.task.spec(data.decision_split)
     )
+    plan = replace(plan, tokens_per_sample=parts.tokens_per_sample)
     parameters = sum(p.numel() for p in model_factory().parameters())
     announce_staleness_rules(plan, parameters)
     memory = announce_memory(plan, parameters)

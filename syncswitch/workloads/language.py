@@ -29,12 +29,13 @@ from syncswitch.records.metric import TEST, VALIDATION
 from syncswitch.workloads.data import TRAIN, TorchData
 from syncswitch.workloads.datasets import VALIDATION_SEED, carve
 from syncswitch.workloads.pysource import PYSOURCE, Corpus, read_corpus
-from syncswitch.workloads.task import LOSS, Task
+from syncswitch.workloads.task import LOSS, DerivedFn, Task
 
 CONTEXT = 64  # bytes a sample sees; the model's learned positions are as many
 VOCABULARY = 256  # byte values
 TEST_SHARE = 0.1  # of each file's windows, taken from its end
 PERPLEXITY = "perplexity"
+BITS_PER_BYTE = "bits_per_byte"
 _MAX_LOG = math.log(1e30)  # exp beyond this only says "the model knows nothing"
 
 
@@ -122,15 +123,34 @@ def perplexity(measured: Mapping[str, float]) -> float:
     return math.inf if loss > _MAX_LOG else math.exp(loss)  # a NaN loss stays NaN
 
 
-def language_task(primary_metric: str | None = None) -> Task:
-    """Next-byte cross-entropy (mean over positions) and perplexity; both lower is better;
-    decisions read the loss unless `primary_metric` names perplexity."""
+@dataclass(frozen=True)
+class BitsPerByte:
+    """Bits per byte of text from the split's mean loss in nats per token: the loss divided
+    by ln 2 and by the bytes a token stands for (1 for byte-level tokens, where it is the
+    loss in bits exactly). Picklable: a task goes to Ray."""
+
+    bytes_per_token: float = 1.0
+
+    def __call__(self, measured: Mapping[str, float]) -> float:
+        return measured[LOSS] / (math.log(2) * self.bytes_per_token)
+
+
+def language_task(
+    primary_metric: str | None = None, bytes_per_token: float | None = 1.0, job: str = PYSOURCE
+) -> Task:
+    """Next-token cross-entropy (nats per token, the mean over the positions counted),
+    perplexity and, when `bytes_per_token` is known, bits per byte; all lower is better;
+    decisions read the loss unless `primary_metric` names another of them."""
+    derived: dict[str, DerivedFn] = {PERPLEXITY: perplexity}
+    if bytes_per_token is not None:
+        derived[BITS_PER_BYTE] = BitsPerByte(bytes_per_token)
     primary = primary_metric or LOSS
-    if primary not in (LOSS, PERPLEXITY):
+    if primary not in (LOSS, *derived):
         raise WorkloadError(
-            f"primary_metric={primary!r} is not measured on pysource; allowed: loss, perplexity"
+            f"primary_metric={primary!r} is not measured on {job}; allowed: "
+            f"{', '.join((LOSS, *derived))}"
         )
-    return Task(F.cross_entropy, {}, primary, False, derived={PERPLEXITY: perplexity})
+    return Task(F.cross_entropy, {}, primary, False, derived=derived, per_token=True)
 
 
 def _stack(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:

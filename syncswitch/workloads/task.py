@@ -44,6 +44,9 @@ class Task:
     # metric too when primary_metric= was not given either.
     accuracy_if_classes: bool = False
     accuracy_primary: bool = False
+    # A language model's task: the loss is a mean per token (nats), and the summary gives
+    # tokens/s beside samples/s (the targets' positions per sample times samples/s).
+    per_token: bool = False
 
     @classmethod
     def of(

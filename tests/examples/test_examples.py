@@ -70,6 +70,37 @@ def test_a_sequence_model_takes_integer_tokens(tmp_path: Path) -> None:
     assert summary["test"]["accuracy"] > 0.5, out  # chance is 1/12
 
 
+HF_SMALL = ["--small", "--pysource-bytes", "15000", "--no-progress"]
+
+
+def _hf_lines(out: str, runtime: str, label: str) -> None:
+    """The Hugging Face example's figures for one runtime: loss, bits per byte, tokens/s."""
+    said = [line for line in out.splitlines() if line.startswith(f"[{runtime}]")]
+    loss = next(line for line in said if "validation loss" in line)
+    nats = float(loss.split("validation loss ")[1].split()[0])
+    bits = float(loss.split("nats/token, ")[1].split()[0])
+    assert nats < 5.545 and bits == pytest.approx(nats / 0.6931471805599453, abs=2e-4), out
+    rates = [line.split("tokens/s ")[1].split() for line in said if "tokens/s" in line]
+    assert len(rates) == 1 and rates[0][1] == label, out
+
+
+def test_a_transformers_gpt2_trains_through_the_adapter(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    out = run_script("hf_gpt2.py", "--runtime", "sim", *HF_SMALL, "--out", str(tmp_path))
+    _hf_lines(out, "sim", "SIMULATED")
+    summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    assert summary["tokens_per_sample"] == 64 and summary["tokens_per_s"] > 0
+    config = json.loads((tmp_path / "sim" / "config.json").read_text())
+    assert config["model"] == "hf-gpt2" and config["dataset"] == "pysource-bytes"
+
+
+@pytest.mark.slow
+def test_the_transformers_gpt2_trains_on_ray(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    out = run_script("hf_gpt2.py", "--runtime", "ray", *HF_SMALL, "--out", str(tmp_path))
+    _hf_lines(out, "ray", "real")
+
+
 def test_scale_study(tmp_path: Path) -> None:
     out = run_script("scale_study.py", "--workers", "8", "--epochs", "1", "--samples", "1000",
                      "--out", str(tmp_path))  # fmt: skip

@@ -35,8 +35,14 @@ def test_a_tiny_language_model_run_reports_loss_and_perplexity(tmp_path: Path) -
     assert summary.complete and summary.metric.name == "loss"
     assert not summary.metric.higher_is_better
     for block in (summary.validation, summary.test):
-        assert block is not None and set(block) == {"loss", "perplexity"}
+        assert block is not None and set(block) == {"loss", "perplexity", "bits_per_byte"}
         assert block["perplexity"] == pytest.approx(math.exp(block["loss"]), rel=1e-9)
+        # Byte tokens: bits per byte is the loss in nats per token over ln 2.
+        assert block["bits_per_byte"] == pytest.approx(block["loss"] / math.log(2), rel=1e-12)
+    # Tokens/s: samples/s x the 64 positions of a window, simulated as samples/s is.
+    assert summary.timing == "simulated" and summary.tokens_per_sample == 64
+    assert summary.samples_per_s is not None and summary.tokens_per_s is not None
+    assert summary.tokens_per_s == pytest.approx(summary.samples_per_s * 64, rel=1e-9)
     # It learnt something: uniform over 256 byte values is a loss of ln 256 = 5.55.
     assert summary.validation["loss"] < math.log(256) - 0.3
     config = json.loads((tmp_path / "lm" / "config.json").read_text())
@@ -58,6 +64,10 @@ def test_the_cli_trains_it_and_shows_perplexity(tmp_path: Path) -> None:
     done = _cli("train", *flags)
     assert done.returncode == 0, done.stderr
     assert "validation perplexity" in done.stdout and "test perplexity" in done.stdout
+    assert "validation loss (nats/token)" in done.stdout
+    assert "validation bits_per_byte" in done.stdout
+    tokens = [line for line in done.stdout.splitlines() if line.strip().startswith("tokens/s")]
+    assert len(tokens) == 1 and "SIMULATED" in tokens[0] and "64 per sample" in tokens[0]
 
 
 @pytest.mark.parametrize(

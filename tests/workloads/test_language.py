@@ -145,7 +145,7 @@ def test_the_same_seed_builds_the_same_model():
 def test_perplexity_is_exp_of_the_splits_mean_loss_not_a_mean_of_exps():
     data = pysource_data(read_corpus(SMALL), 0.5)
     task = language_task()
-    assert task.names == ("loss", "perplexity") and not task.higher_is_better
+    assert task.names == ("loss", "perplexity", "bits_per_byte") and not task.higher_is_better
     torch.manual_seed(0)
     evaluator = Evaluator(data, CharTransformerFactory(), task)
     weights = torch.cat([p.detach().flatten() for p in evaluator.model.parameters()]).numpy()
@@ -160,6 +160,8 @@ def test_perplexity_is_exp_of_the_splits_mean_loss_not_a_mean_of_exps():
     mean = float(np.average(losses, weights=sizes))
     assert measured["loss"] == pytest.approx(mean, rel=1e-6)
     assert measured["perplexity"] == pytest.approx(math.exp(mean), rel=1e-6)
+    # Byte tokens: bits per byte is the loss in nats per token over ln 2, exactly.
+    assert measured["bits_per_byte"] == measured["loss"] / math.log(2)
     mean_of_exps = float(np.average(np.exp(losses), weights=sizes))
     assert mean_of_exps > measured["perplexity"]  # Jensen: what averaging per batch gives
     # An untrained model is close to uniform over the 256 byte values.
@@ -171,5 +173,6 @@ def test_perplexity_of_a_diverged_loss_is_infinite_not_an_error():
     assert task.primary == "perplexity"
     assert task.finish({"loss": 1e6})["perplexity"] == math.inf
     assert math.isnan(task.finish({"loss": math.nan})["perplexity"])
-    with pytest.raises(WorkloadError, match="allowed: loss, perplexity"):
+    with pytest.raises(WorkloadError, match="allowed: loss, perplexity, bits_per_byte"):
         language_task("accuracy")
+    assert language_task("bits_per_byte").primary == "bits_per_byte"
