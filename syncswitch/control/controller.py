@@ -216,8 +216,7 @@ class RunController:
         if stalled is not None:
             decisions += self._stop(stalled).decisions
         decisions += self.health.hung(self.state)
-        decisions += self._stop_asked()
-        self._maybe_finishing()
+        decisions += self._maybe_finishing(take_stop=True)
         return Step(before, self.phase, decisions)
 
     def on_evaluated(self, point: EvalPoint, values: dict[str, float]) -> Step:
@@ -233,11 +232,9 @@ class RunController:
             self.best.observe(evaluated, evaluated.weights)
             self.writer.metric(row.to_plain())
             self.callbacks.evaluated(row)
-            decisions += self._stop_asked()
             self.writer.summary(self.summary([], status="running"))
         self.checkpoints.release(self.evaluations.first_unreleased_samples)
-        decisions += self._stop_asked()
-        self._maybe_finishing()
+        decisions += self._maybe_finishing(take_stop=True)
         return Step(before, self.phase, decisions)
 
     def on_worker_finished(self, worker: int, stats: WorkerStats) -> Step:
@@ -380,7 +377,16 @@ class RunController:
 
     # -- bookkeeping ----------------------------------------------------------------------------
 
-    def _maybe_finishing(self) -> None:
+    def _maybe_finishing(self, take_stop: bool = False) -> list[RunDecision]:
+        """With `take_stop` (where the callbacks are told of the run's records), a callback's
+        stop (early stopping's too) ends the workload as a shard that applied it all does:
+        once, and never after the workload is done. The run is finishing once the workload is
+        done, every worker is back and every evaluation slice is in."""
+        decisions = list[RunDecision]()
+        reason = self.callbacks.take_stop() if take_stop else None
+        if reason is not None and not self._workload_done:
+            self._workload_done, self.record.stopped_early = True, reason
+            decisions.append(FinishShards(reason))
         book = self.workers
         if (
             self.phase is RunPhase.TRAINING
@@ -391,15 +397,7 @@ class RunController:
             and not self.evaluations.slices_waiting
         ):
             self._phases.fire(PhaseEvent.WORKLOAD_DONE)
-
-    def _stop_asked(self) -> list[RunDecision]:
-        """A callback's stop (early stopping's too) ends the workload as a shard that applied
-        it all does: once, and never after the workload is done."""
-        reason = self.callbacks.take_stop()
-        if reason is None or self._workload_done:
-            return []
-        self._workload_done, self.record.stopped_early = True, reason
-        return [FinishShards(reason)]
+        return decisions
 
     def _stop(self, stop: Stop) -> Step:
         before = self.phase

@@ -117,7 +117,7 @@ def test_a_stop_needs_a_reason_and_early_stopping_sound_settings() -> None:
         StopRun("")
     with pytest.raises(ConfigError, match="patience 0: give a whole number >= 1"):
         EarlyStopping(0)
-    with pytest.raises(ConfigError, match="min_delta -0.1: give a number >= 0"):
+    with pytest.raises(ConfigError, match=r"min_delta -0\.1: give a number >= 0"):
         EarlyStopping(2, min_delta=-0.1)
 
 
