@@ -184,7 +184,7 @@ def train(
         show(result.summary, result.run_dir, library_log=None, loggers=loggers)
     if runner.failure is not None:  # the run stopped cleanly; the error is still an error
         raise CallbackError(
-            f"{runner.failure}; the run stopped there, its files are in {result.run_dir}"
+            f"{runner.failure}; the run ended cleanly, its files are in {result.run_dir}"
         ) from runner.error
     return result
 

@@ -106,7 +106,7 @@ def test_a_raising_callback_stops_the_run_keeps_its_files_and_says_so(
     with pytest.raises(CallbackError) as error:
         run(tmp_path, mnist, Broken(), watcher)
     line = "callback Broken.on_evaluation raised KeyError: 'the dashboard is down'"
-    assert str(error.value).startswith(f"{line}; the run stopped there, its files are in ")
+    assert str(error.value).startswith(f"{line}; the run ended cleanly, its files are in ")
     assert "\n" not in str(error.value) and isinstance(error.value.__cause__, KeyError)
     assert f"syncswitch: {line}; the run stops\n" in capsys.readouterr().err
     run_dir = tmp_path / "run"
