@@ -124,8 +124,8 @@ def test_callbacks_that_are_not_callbacks_are_refused_before_any_file(mnist, tmp
     assert not (tmp_path / "run").exists()
 
 
-# About 17 s (the actors' start-up): slow. The default set already stops a Ray run through a
-# callback: early stopping is one (tests/sim/test_best_sim.py).
+# 17 to 30 s here (mostly the actors' start-up): slow. The default set already stops a Ray
+# run through a callback: early stopping is one (tests/sim/test_best_sim.py).
 @pytest.mark.slow
 @pytest.mark.ray
 def test_a_callback_stops_a_run_on_ray(ray_session, mnist, tmp_path) -> None:
