@@ -83,7 +83,8 @@ def main() -> None:
                 jitter_sigma=0.2,
                 progress=False,
                 out=run_dir,
-            )
+            ),
+            print_summary=False,
         ).summary
         rate = summary.updates_per_s
         (a, ta), (b, tb) = marks["a"], marks["b"]

@@ -236,7 +236,7 @@ def run_once(config: TrainConfig, warmup_s: float, window_s: float, on_window=No
     shutil.rmtree(run_dir, ignore_errors=True)  # measured again from scratch
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    summary = train(config).summary
+    summary = train(config, print_summary=False).summary
     sampler.join(timeout=1)
     if failed or "b" not in marks:
         raise RuntimeError(

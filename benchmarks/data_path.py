@@ -122,7 +122,7 @@ def run_job(data: ArrayDataset, kind: str, epochs: float, out: Path) -> dict[str
     shutil.rmtree(out, ignore_errors=True)
     config = TrainConfig(epochs=epochs, out=str(out), progress=False)
     model = {"model_factory": Cnn1d, "model_name": "cnn1d", "dataset_name": "mnist1d"}
-    summary = train(config, **model, **as_datasets(data, kind)).summary
+    summary = train(config, **model, **as_datasets(data, kind), print_summary=False).summary
     times_s = [float(row["time_s"]) for row in read_csv_rows(out / "updates.csv")]
     return {
         "kind": kind,

@@ -164,7 +164,7 @@ def run_syncswitch(schedule: str, dataset: ArrayDataset, setup: Setup, out: Path
         progress=False,
         out=str(run_dir),
     )
-    summary = train(config, dataset=dataset).summary
+    summary = train(config, dataset=dataset, print_summary=False).summary
     return GpuRow(
         schedule=schedule,
         final_accuracy=summary.final_value,

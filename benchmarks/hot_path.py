@@ -154,7 +154,7 @@ def run(config: TrainConfig, ideal_per_s: float) -> dict:
 
     run_dir = Path(str(config.out))
     shutil.rmtree(run_dir, ignore_errors=True)  # measured again from scratch
-    summary = train(config).summary
+    summary = train(config, print_summary=False).summary
     updates = read_csv_rows(run_dir / names.UPDATES)
     evaluations = read_csv_rows(run_dir / names.METRICS)  # one row per evaluation
     checkpoints = [

@@ -164,7 +164,7 @@ def run_one(
     values["out"] = str(out)
     config = TrainConfig(**values)
     started = time.perf_counter()
-    result = train(config, dataset=dataset)
+    result = train(config, dataset=dataset, print_summary=False)
     host_s = time.perf_counter() - started
     summary = result.summary
     metrics = load_run(out).metrics

@@ -277,7 +277,7 @@ class Runner:
             row = cached.row(self.table, case, config)
         else:
             started = time.perf_counter()
-            summary = train(config, dataset=self.dataset).summary
+            summary = train(config, dataset=self.dataset, print_summary=False).summary
             row = row_of(self.table, case, config, summary, time.perf_counter() - started)
         shutil.rmtree(out, ignore_errors=True)  # the rows keep the summaries
         self.add(row)

@@ -121,7 +121,9 @@ def run_one(job: Job, case: str, workers: int, seed: int, out: Path, data: dict[
     scratch = Path(tempfile.mkdtemp(prefix="transfer-"))
     started = time.perf_counter()
     try:
-        summary = train(TrainConfig(**fields, out=str(scratch / "run")), **data).summary
+        summary = train(
+            TrainConfig(**fields, out=str(scratch / "run")), **data, print_summary=False
+        ).summary
         signals = scratch / "run" / "timing_signals.csv"
         name = f"{job.name}-w{workers}-s{seed}-{case}.csv"
         if signals.is_file():

@@ -118,7 +118,7 @@ def main() -> None:
             )
             shutil.rmtree(config.out, ignore_errors=True)  # measured again from scratch
             try:
-                result = train(config)
+                result = train(config, print_summary=False)
                 row = measure(case, seed, result.summary, result.run_dir, args)
             except TrainingStalled as stalled:
                 # A diverging case may end with every worker quarantined (NaN gradients):

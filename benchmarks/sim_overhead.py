@@ -125,7 +125,7 @@ def _simulate(dataset, workers: int, epochs: float, seed: int) -> dict:
             out=str(scratch / "run"),
         )
         started = time.perf_counter()
-        summary = train(config, dataset=dataset).summary
+        summary = train(config, dataset=dataset, print_summary=False).summary
         total_s = time.perf_counter() - started
         gradients = summary.gradients.sent
         return {

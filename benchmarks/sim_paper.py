@@ -70,7 +70,9 @@ def main() -> None:
                 out=str(scratch / schedule),
             )
             torch.manual_seed(0)
-            summary = train(config, model_factory=factory, dataset=dataset).summary
+            summary = train(
+                config, model_factory=factory, dataset=dataset, print_summary=False
+            ).summary
             per_sample[schedule] = summary.wall_time_s / summary.samples
             cluster = summary.cluster
     finally:

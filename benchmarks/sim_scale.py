@@ -138,7 +138,7 @@ def _run(args, dataset, scratch: Path, workers: int, schedule: str, seed: int) -
         **emulation,
     )
     started = time.perf_counter()
-    summary = train(config, dataset=dataset).summary
+    summary = train(config, dataset=dataset, print_summary=False).summary
     metrics = _curve(Path(config.out))
     shutil.rmtree(config.out, ignore_errors=True)  # the study keeps its JSON lines only
     return ScaleRow(

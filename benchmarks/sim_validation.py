@@ -165,7 +165,7 @@ def main() -> None:
                 "jitter_sigma": 0.0,
             }
         )
-        summary = train(config, dataset=dataset).summary
+        summary = train(config, dataset=dataset, print_summary=False).summary
         predicted[case.name] = _facts(case, "sim", summary, Path(config.out or ""))
         log.append(predicted[case.name])
         print(f"sim {case.name}: {predicted[case.name]}", flush=True)
@@ -182,7 +182,9 @@ def _measure_on_ray(args, cases: list[Case], runs: Path, dataset, log: RunLog) -
         # A fresh Ray instance runs its first job slower (its own processes still starting):
         # one short run, not measured, takes that.
         warm = Case("warm-up", "warm-up", 8, "asp")
-        train(_config(args, warm, runs / "warm-up", epochs=2.0), dataset=dataset)
+        train(
+            _config(args, warm, runs / "warm-up", epochs=2.0), dataset=dataset, print_summary=False
+        )
     measured = {}
     for case in cases:
         config = _config(args, case, runs / _dir("ray", case))
@@ -190,7 +192,7 @@ def _measure_on_ray(args, cases: list[Case], runs: Path, dataset, log: RunLog) -
         before = os.getloadavg()[0]
         if summary is None:
             shutil.rmtree(config.out or "", ignore_errors=True)
-            summary = train(config, dataset=dataset).summary
+            summary = train(config, dataset=dataset, print_summary=False).summary
         facts = _facts(case, "ray", summary, Path(config.out or ""))
         facts.load_before_1m, facts.load_1m = round(before, 2), round(os.getloadavg()[0], 2)
         measured[case.name] = facts

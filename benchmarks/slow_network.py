@@ -112,7 +112,7 @@ def run_one(table: str, case: str, cluster: str, workers: int, seed: int, datase
     with tempfile.TemporaryDirectory(prefix="slow-network-") as scratch:
         values |= {"seed": seed, "out": scratch}
         started = time.perf_counter()
-        result = train(TrainConfig(**values), dataset=dataset)
+        result = train(TrainConfig(**values), dataset=dataset, print_summary=False)
         host_s = time.perf_counter() - started
         metrics = load_run(Path(scratch)).metrics
     summary = result.summary

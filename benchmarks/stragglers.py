@@ -194,7 +194,7 @@ def run_case(args, out: Path, scenario: Scenario, policy: Policy, seed: int) -> 
         straggler_threshold=threshold,
         straggler_recover_threshold=min(1.2, threshold - 0.05),
     )
-    summary = train(config).summary
+    summary = train(config, print_summary=False).summary
     online = summary.online
     return StragglerRow(
         scenario=scenario.key,
@@ -305,7 +305,7 @@ def clean_run(args, out: Path) -> None:
     epochs = max(1.0, args.clean_minutes * 60 * 21 * 256 / 8000)
     config = job(args, 0, out / "clean-elastic", online_policy="elastic")
     config = replace(config, schedule="bsp", epochs=epochs)
-    summary = train(config).summary
+    summary = train(config, print_summary=False).summary
     online = summary.online
     steps = summary.gradients.sent
     print(

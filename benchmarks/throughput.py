@@ -301,7 +301,7 @@ def run_syncswitch(config: TrainConfig) -> dict:
 
     run_dir = Path(str(config.out))
     shutil.rmtree(run_dir, ignore_errors=True)  # measured again from scratch
-    summary = train(config).summary
+    summary = train(config, print_summary=False).summary
     # One row per applied gradient, each of batch_size samples (BSP: workers rows per update).
     times_s = [float(row["time_s"]) for row in read_csv_rows(run_dir / names.UPDATES)]
     figures = SyncswitchRun(

@@ -54,7 +54,8 @@ def main() -> None:
                 progress=False,
                 out=str(out / f"w{workers}-{schedule.replace(':', '').replace(',', '-')}"),
             )
-            summary = train(config, dataset=dataset).summary
+            # One row per run in its own table: not train()'s summary of each.
+            summary = train(config, dataset=dataset, print_summary=False).summary
             # A rolled-back run ran another schedule than its name: never report it as that.
             changes = schedule_changes(summary)
             print(

@@ -58,6 +58,12 @@ def is_disk_full(error: BaseException) -> bool:
     return isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS
 
 
+class CallbackError(RuntimeError):
+    """A callback given to train() raised (or answered what a hook may not): the run stopped
+    there as if it had asked, its files written (summary.json's `stopped_early` says which
+    hook and what it raised); the message is one line, the callback's error its cause."""
+
+
 class Interrupted(Exception):
     """Ctrl-C stopped a run: its message says where the run is and how to go on (resume it,
     or, when nothing was worth resuming, run the command again); the CLI exits 130."""

@@ -93,6 +93,7 @@ def replay(model: ClusterModel, run: CalibrationRun, *, probe: bool) -> dict[str
                 dataset=run.dataset,
                 model_factory=run.model_factory,
                 model_name=job.model if own else None,
+                print_summary=False,  # a replay's: calibrate prints its own comparison
             ).summary
             simulated = seconds_per_step(load_run(Path(scratch) / "run"), required=False)
         except UserError as error:

@@ -12,7 +12,6 @@ from typing import Any
 
 from syncswitch.cli.interrupted import entries, interrupted
 from syncswitch.cli.registry_option import add_registry_argument
-from syncswitch.cli.run_summary import print_summary, summary_json
 from syncswitch.cli.signals import signals_stop
 from syncswitch.config import (
     AUTO_SCHEDULE,
@@ -43,13 +42,12 @@ from syncswitch.config.validation import (
 )
 from syncswitch.errors import RunDirError, UserError
 from syncswitch.import_path import is_import_path
+from syncswitch.run_summary import logger_lines, print_summary, summary_json
 from syncswitch.rundir import (
     LIBRARY_LOG,
     default_run_dir,
-    events,
     names,
     read_config,
-    read_events,
 )
 from syncswitch.terminal import library_output_to
 
@@ -373,11 +371,11 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
         # before it touches even the library log (train()'s writer takes the same lock again).
         with lock_run_dir(run_dir), signals_stop(config.runtime == "sim"):
             if args.verbose:
-                result = train(config, **train_args)
+                result = train(config, print_summary=False, **train_args)
                 library_log = None
             else:
                 with library_output_to(run_dir / LIBRARY_LOG) as library_log:
-                    result = train(config, **train_args)
+                    result = train(config, print_summary=False, **train_args)
     except UserError:
         # Refused at start-up (no cluster at that address, a cluster without the GPUs asked
         # for, no CIFAR files): the directory this command made holds no result, so it goes too.
@@ -394,7 +392,7 @@ def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_arg
             result.summary,
             result.run_dir,
             library_log=library_log,
-            loggers=_logger_lines(config, result.run_dir),
+            loggers=logger_lines(config, result.run_dir),
         )
     return 0
 
@@ -432,18 +430,3 @@ def _store_online_share(args: argparse.Namespace, config: TrainConfig, summary: 
             f"#{stored.id} for job {stored.fingerprint[:12]} (`--schedule auto` reuses it)",
             file=sys.stderr,
         )
-
-
-def _logger_lines(config: TrainConfig, run_dir: Path) -> list[str]:
-    """Where the loggers' results are, and any that failed during the run."""
-    lines = []
-    if "tensorboard" in (config.logger or ()):
-        lines.append(f"tensorboard --logdir {run_dir / 'tensorboard'}")
-    if "mlflow" in (config.logger or ()):
-        from syncswitch.loggers.mlflow import default_tracking_uri, viewing_hint
-
-        lines.append(viewing_hint(config.tracking_uri or default_tracking_uri(run_dir)))
-    if lines:
-        for failed in events.of_kind(read_events(run_dir), events.LoggerFailed):
-            lines.append(f"logger {failed.logger} failed mid-run: {failed.reason}")
-    return lines

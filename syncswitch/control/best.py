@@ -1,4 +1,4 @@
-"""The best evaluation's weights, and early stopping on the primary metric.
+"""The best evaluation's weights on the primary metric.
 
 Every evaluation (the primary metric on validation) that beats the best so far keeps its
 weights: in the run record (so checkpoints carry them and a resumed run goes on from them),
@@ -6,10 +6,7 @@ and in RUN_DIR/best_weights.pt, written with each checkpoint and at the end when
 changed since (as final_weights.pt, a state_dict: with BatchNorm its statistics are measured
 on the driver, too slow for every evaluation of a large model on Ray).
 
-Early stopping (off by default) ends the workload once `patience` evaluations in a row have
-not beaten the best by more than `min_delta`, as Lightning's EarlyStopping does; the run then
-ends as one whose workload another shard ended (the shards finish, the evaluation points left
-are measured on the weights it stopped at), and summary.json says why.
+Early stopping, which reads the same metric, is a callback (control/early_stopping.py).
 
 The test split is measured on the final weights, as before (nothing decided during the run
 has seen it); summary.json says so (`test_weights`, best_weights.py).
@@ -18,7 +15,6 @@ has seen it); summary.json says so (`test_weights`, best_weights.py).
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +22,7 @@ import numpy as np
 import torch
 
 from syncswitch.control.best_weights import BestWeights
-from syncswitch.control.evaluations import Evaluated, MetricsRow
+from syncswitch.control.evaluations import Evaluated
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
 from syncswitch.core.reliability.checkpoints import LoadedCheckpoint
@@ -34,29 +30,8 @@ from syncswitch.files import write_atomic
 from syncswitch.records.metric import MetricSpec
 
 
-def early_stop_reason(
-    rows: list[MetricsRow], metric: MetricSpec, patience: int, min_delta: float
-) -> str | None:
-    """Why the run stops early after `rows` (None: it goes on): the last `patience`
-    evaluations did not beat the best before them by more than `min_delta`."""
-    if patience < 1 or len(rows) <= patience:
-        return None
-    best = metric.best(row.value for row in rows[:-patience])
-    if best is None or math.isnan(best):
-        return None
-    margin = min_delta if metric.higher_is_better else -min_delta
-    recent = [row.value for row in rows[-patience:]]
-    if any(metric.better(value, best + margin) for value in recent):
-        return None
-    return (
-        f"early stopping: {metric.name} has not improved on {metric.show(best)} by more than "
-        f"{min_delta:g} in {patience} evaluations"
-    )
-
-
 class BestKeeper:
-    """Keeps the best evaluation's weights in the record and best_weights.pt, and says when
-    the run stops early."""
+    """Keeps the best evaluation's weights in the record and best_weights.pt."""
 
     def __init__(
         self,
@@ -70,8 +45,6 @@ class BestKeeper:
         self.record = record
         self.metric: MetricSpec = plan.metric
         self.save = save
-        self.patience = plan.job.early_stop_patience
-        self.min_delta = plan.job.early_stop_min_delta
         self._saved: BestWeights | None = None  # the best best_weights.pt holds
         self._checkpoints = record.checkpoints  # checkpoints written when it was last asked
         if resumed_from is not None:
@@ -101,18 +74,15 @@ class BestKeeper:
             self.save(best.weights)
             self._saved = best
 
-    def observe(self, evaluated: Evaluated, weights: np.ndarray | None) -> str | None:
+    def observe(self, evaluated: Evaluated, weights: np.ndarray | None) -> None:
         """An evaluation's row is released (in training order): keep its weights if it is the
-        best so far; return why the run stops early, if it does."""
+        best so far."""
         row = evaluated.metric_row()
         best = self.best
         if weights is not None and (best is None or self.metric.better(row.value, best.value)):
             point = evaluated.point
             new = BestWeights(row.value, point.samples, point.version, row.fraction, weights)
             self.record.bests.append(new)
-        if self.record.stopped_early is not None:
-            return None  # decided once (the controller records it when it ends the workload)
-        return early_stop_reason(self.record.metrics, self.metric, self.patience, self.min_delta)
 
 
 def save_weights(

@@ -10,7 +10,11 @@ from dataclasses import replace
 from syncswitch.control.record import RunRecord
 from syncswitch.control.run_state import RunCheckpoint
 from syncswitch.control.shard import ShardReport
-from syncswitch.core.reliability.checkpoints import CheckpointStore, LoadedCheckpoint
+from syncswitch.core.reliability.checkpoints import (
+    CheckpointInfo,
+    CheckpointStore,
+    LoadedCheckpoint,
+)
 from syncswitch.core.sync.records import Snapshot
 from syncswitch.rundir import RunWriter, events, names
 
@@ -26,10 +30,13 @@ class CheckpointKeeper:
         every_s: float,
         clock: Callable[[], float],
         total_samples: int | None = None,
+        on_written: Callable[[CheckpointInfo], None] | None = None,
     ) -> None:
         """`record` is the controller's RunRecord, checkpointed with the servers so that a
         resumed run knows what this one had learnt; `total_samples`, the workload, so that it
-        can tell when it is resumed under another."""
+        can tell when it is resumed under another; `on_written` is told of each checkpoint
+        once it is on disk (the callbacks' hook)."""
+        self.on_written = on_written
         self.writer = writer
         self.total_samples = total_samples
         self.store = CheckpointStore(writer.dir / CHECKPOINT_DIR)
@@ -98,6 +105,8 @@ class CheckpointKeeper:
         record.checkpoints += 1
         self._last_at = self.clock()
         self.writer.event(events.CheckpointWritten.from_plain(info.to_plain()))
+        if self.on_written is not None:
+            self.on_written(info)
 
     def timed_due(self) -> bool:
         """A timed checkpoint is due (and counted as asked for, so it is asked for once)."""

@@ -28,8 +28,9 @@ metrics in training order), `CheckpointKeeper` (snapshots -> checkpoints, timed 
 `RunJournal` (the first shard's updates, drops and switches, and every decision -> the run
 record and the run directory), `StragglerResponse` (step times -> the straggler monitor ->
 exclude, readmit, switch), `OnlineTiming` (the shards' gradient statistics or the test
-losses -> when an online phase ends) and `BestKeeper` (evaluations -> the best weights,
-early stopping).
+losses -> when an online phase ends), `BestKeeper` (evaluations -> the best weights) and
+`CallbackRunner` (evaluations, switches, checkpoints -> the callbacks, early stopping among
+them -> a stop asked for).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import numpy as np
 import torch
 
 from syncswitch.control.best import BestKeeper, save_weights
+from syncswitch.control.callback_runner import CallbackRunner
 from syncswitch.control.checkpoints import CHECKPOINT_DIR, CheckpointKeeper
 from syncswitch.control.decisions import (
     FinishShards,
@@ -56,9 +58,10 @@ from syncswitch.control.decisions import (
     Stop,
 )
 from syncswitch.control.divergence import DivergenceWatch
+from syncswitch.control.early_stopping import builtin_callbacks
 from syncswitch.control.evaluations import EvaluationAssembly
 from syncswitch.control.health import HealthChecks, WorkerBook
-from syncswitch.control.journal import RunJournal
+from syncswitch.control.journal import RunJournal, announce
 from syncswitch.control.phases import PhaseEvent, PhaseMachine, RunPhase, Step
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
@@ -72,7 +75,7 @@ from syncswitch.core.reliability.checkpoints import CheckpointError, LoadedCheck
 from syncswitch.core.sync.records import EvalPoint, Snapshot, WorkerStats
 from syncswitch.errors import ConfigError, DiskFull
 from syncswitch.files import name_too_long
-from syncswitch.records.failures import Resumption, ServerFailure
+from syncswitch.records.failures import ServerFailure
 from syncswitch.rundir import RunWriter, Summary, events, names
 
 __all__ = ["CHECKPOINT_DIR", "RunController", "RunPhase", "Step", "resume_point", "run_dir_in_use"]
@@ -91,13 +94,15 @@ class RunController:
         weights_state: Callable[[np.ndarray], dict[str, torch.Tensor]] | None = None,
         test_metrics: Callable[[np.ndarray], dict[str, float] | None] | None = None,
         memory: dict[str, Any] | None = None,
+        callbacks: CallbackRunner | None = None,
     ) -> None:
         """`clock` is the run's time (a simulator's is virtual); `host_clock` is real time,
         for the host seconds the run took. `weights_state` turns the final flat weights into
         what final_weights.pt holds: train() gives the model's state_dict; without it (a
         scripted run, which has no model) the flat vector is kept as {"flat_weights": ...}.
         `test_metrics` measures the final weights on the test split (None: it has none).
-        `memory`: what the processes hold for the model (control/memory.py), for the summary."""
+        `memory`: what the processes hold for the model (control/memory.py), for the summary.
+        `callbacks`: the user's (train()'s `callbacks=`); the config's are added here."""
         self.plan = plan
         self.writer = writer
         self.resumed_from = resumed_from
@@ -120,10 +125,12 @@ class RunController:
             # A row the checkpoint holds but metrics.csv lost (cut by a full disk) is written
             # again: the resumed run does not evaluate that point twice.
             writer.restore_metrics([m.to_plain() for m in self.record.metrics])
-        # The best evaluation's weights (best_weights.pt) and early stopping (best.py).
+        # The best evaluation's weights (best_weights.pt, best.py).
         save_best = partial(save_weights, writer.dir / names.BEST_WEIGHTS, self.weights_state)
         self.best = BestKeeper(self.record, plan, save_best, resumed_from)
-        self.journal = RunJournal(self.record, writer)
+        self.callbacks = callbacks or CallbackRunner()
+        self.callbacks.install(builtin_callbacks(plan), plan.metric)
+        self.journal = RunJournal(self.record, writer, self.callbacks.switched)
         log_decision = self.journal.log_decision
         self.evaluations = EvaluationAssembly(plan.metric.split)
         self.checkpoints = CheckpointKeeper(
@@ -132,6 +139,7 @@ class RunController:
             every_s=plan.reliability.checkpoint_every_s,
             clock=clock,
             total_samples=plan.total_samples,
+            on_written=self.callbacks.checkpointed,
         )
         self.health = HealthChecks(plan, writer, self.record)
         self.divergence = DivergenceWatch(plan, self.record, self.checkpoints, log_decision)
@@ -167,6 +175,9 @@ class RunController:
         self.setup_s = setup_s
         announce(self.writer, self.plan, self.record, self.resumed_from, parameters)
         self._phases.fire(PhaseEvent.START)
+        self.callbacks.started(
+            self.plan.total_samples, bool(self.resumed_from), self.record.metrics
+        )
         self.workers.running = set(range(self.plan.workers))
         starts = [
             StartWorker(w, incarnation=0, reason="run started") for w in range(self.plan.workers)
@@ -205,7 +216,7 @@ class RunController:
         if stalled is not None:
             decisions += self._stop(stalled).decisions
         decisions += self.health.hung(self.state)
-        self._maybe_finishing()
+        decisions += self._maybe_finishing(take_stop=True)
         return Step(before, self.phase, decisions)
 
     def on_evaluated(self, point: EvalPoint, values: dict[str, float]) -> Step:
@@ -218,15 +229,12 @@ class RunController:
             if self.timing is not None:
                 self.timing.add_loss(float(row.fraction), float(row.loss))
             self.record.metrics.append(row)
-            stop_reason = self.best.observe(evaluated, evaluated.weights)
-            if stop_reason is not None and not self._workload_done:
-                # Early stopping ends the workload as a shard that applied it all does.
-                self._workload_done, self.record.stopped_early = True, stop_reason
-                decisions.append(FinishShards(stop_reason))
+            self.best.observe(evaluated, evaluated.weights)
             self.writer.metric(row.to_plain())
+            self.callbacks.evaluated(row)
             self.writer.summary(self.summary([], status="running"))
         self.checkpoints.release(self.evaluations.first_unreleased_samples)
-        self._maybe_finishing()
+        decisions += self._maybe_finishing(take_stop=True)
         return Step(before, self.phase, decisions)
 
     def on_worker_finished(self, worker: int, stats: WorkerStats) -> Step:
@@ -339,6 +347,7 @@ class RunController:
         self.best.flush()
         save_weights(self.writer.dir / names.FINAL_WEIGHTS, self.weights_state, final_weights)
         self._phases.fire(PhaseEvent.FINISH)
+        self.callbacks.ended(summary)
         return summary
 
     def fail(self, error: BaseException) -> None:
@@ -368,7 +377,16 @@ class RunController:
 
     # -- bookkeeping ----------------------------------------------------------------------------
 
-    def _maybe_finishing(self) -> None:
+    def _maybe_finishing(self, take_stop: bool = False) -> list[RunDecision]:
+        """With `take_stop` (where the callbacks are told of the run's records), a callback's
+        stop (early stopping's too) ends the workload as a shard that applied it all does:
+        once, and never after the workload is done. The run is finishing once the workload is
+        done, every worker is back and every evaluation slice is in."""
+        decisions = list[RunDecision]()
+        reason = self.callbacks.take_stop() if take_stop else None
+        if reason is not None and not self._workload_done:
+            self._workload_done, self.record.stopped_early = True, reason
+            decisions.append(FinishShards(reason))
         book = self.workers
         if (
             self.phase is RunPhase.TRAINING
@@ -379,6 +397,7 @@ class RunController:
             and not self.evaluations.slices_waiting
         ):
             self._phases.fire(PhaseEvent.WORKLOAD_DONE)
+        return decisions
 
     def _stop(self, stop: Stop) -> Step:
         before = self.phase
@@ -411,37 +430,6 @@ def run_dir_in_use(run_dir: Path) -> list[str]:
     if problem:
         raise ConfigError(problem)
     return [n for n in names.RUN_MARKERS if os.path.lexists(run_dir / n)]
-
-
-def announce(
-    writer: RunWriter,
-    plan: RunPlan,
-    record: RunRecord,
-    resumed_from: LoadedCheckpoint | None,
-    parameters: int,
-) -> None:
-    """Log the run's start, or its resume from a checkpoint."""
-    if resumed_from is not None:
-        info = resumed_from.info
-        refused = tuple(f"{r.path.name}: {r.reason}" for r in resumed_from.refused)
-        resumed = Resumption(checkpoint=info.to_plain(), refused_checkpoints=refused)
-        record.failures.append(resumed)
-        writer.event(events.RunResumed(resumed))
-        return
-    job = plan.job
-    writer.event(
-        events.RunStarted(
-            workers=job.workers,
-            servers=job.servers,
-            schedule=job.schedule,
-            total_samples=plan.total_samples,
-            parameters=parameters,
-            runtime=plan.runtime,
-            emulation=plan.timing_label(),
-            online=plan.online.describe() if plan.online else None,
-            faults=plan.faults.describe() or None,
-        )
-    )
 
 
 def flat_weights_state(final_weights: np.ndarray) -> dict[str, torch.Tensor]:

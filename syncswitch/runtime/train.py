@@ -7,7 +7,7 @@ the run to the Ray runtime or the simulator, which drives the controller.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,8 @@ import torch
 
 from syncswitch.config import TrainConfig
 from syncswitch.config.limits import MAX_CONFIG_FILE_BYTES
+from syncswitch.control.callback_runner import CallbackRunner
+from syncswitch.control.callbacks import Callback, check_callbacks
 from syncswitch.control.controller import (
     RunController,
     resume_point,
@@ -33,7 +35,7 @@ from syncswitch.core.reliability.checkpoints import (
     LoadedCheckpoint,
 )
 from syncswitch.core.sync.local import SWITCH_WARMUP
-from syncswitch.errors import ConfigError, RunDirError
+from syncswitch.errors import CallbackError, ConfigError, RunDirError
 from syncswitch.import_path import is_import_path
 from syncswitch.loggers import make_loggers
 from syncswitch.records.metric import TEST, VALIDATION, column
@@ -100,6 +102,8 @@ def train(
     dataset_name: str | None = None,
     schedule_source: dict[str, Any] | None = None,
     resume: bool = False,
+    callbacks: Sequence[Callback] | None = None,
+    print_summary: bool = True,
 ) -> RunResult:
     """Train one job and return its result; results are written to the run directory.
 
@@ -136,7 +140,13 @@ def train(
     `schedule_source` says where the schedule came from (e.g. a stored timing decision); it
     is written to summary.json as is, and defaults to `{"kind": "given"}`. With `resume`, the
     run continues in `config.out` from its last good checkpoint, appending to its files.
+
+    `callbacks`: objects whose hooks (`syncswitch.Callback`) are called on this process as
+    the run goes, and may end it early (`StopRun`); one that raises stops the run, its files
+    written, and train() then raises `CallbackError`. At the end train() prints the summary
+    `syncswitch train` prints, unless `print_summary=False`.
     """
+    runner = CallbackRunner(check_callbacks(callbacks))
     check_runnable(config)
     if resume:
         config = as_it_began(config)
@@ -176,7 +186,18 @@ def train(
             model_name=model_name,
             dataset_name=dataset_name,
         )
-        return _train(config, parts, schedule_source, resume)
+        result = _train(config, parts, schedule_source, resume, runner)
+    if print_summary:  # what `syncswitch train` prints; its own call passes False
+        from syncswitch.run_summary import logger_lines
+        from syncswitch.run_summary import print_summary as show
+
+        loggers = logger_lines(config, result.run_dir)
+        show(result.summary, result.run_dir, library_log=None, loggers=loggers)
+    if runner.failure is not None:  # the run stopped cleanly; the error is still an error
+        raise CallbackError(
+            f"{runner.failure}; the run ended cleanly, its files are in {result.run_dir}"
+        ) from runner.error
+    return result
 
 
 def _train(
@@ -184,6 +205,7 @@ def _train(
     parts: JobParts,
     schedule_source: dict[str, Any] | None,
     resume: bool,
+    callbacks: CallbackRunner,
 ) -> RunResult:
     data, model_factory, workload = parts.data, parts.model_factory, parts.workload
     starting("preparing the run")
@@ -223,7 +245,9 @@ def _train(
         measured=tuple(column(plan.metric.split, n) for n in parts.task.names),
     )
     if plan.simulated:
-        return _simulate(plan, writer, parts, checkpoint, schedule_source, weights_state, memory)
+        return _simulate(
+            plan, writer, parts, checkpoint, schedule_source, weights_state, memory, callbacks
+        )
     controller = RunController(
         plan,
         writer,
@@ -232,6 +256,7 @@ def _train(
         weights_state=weights_state,
         memory=memory.to_plain(),
         test_metrics=weights_state.test_metrics if weights_state.tests(plan) else None,
+        callbacks=callbacks,
     )
     # Imported here: the controller and everything above load without Ray.
     from syncswitch.runtime.ray.launch import run_on_ray
@@ -316,6 +341,7 @@ def _simulate(
     schedule_source: dict[str, Any] | None,
     weights_state: ModelState,
     memory: MemoryEstimate,
+    callbacks: CallbackRunner,
 ) -> RunResult:
     """The same run on the simulator: one process, a virtual clock, no Ray."""
     from syncswitch.runtime.sim.engine import EventQueue
@@ -332,6 +358,7 @@ def _simulate(
         weights_state=weights_state,
         memory=memory.to_plain(),  # of a Ray run of the same job (control/memory.py)
         test_metrics=weights_state.test_metrics if weights_state.tests(plan) else None,
+        callbacks=callbacks,
     )
     threads = torch.get_num_threads()
     try:

@@ -102,7 +102,7 @@ def test_verbose_shows_the_libraries_lines(tmp_path: Path) -> None:
 
 
 def test_an_online_job_too_short_to_leave_bsp_says_so() -> None:
-    from syncswitch.cli.run_summary import online_timing_line
+    from syncswitch.run_summary import online_timing_line
     from syncswitch.rundir.summary import OnlineTimingSummary
 
     ended = OnlineTimingSummary(

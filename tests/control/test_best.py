@@ -1,12 +1,14 @@
-"""Best weights and early stopping (control/best.py): the rule, the record, the checkpoint."""
+"""Best weights (control/best.py) and early stopping's rule (control/early_stopping.py): the
+rule, the record, the checkpoint."""
 
 import numpy as np
 import pytest
 import torch
 
 from syncswitch.config import TrainConfig
-from syncswitch.control.best import BestKeeper, early_stop_reason
+from syncswitch.control.best import BestKeeper
 from syncswitch.control.best_weights import BestWeights
+from syncswitch.control.early_stopping import early_stop_reason
 from syncswitch.control.evaluations import Evaluated, MetricsRow
 from syncswitch.control.plan import RunPlan
 from syncswitch.control.record import RunRecord
@@ -71,17 +73,16 @@ def evaluated(value: float, samples: int) -> Evaluated:
     return Evaluated(point, {"accuracy": value, "loss": 1.0}, 0.0, "validation")
 
 
-def test_the_keeper_keeps_each_new_best_and_stops_once() -> None:
+def test_the_keeper_keeps_each_new_best() -> None:
+    # Its stop moved to the EarlyStopping callback (tests/control/test_callbacks.py).
     plan = RunPlan.resolve(TrainConfig(early_stop_patience=1, runtime="sim"), 1000)
     record, saved = RunRecord(), []
     keeper = BestKeeper(record, plan, saved.append)
     for value, samples in [(0.5, 100), (0.7, 200), (0.6, 300), (0.65, 400)]:
         item = evaluated(value, samples)
         record.metrics.append(item.metric_row())
-        reason = keeper.observe(item, np.full(2, value, "f4"))
-        assert (reason is not None) == (samples == 300)
-        record.stopped_early = record.stopped_early or reason  # as the controller does
-    assert keeper.observe(evaluated(0.1, 500), None) is None  # decided once
+        keeper.observe(item, np.full(2, value, "f4"))
+    keeper.observe(evaluated(0.1, 500), None)  # no weights: not kept
     assert [b.samples for b in record.bests] == [100, 200]
     assert saved == []  # written with checkpoints and at the end only
     keeper.checkpointed()
@@ -90,4 +91,3 @@ def test_the_keeper_keeps_each_new_best_and_stops_once() -> None:
     keeper.checkpointed()
     keeper.flush()
     assert [float(w[0]) for w in saved] == [pytest.approx(0.7)]  # once
-    assert record.stopped_early is not None and "accuracy" in record.stopped_early

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from syncswitch.cli.run_summary import summary_table
 from syncswitch.records.metric import DEFAULT
 from syncswitch.reports.overview import RunOverview
 from syncswitch.reports.tables import RUN_COLUMNS, runs_table
+from syncswitch.run_summary import summary_table
 from syncswitch.rundir import Reliability
 from syncswitch.rundir.changes import schedule_changes
 from syncswitch.rundir.summary import OnlineTimingSummary
@@ -72,8 +72,8 @@ def test_the_report_table_says_which_runs_did_not_run_as_planned() -> None:
 
 
 def test_the_summary_shows_the_online_signal_once_and_says_what_the_ms_are() -> None:
-    from syncswitch.cli.run_summary import _switches
     from syncswitch.records import Switch
+    from syncswitch.run_summary import _switches
 
     online = Switch(
         at_fraction=0.36, at_samples=100, version=9, from_protocol="bsp", to_protocol="asp",

@@ -10,10 +10,10 @@ from dataclasses import fields
 import pytest
 from rich.console import Console
 
-from syncswitch.cli.run_summary import summary_json, summary_table
 from syncswitch.core.sync.records import DropRecord, UpdateRecord
 from syncswitch.errors import RunDirError
 from syncswitch.records.metric import DEFAULT, LEGACY, MetricSpec
+from syncswitch.run_summary import summary_json, summary_table
 from syncswitch.rundir import (
     DROP_COLUMNS,
     SUMMARY_KEYS,

@@ -79,7 +79,11 @@ class RayTrainer:
         _BUILT[token] = started
         try:
             result = train(
-                config, model_factory=factory, dataset=self._dataset, schedule_source=source
+                config,
+                model_factory=factory,
+                dataset=self._dataset,
+                schedule_source=source,
+                print_summary=False,  # a trial's summary: the search prints its own table
             )
         finally:
             _BUILT.pop(token, None)

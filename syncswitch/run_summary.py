@@ -1,4 +1,5 @@
-"""What `syncswitch train` prints at the end: a short table for people, or JSON for scripts."""
+"""What a run prints at its end (`syncswitch train`, and `train()` unless told not to): a short
+table for people, or JSON for scripts."""
 
 from __future__ import annotations
 
@@ -12,10 +13,18 @@ from rich.console import Console
 from rich.table import Table
 
 from syncswitch.command import program
-from syncswitch.config import MAX_CONFIG_FILE_BYTES
+from syncswitch.config import MAX_CONFIG_FILE_BYTES, TrainConfig
 from syncswitch.errors import UserError
 from syncswitch.records import Accounting
-from syncswitch.rundir import OnlineTimingSummary, Summary, Switch, names, read_config
+from syncswitch.rundir import (
+    OnlineTimingSummary,
+    Summary,
+    Switch,
+    events,
+    names,
+    read_config,
+    read_events,
+)
 from syncswitch.rundir.changes import changed_headline
 from syncswitch.terminal import NOT_A_TERMINAL_WIDTH
 
@@ -244,3 +253,18 @@ def _placement(placement: dict[str, Any]) -> str:
 
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f}%"
+
+
+def logger_lines(config: TrainConfig, run_dir: Path) -> list[str]:
+    """Where the loggers' results are, and any that failed during the run."""
+    lines = []
+    if "tensorboard" in (config.logger or ()):
+        lines.append(f"tensorboard --logdir {run_dir / 'tensorboard'}")
+    if "mlflow" in (config.logger or ()):
+        from syncswitch.loggers.mlflow import default_tracking_uri, viewing_hint
+
+        lines.append(viewing_hint(config.tracking_uri or default_tracking_uri(run_dir)))
+    if lines:
+        for failed in events.of_kind(read_events(run_dir), events.LoggerFailed):
+            lines.append(f"logger {failed.logger} failed mid-run: {failed.reason}")
+    return lines
