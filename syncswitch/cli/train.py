@@ -351,7 +351,8 @@ def _default(name: str) -> Any:
 def _train_and_report(args: argparse.Namespace, config: TrainConfig, **train_args: Any) -> int:
     # Imported here so that `--help` and input errors answer without loading Ray.
     from syncswitch.rundir import create_run_dir, lock_run_dir
-    from syncswitch.runtime.train import check_runnable, refuse_used_run_dir, train
+    from syncswitch.runtime.run_dir_checks import refuse_used_run_dir
+    from syncswitch.runtime.train import check_runnable, train
 
     if config.out is None:  # run() sets it, but not for a file's `out: none`: built again
         config = replace(config, out=str(default_run_dir(config.schedule)))

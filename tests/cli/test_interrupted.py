@@ -14,7 +14,7 @@ import syncswitch.runtime.ray.connect as ray_connect
 from syncswitch.cli.main import main
 from syncswitch.core.reliability.checkpoints import CheckpointStore
 from syncswitch.rundir import read_summary
-from syncswitch.runtime.train import refuse_used_run_dir
+from syncswitch.runtime.run_dir_checks import refuse_used_run_dir
 
 SMALL = ["--workers", "2", "--epochs", "1", "--mnist1d-samples", "400", "--no-progress"]
 
