@@ -12,9 +12,13 @@ timing is emulated: every figure is real compute on the device.
     python benchmarks/gpu.py --data-dir ~/data        # with a local CIFAR-10 copy
     python benchmarks/gpu.py --device cpu --quick     # the same code path on a CPU, small
     python benchmarks/gpu.py --model mlp17m           # 16.9M parameters on MNIST-1D
+    python benchmarks/gpu.py --precision bf16-mixed   # workers (and DDP) under bf16 autocast
 
 `--model mlp17m` / `mlp100m` (benchmarks/wide_models.py: 16.9M / 101M parameters) trains the
 large-model benchmark's MLPs on MNIST-1D (generated locally) instead of ResNet-20 on CIFAR.
+`--precision bf16-mixed` runs every syncswitch row with `--precision bf16-mixed` and the DDP
+peer's forward pass under the same bfloat16 autocast; compare it with a run at the default 32
+on the same machine (its results are named apart, <device>-bf16-mixed).
 
 Results: benchmarks/results/gpu/<device>.json and .md (the table printed at the end).
 """
@@ -51,6 +55,7 @@ from harness import (
 from wide_models import mlp17m, mlp100m
 
 from syncswitch.config import TrainConfig
+from syncswitch.core.sync.precision import Precision, forward_precision
 from syncswitch.errors import WorkloadError
 from syncswitch.runtime.ray.connect import start_local
 from syncswitch.runtime.train import train
@@ -72,6 +77,7 @@ class Setup:
     train_samples: int  # synthetic data only
     test_samples: int
     gpus_per_worker: float
+    precision: str = Precision.FLOAT32.value  # the workers' (and the DDP peer's) forward pass
 
 
 @dataclass
@@ -94,9 +100,17 @@ class GpuRow:
 def setup_from(args: argparse.Namespace) -> Setup:
     if args.quick:
         # The code path, not a measurement: small enough for two CPU cores in a minute.
-        return Setup(args.model, args.device, 2, 16, 1.0, 256, 64, 0.0)
+        return Setup(args.model, args.device, 2, 16, 1.0, 256, 64, 0.0, args.precision)
     return Setup(
-        args.model, args.device, args.workers, args.batch_size, args.epochs, 50_000, 10_000, 0.0
+        args.model,
+        args.device,
+        args.workers,
+        args.batch_size,
+        args.epochs,
+        50_000,
+        10_000,
+        0.0,
+        args.precision,
     )
 
 
@@ -161,6 +175,7 @@ def run_syncswitch(schedule: str, dataset: ArrayDataset, setup: Setup, out: Path
         eval_every=0.5,
         device=setup.device,
         gpus_per_worker=setup.gpus_per_worker,
+        precision=setup.precision,
         progress=False,
         out=str(run_dir),
     )
@@ -236,7 +251,9 @@ def _ddp_worker(
         )
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(ddp(x), y).backward()
+        with forward_precision(Precision(setup.precision), device):
+            loss = F.cross_entropy(ddp(x), y)
+        loss.backward()
         optimizer.step()
     if cuda:
         torch.cuda.synchronize(device)
@@ -283,7 +300,8 @@ def table(rows: list[GpuRow], data: str, setup: Setup, hardware: str) -> str:
     bsp = next(r for r in rows if r.schedule == "bsp").wall_time_s
     title = (
         f"{setup.model}, {data} data, {setup.workers} workers x batch {setup.batch_size}, "
-        f"{setup.epochs:g} epochs, device {setup.device} ({hardware}); real timing, no emulation"
+        f"{setup.epochs:g} epochs, device {setup.device} ({hardware}), precision "
+        f"{setup.precision}; real timing, no emulation"
     )
     columns = ("run", "final acc %", "wall time s", "samples/s", "time vs BSP")
     columns += ("switch overhead ms",)
@@ -326,6 +344,12 @@ def main() -> None:
     cli.add_argument("--data-dir", default=None, help="a local CIFAR-10 copy (optional)")
     add_quick(cli, "2 workers, 256 samples: a smoke run")
     cli.add_argument("--no-ddp", action="store_true", help="skip the DDP peer")
+    cli.add_argument(
+        "--precision",
+        choices=[p.value for p in Precision],
+        default=Precision.FLOAT32.value,
+        help="the workers' forward pass: 32 (float32, default) or bf16-mixed (bfloat16 autocast)",
+    )
     add_out(cli, RESULTS, "where results go: <out>/<device>.json and .md")
     args = cli.parse_args()
     # Ray's workers import wide_models by name: put this folder on their path.
@@ -333,6 +357,8 @@ def main() -> None:
     setup = setup_from(args)
     dataset, data = cifar_or_synthetic(args.data_dir, setup)
     name = setup.device if setup.model == "resnet20" else f"{setup.device}-{setup.model}"
+    if setup.precision != Precision.FLOAT32.value:
+        name += f"-{setup.precision}"
     out = args.out / (name + ("-quick" if args.quick else ""))
     hardware = hardware_name(setup.device)
     # One local Ray for every run (train() joins it rather than starting its own).

@@ -40,6 +40,7 @@ from syncswitch.core.sync.local import (
     OuterOptimizerKind,
     StatePolicy,
 )
+from syncswitch.core.sync.precision import Precision
 from syncswitch.core.sync.server_optimizer import OptimizerKind
 from syncswitch.core.sync.staleness import DEFAULT_LR_FLOOR, StalenessLr
 from syncswitch.core.sync.wire_dtype import WireDtype
@@ -363,4 +364,14 @@ class JobOptions:
         "as non_finite)",
         Role(RUNTIME_GROUP, Identity.WHEN_SET),
         choices=[d.value for d in WireDtype],
+    )
+    # How the workers compute (core/sync/precision.py): it changes results, so it counts in
+    # the job's identity when set, and a resumed run keeps the one it began with.
+    precision: str = option(
+        Precision.FLOAT32.value,
+        "what the workers compute the forward pass and loss in: 32 (float32) or bf16-mixed "
+        "(bfloat16 autocast; parameters, gradients, the servers' weights and optimizer state "
+        "stay float32; evaluation stays float32); --wire-dtype is separate",
+        Role(RUNTIME_GROUP, Identity.WHEN_SET),
+        choices=[p.value for p in Precision],
     )

@@ -84,6 +84,7 @@ def build_summary(
         worker_step_time_mean_s=(
             float(np.mean([w.step_time_mean_s for w in worker_stats])) if worker_stats else None
         ),
+        precision=plan.job.precision,
         emulation=plan.timing_label(),
         cluster=plan.cluster.describe() if plan.cluster is not None else None,
         online=_online_summary(plan, record, state),

@@ -7,8 +7,8 @@ from the torch-free leaf `syncswitch.records`.
 `Summary.from_plain()` checks what it reads (types, finiteness, ranges) and refuses a bad
 file in one `RunDirError` line naming the file, the field and what is allowed. Keys that
 runs of earlier versions did not write (runtime, host_time_s, schedule_source,
-samples_by_protocol, cluster, online, online_timing, reliability, placement) read as their
-defaults, so old run directories still read; a summary from before validation splits
+samples_by_protocol, cluster, online, online_timing, reliability, placement, precision) read
+as their defaults, so old run directories still read; a summary from before validation splits
 (final_accuracy, best_accuracy, final_test_loss, measured on the test set) reads as a run
 judged by test accuracy (`records.metric.LEGACY`).
 """
@@ -25,6 +25,8 @@ from syncswitch.records.switch import rule_name
 from syncswitch.rundir import names
 
 RUNTIMES = ("ray", "sim")
+# core/sync/precision.py's values, spelt here so that reading a summary needs no torch.
+PRECISIONS = ("32", "bf16-mixed")
 # The fields of the short, machine-readable summary (`syncswitch train --json`).
 _HEADLINE = {"headline": True}
 COMPLETE = "complete"
@@ -173,6 +175,8 @@ class Summary:
     gradients: Accounting
     workers: int
     worker_step_time_mean_s: float | None
+    # What the workers computed the forward pass in (--precision); runs from before it: 32.
+    precision: str = "32"
     emulation: dict[str, Any]  # the timing label: {"enabled": ..., "kind": ..., ...}
     cluster: dict[str, Any] | None = None  # the simulator's cluster model
     online: dict[str, Any] | None = None  # the online policy's figures, when one ran
@@ -265,6 +269,7 @@ class Summary:
             gradients=Accounting.from_plain(read.mapping("gradients"), f"{where}: gradients"),
             workers=read.integer("workers", low=1),
             worker_step_time_mean_s=read.number("worker_step_time_mean_s", **rate),
+            precision=read.text("precision", "32", choices=PRECISIONS),
             emulation=read.mapping("emulation"),
             cluster=read.mapping("cluster", None, optional=True),
             online=read.mapping("online", None, optional=True),

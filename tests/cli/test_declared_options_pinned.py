@@ -38,7 +38,7 @@ PINNED_GROUPS = {
     },
     "runtime & cluster": {
         "runtime", "cluster", "ray_address", "servers", "device", "evaluator_device",
-        "server_device", "gpus_per_worker", "placement", "wire_dtype",
+        "server_device", "gpus_per_worker", "placement", "wire_dtype", "precision",
     },
     "output & loggers": {"out", "progress", "logger", "tracking_uri"},
 }  # fmt: skip

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from syncswitch.core.cluster.emulation import EmulationConfig
 from syncswitch.core.sync.optimizer import flatten_parameters
+from syncswitch.core.sync.precision import Precision
 from syncswitch.runtime.ray.worker import Worker, WorkerSpec
 from syncswitch.runtime.sim.gradients import GradientComputer
 from syncswitch.workloads.data import ArrayData
@@ -16,7 +17,13 @@ from .models import NoisyNetFactory
 WORKERS, BATCH, SEED = 3, 16, 4
 
 
-def ray_twin(mnist, worker: int, sequence: int, batches: int | None = None) -> Worker:
+def ray_twin(
+    mnist,
+    worker: int,
+    sequence: int,
+    batches: int | None = None,
+    precision: Precision = Precision.FLOAT32,
+) -> Worker:
     """The Ray worker's class as a plain object: what its actor would compute."""
     spec = WorkerSpec(
         worker=worker,
@@ -27,6 +34,7 @@ def ray_twin(mnist, worker: int, sequence: int, batches: int | None = None) -> W
         model_factory=NoisyNetFactory(),
         loss_fn=F.cross_entropy,
         shards=(slice(0, None),),
+        precision=precision,
     )
     twin = Worker(spec)
     twin.data = ArrayData(mnist)
@@ -37,7 +45,9 @@ def ray_twin(mnist, worker: int, sequence: int, batches: int | None = None) -> W
     return twin
 
 
-def make_computer(mnist, workers: int = WORKERS) -> GradientComputer:
+def make_computer(
+    mnist, workers: int = WORKERS, precision: Precision = Precision.FLOAT32
+) -> GradientComputer:
     return GradientComputer(
         ArrayData(mnist),
         NoisyNetFactory(),
@@ -46,6 +56,7 @@ def make_computer(mnist, workers: int = WORKERS) -> GradientComputer:
         batch_size=BATCH,
         seed=SEED,
         emulation=EmulationConfig(),
+        precision=precision,
     )
 
 

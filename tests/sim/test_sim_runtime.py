@@ -46,15 +46,23 @@ def accounted(summary: dict) -> None:
 
 @pytest.mark.ray
 @pytest.mark.parametrize(
-    ("wire_dtype", "grad_clip"), [("float32", None), ("bfloat16", None), ("float32", 0.05)]
+    ("wire_dtype", "grad_clip", "precision"),
+    [
+        ("float32", None, "32"),
+        ("bfloat16", None, "32"),
+        ("float32", 0.05, "32"),
+        # ~40 s more on 2 cores; tests/sim/test_precision_sim.py checks the twins without Ray.
+        pytest.param("float32", None, "bf16-mixed", marks=pytest.mark.slow),
+    ],
 )
 def test_bsp_on_the_simulator_is_bsp_on_ray_bit_for_bit(
-    ray_session, mnist, tmp_path, wire_dtype, grad_clip
+    ray_session, mnist, tmp_path, wire_dtype, grad_clip, precision
 ) -> None:
     # bfloat16: the simulator rounds messages as the data plane does (core/sync/wire_dtype.py).
     # grad_clip: the two shards exchange each round's norm (core/sync/clipping.py).
+    # bf16-mixed: both compute the forward pass under the same autocast (runtime/gradient.py).
     job = dict(workers=4, servers=2, schedule="bsp", epochs=2.0, seed=3, wire_dtype=wire_dtype)
-    job["grad_clip"] = grad_clip
+    job.update(grad_clip=grad_clip, precision=precision)
     simulated = simulate(tmp_path, mnist, "sim", **job)
     real = train(TrainConfig(**{**JOB, **job, "out": str(tmp_path / "ray")}), dataset=mnist)
     assert simulated.summary["final_value"] == real.summary["final_value"]

@@ -53,6 +53,7 @@ from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ServerShard
 from syncswitch.core.reliability.checkpoints import LoadedCheckpoint
 from syncswitch.core.sync.optimizer import flatten_parameters
+from syncswitch.core.sync.precision import Precision
 from syncswitch.core.sync.records import EvalPoint
 from syncswitch.core.sync.sharding import parameter_shards
 from syncswitch.core.sync.state import SynchronizerState
@@ -409,6 +410,7 @@ class RaySupervisor:
             threads=self.resources.worker.threads,
             device=self.resources.worker.device,
             wire_dtype=plan.sync.wire_dtype,
+            precision=Precision(plan.job.precision),
             shared_memory=shared_memory_wanted(),
         )
         # Restartable: after a crash Ray starts the actor again with the same arguments, in

@@ -21,6 +21,7 @@ from syncswitch.core.cluster.emulation import EmulationConfig
 from syncswitch.core.reliability.faults import Fault, FaultKind
 from syncswitch.core.sync.local import ModelBuffers
 from syncswitch.core.sync.optimizer import FlatParameters
+from syncswitch.core.sync.precision import Precision
 from syncswitch.core.sync.records import WorkerStats
 from syncswitch.core.sync.server_optimizer import OptimizerConfig
 from syncswitch.core.sync.sharding import worker_shard
@@ -52,6 +53,7 @@ class WorkerSpec:
     threads: int = 1  # torch intra-op threads (the resource plan's)
     device: str = "cpu"  # "cuda": the model and its batches on the GPU Ray assigned
     wire_dtype: WireDtype = WireDtype.FLOAT32  # what messages' values travel as
+    precision: Precision = Precision.FLOAT32  # what the forward pass computes in
     shared_memory: bool = True  # offer servers on this machine shared memory for the values
 
 
@@ -162,6 +164,7 @@ class Worker:
             self.streams.batches.next_indices(),
             self.spec.loss_fn,
             self.streams.generator,
+            self.spec.precision,
         )
         # One flat copy off the device (on a GPU); the buffer is reused next step, which is
         # safe because every server has replied (so received it) before the next step.

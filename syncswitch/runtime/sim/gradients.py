@@ -17,8 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from syncswitch.control.plan import RunPlan
 from syncswitch.core.cluster.emulation import EmulationConfig, StepTimeModel
 from syncswitch.core.sync.optimizer import FlatParameters
+from syncswitch.core.sync.precision import Precision
 from syncswitch.core.sync.sharding import worker_shard
 from syncswitch.runtime.gradient import backward_on_batch
 from syncswitch.runtime.step import WorkerStreams
@@ -45,6 +47,7 @@ class GradientComputer:
         batch_size: int,
         seed: int,
         emulation: EmulationConfig,
+        precision: Precision = Precision.FLOAT32,
     ) -> None:
         self.data = data
         self.model_factory = model_factory
@@ -53,6 +56,7 @@ class GradientComputer:
         self.batch_size = batch_size
         self.seed = seed
         self.emulation = emulation
+        self.precision = precision  # as the Ray workers' (runtime/gradient.py)
         self.model = model_factory()
         self.model.train()
         self.flat = FlatParameters(self.model)
@@ -60,6 +64,27 @@ class GradientComputer:
         self._data: dict[int, WorkerData] = {}
         samples = data.size(TRAIN)
         self._shards = [worker_shard(samples, w, workers, seed) for w in range(workers)]
+
+    @classmethod
+    def of(
+        cls,
+        plan: RunPlan,
+        data: JobData,
+        model_factory: Callable[[], torch.nn.Module],
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> GradientComputer:
+        """The computer of `plan`'s workers, set up as its Ray workers would be
+        (runtime/ray/supervisor.py)."""
+        return cls(
+            data,
+            model_factory,
+            loss_fn,
+            workers=plan.workers,
+            batch_size=plan.job.batch_size,
+            seed=plan.job.seed,
+            emulation=plan.emulation,
+            precision=Precision(plan.job.precision),
+        )
 
     def position(
         self, worker: int, sequence: int, *, new_process: bool, batches: int | None = None
@@ -105,6 +130,7 @@ class GradientComputer:
             data.streams.batches.next_indices(),
             self.loss_fn,
             data.streams.generator,
+            self.precision,
         )
         data.rng_state = torch.get_rng_state()
         for mine, kept in zip(self._buffers, data.buffers, strict=True):

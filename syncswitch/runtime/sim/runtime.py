@@ -113,21 +113,13 @@ class SimRuntime:
         self.task = task
         self.progress = progress
         self.events = events  # the controller's clock reads it too
-        job, plan = self.plan.job, self.plan
+        plan = self.plan
         steps = [
             WorkerStep(w, plan.emulation, plan.faults.for_worker(w), plan.sync.optimizer)
             for w in range(plan.workers)
         ]
         self.workers = [SimWorker(w, step) for w, step in enumerate(steps)]
-        self.computer = GradientComputer(
-            data,
-            model_factory,
-            task.loss_fn,
-            workers=self.plan.workers,
-            batch_size=job.batch_size,
-            seed=job.seed,
-            emulation=self.plan.emulation,
-        )
+        self.computer = GradientComputer.of(plan, data, model_factory, task.loss_fn)
         self.evaluator = Evaluator(data, model_factory, task)
         self.shards: list[ServerShard] = []
         self._server_life = 0
