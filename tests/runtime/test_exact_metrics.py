@@ -15,6 +15,7 @@ from torch.utils.data import TensorDataset
 from syncswitch import TrainConfig, train
 
 metrics = pytest.importorskip("sklearn.metrics")
+torchmetrics = pytest.importorskip("torchmetrics")
 
 JOB = dict(workers=2, batch_size=16, epochs=1, lr=0.05, eval_every=0.5, progress=False)
 VALIDATION = 1_200
@@ -36,7 +37,7 @@ def values(size: int, seed: int) -> TensorDataset:
 
 
 class BinaryF1:
-    """torchmetrics' interface, written out (torchmetrics is not a dependency)."""
+    """torchmetrics' interface, written out: any object with update/compute/reset."""
 
     def __init__(self) -> None:
         self.reset()
@@ -65,7 +66,13 @@ def _classification(runtime: str, out: Path) -> None:
         model_factory=functools.partial(torch.nn.Linear, 4, 2),
         train_data=classes(512, 1),
         val_data=validation,
-        metrics={"f1": "f1", "f1_object": BinaryF1(), "f1_macro": macro_f1, "auc": "auc"},
+        metrics={
+            "f1": "f1",
+            "f1_object": BinaryF1(),
+            "f1_macro": macro_f1,
+            "f1_torchmetrics": torchmetrics.classification.MulticlassF1Score(2, average="macro"),
+            "auc": "auc",
+        },
         primary_metric="f1",
     )
     with torch.no_grad():
@@ -78,6 +85,7 @@ def _classification(runtime: str, out: Path) -> None:
     assert measured["f1_macro"] == pytest.approx(
         metrics.f1_score(y, predicted, average="macro"), abs=1e-6
     )
+    assert measured["f1_torchmetrics"] == pytest.approx(measured["f1_macro"], abs=1e-6)
     assert measured["auc"] == pytest.approx(metrics.roc_auc_score(y, score), abs=1e-6)
     assert measured["loss"] == pytest.approx(float(F.cross_entropy(outputs, validation.tensors[1])))
 
@@ -91,13 +99,16 @@ def test_the_simulators_summary_equals_scikit_learn(tmp_path: Path) -> None:
         train_data=values(512, 1),
         val_data=validation,
         loss_fn=F.mse_loss,
-        metrics=["r2", "mae"],
+        metrics={"r2": "r2", "r2_torchmetrics": torchmetrics.R2Score(), "mae": "mae"},
+        primary_metric="r2",
     )
     with torch.no_grad():
         outputs = result.model()(validation.tensors[0]).double().numpy()
     y = validation.tensors[1].double().numpy()
     assert result.summary.metric.name == "r2"
     assert result.summary.validation["r2"] == pytest.approx(metrics.r2_score(y, outputs), abs=1e-6)
+    r2_torchmetrics = result.summary.validation["r2_torchmetrics"]
+    assert r2_torchmetrics == pytest.approx(metrics.r2_score(y, outputs), abs=1e-6)
     assert result.summary.validation["mae"] == pytest.approx(
         metrics.mean_absolute_error(y, outputs), abs=1e-6
     )
