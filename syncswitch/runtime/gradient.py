@@ -14,7 +14,7 @@ import torch
 
 from syncswitch.core.sync.optimizer import FlatParameters
 from syncswitch.core.sync.precision import Precision, forward_precision
-from syncswitch.errors import WorkloadError
+from syncswitch.errors import RunStopped, WorkloadError
 from syncswitch.user_code import described
 from syncswitch.workloads.data import JobData, to_device
 
@@ -39,6 +39,8 @@ def backward_on_batch(
         outputs = model(x)
         try:
             loss = loss_fn(outputs, y)
+        except RunStopped:  # SIGTERM/SIGINT's stop, raised wherever the main thread is
+            raise
         except Exception as error:  # e.g. a class id out of range that the checks did not read
             message = f"the loss failed on a training batch: {described(error)}"
             raise WorkloadError(message) from None

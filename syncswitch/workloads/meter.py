@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from syncswitch.errors import WorkloadError
+from syncswitch.errors import RunStopped, WorkloadError
 from syncswitch.user_code import described
 from syncswitch.workloads.data import batch_size_of
 from syncswitch.workloads.metrics import computed
@@ -77,7 +77,7 @@ class SplitMeter:
     def _guarded(name: str, step: Any) -> Any:
         try:
             return step()
-        except WorkloadError:
+        except (WorkloadError, RunStopped):  # a signal's stop passes through the user's code
             raise
         except Exception as error:  # the user's code: one line, as the checks say it
             raise WorkloadError(f"{name} failed on an evaluation: {described(error)}") from None

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import Dataset, TensorDataset
 
 from syncswitch.config import TrainConfig
-from syncswitch.errors import UserError
+from syncswitch.errors import RunStopped, UserError
 from syncswitch.runtime.train import train
 
 
@@ -107,3 +107,23 @@ def test_a_class_id_the_checks_did_not_read_stops_the_run_in_one_line(tmp_path) 
         train(config, model_factory=linear, train_data=Lazy(5000, bad_at=7), val_data=split(64, 1))
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"].startswith("failed")
+
+
+def test_a_signal_s_stop_inside_the_user_s_loss_stays_a_stop(tmp_path) -> None:
+    # SIGTERM's handler raises RunStopped wherever the main thread is, often inside the
+    # loss on the simulator: it must stop the run as a signal (resumable), not as the user's
+    # loss failing.
+    calls = itertools.count()
+
+    def stopped_on_the_tenth_call(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if next(calls) == 10:
+            raise RunStopped("SIGTERM received; continue with --resume")
+        return torch.nn.functional.cross_entropy(outputs, targets)
+
+    out = tmp_path / "run"
+    config = TrainConfig(runtime="sim", workers=2, epochs=1.0, progress=False, out=str(out))
+    with pytest.raises(RunStopped, match="SIGTERM received"):
+        train(config, model_factory=linear, train_data=split(512, 0), val_data=split(64, 1),
+              loss_fn=stopped_on_the_tenth_call)  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"].startswith("failed: RunStopped")
