@@ -127,7 +127,7 @@ def run_rate(kind: str, size_bytes: int, batch: int, out: Path) -> dict[str, Any
         runtime="sim", workers=2, epochs=1, batch_size=batch, optimizer="adamw", lr=1e-3,
         schedule="bsp", eval_every=1.0, progress=False, out=str(out),
     )  # fmt: skip
-    summary = train(config, **job(kind, size_bytes)).summary
+    summary = train(config, **job(kind, size_bytes), print_summary=False).summary
     host_s = summary.host_time_s or float("nan")
     return {
         "run_samples_per_s": summary.samples / host_s,
