@@ -52,6 +52,10 @@ class GPT2Factory:
             n_embd=self.width,
             n_layer=self.layers,
             n_head=self.heads,
+            # torch's fused GELU, as the built-in char-transformer uses: GPT-2's default
+            # tanh approximation ("gelu_new") is six elementwise passes in Python, and made
+            # a worker's step 16% slower (benchmarks/results/hf-model/notes.md).
+            activation_function="gelu",
             # No dropout, as the built-in char-transformer; untied output layer: the
             # project moves a model as one flat vector of its parameters.
             resid_pdrop=0.0,

@@ -34,6 +34,9 @@ def test_a_reply_carries_the_workers_local_round_and_a_request_its_delta_steps()
     assert decode_request(encode_request(1, 0, 5, 3, 32, 0.7, 0.3, None), None).local_steps == 0  # type: ignore[arg-type]
 
 
+# Slow (a command line starting its own Ray): local phases on Ray are in the default set by
+# test_training.py's shared-memory-against-socket run and the online test below.
+@pytest.mark.slow
 @pytest.mark.ray
 def test_bsp_then_local_16_trains_on_ray_and_shows_the_phase(tmp_path: Path) -> None:
     out = tmp_path / "run"
