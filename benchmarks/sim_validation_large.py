@@ -10,7 +10,7 @@ and its SIMULATED wall time set against the Ray run's measured one. Held out: a 
 BSP to ASP, other worker counts, other seeds.
 
     python benchmarks/sim_validation_large.py                # the table in docs/large-models.md
-    python benchmarks/sim_validation_large.py --epochs 0.1   # a quick look
+    python benchmarks/sim_validation_large.py --reuse-ray    # calibrate and predict again
 
 Batch 32 per worker, one evaluation at the end and no checkpoint but the final one (as
 benchmarks/large_model.py measures the training path). Results in --out: runs.jsonl (one line
@@ -71,6 +71,9 @@ def main() -> None:
         "--epochs", type=float, default=0.5, help="passes over the 8,000 samples (default 0.5)"
     )
     add_out(cli, "benchmarks/results/sim-validation-mlp17m")
+    cli.add_argument(
+        "--reuse-ray", action="store_true", help="predict again from the Ray runs kept in --out"
+    )
     args = cli.parse_args()
     # Ray's workers import the model's module by name: put this folder on their path.
     here = str(Path(__file__).resolve().parent)
@@ -78,31 +81,20 @@ def main() -> None:
     sys.path.insert(0, here)
     out: Path = args.out
     runs = out / "runs"
-    shutil.rmtree(runs, ignore_errors=True)
-    runs.mkdir(parents=True)
     dataset = load_dataset("mnist1d", mnist1d_samples=TrainConfig().mnist1d_samples)
     log = RunLog(out / "runs.jsonl")
-    log.clear()
-
-    from syncswitch.runtime.ray.connect import start_local
-
-    start_local(max(c.workers for c in CASES) + 4)
-    # A fresh Ray instance runs its first job slower: one short run, not measured, takes that.
-    train(job(CASES[0], runs / "warm-up", 0.05), dataset=dataset)
-    measured: dict[str, dict] = {}
-    for case in CASES:
-        run_dir = runs / f"ray-{case.workers}w-{case.schedule}-s{case.seed}"
-        before = os.getloadavg()[0]
-        summary = train(job(case, run_dir, args.epochs), dataset=dataset).summary
-        load = [round(before, 2), round(os.getloadavg()[0], 2)]
-        measured[case.name] = {"case": case.name, "role": case.role, "runtime": "ray",
-                               "wall_time_s": summary.wall_time_s, "dir": str(run_dir),
-                               "load": load}  # fmt: skip
-        log.append(measured[case.name])
-        print(f"ray {case.name}: {summary.wall_time_s:.2f} s", flush=True)
-    import ray
-
-    ray.shutdown()  # the simulator needs no Ray; its cores go back to the simulations
+    if args.reuse_ray:
+        # Predict again from the Ray runs an earlier invocation measured (runs.jsonl).
+        kept = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+        measured = {m["case"]: m for m in kept if m["runtime"] == "ray"}
+        log.clear()
+        for case in CASES:
+            log.append(measured[case.name])
+    else:
+        shutil.rmtree(runs, ignore_errors=True)
+        runs.mkdir(parents=True)
+        log.clear()
+        measured = measure_on_ray(runs, dataset, args.epochs, log)
 
     basis = [Path(measured[c.name]["dir"]) for c in CASES if c.role == CALIBRATE]
     model, report = calibrate(basis, model_path=MODEL)
@@ -114,8 +106,9 @@ def main() -> None:
     predicted: dict[str, float] = {}
     for case in CASES:
         run_dir = runs / f"sim-{case.workers}w-{case.schedule}-s{case.seed}"
+        shutil.rmtree(run_dir, ignore_errors=True)  # predicted afresh
         config = job(case, run_dir, args.epochs, runtime="sim", cluster=str(cluster))
-        summary = train(config, dataset=dataset).summary
+        summary = train(config, dataset=dataset, print_summary=False).summary
         predicted[case.name] = summary.wall_time_s
         log.append({"case": case.name, "role": case.role, "runtime": "sim",
                     "wall_time_s": summary.wall_time_s,
@@ -124,6 +117,32 @@ def main() -> None:
     text = table(args.epochs, measured, predicted, model.nodes.shared_memory)
     save_text(out / "table.md", text + "\n")
     print(text)
+
+
+def measure_on_ray(runs: Path, dataset, epochs: float, log: RunLog) -> dict[str, dict]:
+    """Each case trained on a local Ray: its measured wall seconds and load (logged as each
+    run ends)."""
+    from syncswitch.runtime.ray.connect import start_local
+
+    start_local(max(c.workers for c in CASES) + 4)
+    # A fresh Ray instance runs its first job slower: one short run, not measured, takes that.
+    train(job(CASES[0], runs / "warm-up", 0.05), dataset=dataset, print_summary=False)
+    measured: dict[str, dict] = {}
+    for case in CASES:
+        run_dir = runs / f"ray-{case.workers}w-{case.schedule}-s{case.seed}"
+        before = os.getloadavg()[0]
+        config = job(case, run_dir, epochs)
+        summary = train(config, dataset=dataset, print_summary=False).summary
+        load = [round(before, 2), round(os.getloadavg()[0], 2)]
+        measured[case.name] = {"case": case.name, "role": case.role, "runtime": "ray",
+                               "wall_time_s": summary.wall_time_s, "dir": str(run_dir),
+                               "load": load}  # fmt: skip
+        log.append(measured[case.name])
+        print(f"ray {case.name}: {summary.wall_time_s:.2f} s", flush=True)
+    import ray
+
+    ray.shutdown()  # the simulator needs no Ray; its cores go back to the simulations
+    return measured
 
 
 def table(epochs: float, measured: dict, predicted: dict, shared_memory: bool) -> str:

@@ -5,7 +5,9 @@ What is fitted, and from what (every figure read from the run directories or tim
 - compute: each worker's applied step times (updates.csv). The base step time and the jitter
   are fitted robustly (median and inter-quartile range of the log step times), so straggler
   episodes do not inflate them; a worker whose median differs from the others' by more than
-  10% gets a speed factor. An emulated run's ASP cycles set the jitter (their spread).
+  10% gets a speed factor. An emulated run's ASP cycles set the jitter (their spread). Real
+  gradients on the CPU: the base step time is the workers' recorded compute CPU, the cores'
+  queue (nodes) adding what sharing them costs.
 - nodes: where the run's actors ran (summary.json's placement): on one node, every worker,
   the servers, the evaluator and the driver share its cores (this machine's, or `cores`).
 - host CPU per role: the workers' compute CPU per step from their own records
@@ -42,6 +44,7 @@ from syncswitch.calibration.refine import START, refine_unknowns
 from syncswitch.calibration.replay import Replay, cluster_yaml, replay_whole
 from syncswitch.calibration.runs import (
     asp_cycle_sigma,
+    computed_on_cpu,
     fit_compute,
     load_runs,
     node_shape,
@@ -92,6 +95,11 @@ def calibrate(
     compute = replace(compute, sends_during_step=overlap)
     nodes = node_shape(runs, cores)
     recorded = [m for m in (recorded_compute_ms(r.run) for r in runs) if m is not None]
+    if recorded and computed_on_cpu(runs):
+        # A CPU "device": a step is its compute CPU, and its stretch when the workers
+        # outnumber the cores is the cores' queue (nodes.cores). A device time fitted from the
+        # stretched steps would count that twice and keep it at other worker counts.
+        compute = replace(compute, step_time_ms=round(statistics.mean(recorded), 4))
     server_ms, evaluator_ms = timed_costs(first.job, first.dataset, first.build_model)
     parameters = sum(p.numel() for p in first.build_model().parameters())
     per_server = math.ceil(parameters / first.job.servers)

@@ -290,6 +290,20 @@ def node_shape(runs: list[CalibrationRun], cores: int | None) -> NodeModel:
     return NodeModel(workers_per_node=-(-widest // nodes), cores=cores or 0, shared_memory=shared)
 
 
+def computed_on_cpu(runs: list[CalibrationRun]) -> bool:
+    """Whether every run's workers computed real gradients on the CPU (no emulated step time,
+    summary.json's worker device `cpu`): their "device" is then the host's cores."""
+    for r in runs:
+        if r.run.config.get("step_time_ms"):
+            return False
+        placement = r.run.summary.placement if r.run.summary is not None else None
+        resources = (placement or {}).get("resources")
+        worker = resources.get("worker") if isinstance(resources, dict) else None
+        if not isinstance(worker, dict) or worker.get("device") != "cpu":
+            return False
+    return True
+
+
 def _used_shared_memory(path: Path) -> bool:
     """Whether the run's workers passed values through shared memory (actors.json says how
     many connections did); a run from before shared memory, or on the socket, did not."""

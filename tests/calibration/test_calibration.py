@@ -191,3 +191,21 @@ def test_the_fitted_nodes_pass_values_through_shared_memory_as_the_runs_did(
         (run / "actors.json").write_text(text)
     model, _ = calibrate(run, refine=False)
     assert model.nodes.shared_memory is shared
+
+
+def test_real_gradients_on_the_cpu_take_their_compute_cpu_as_the_step() -> None:
+    """A CPU "device": the step is the recorded compute CPU, the cores' queue adding the rest;
+    an emulated step or a GPU keeps the step time the run measured."""
+    from types import SimpleNamespace
+
+    from syncswitch.calibration.runs import computed_on_cpu
+
+    def run(config: dict, device: str | None):
+        resources = {"worker": {"device": device}} if device else {}
+        summary = SimpleNamespace(placement={"resources": resources})
+        return SimpleNamespace(run=SimpleNamespace(config=config, summary=summary))
+
+    assert computed_on_cpu([run({}, "cpu"), run({"step_time_ms": 0.0}, "cpu")])
+    assert not computed_on_cpu([run({}, "cpu"), run({"step_time_ms": 20.0}, "cpu")])
+    assert not computed_on_cpu([run({}, "cuda")])
+    assert not computed_on_cpu([run({}, None)])  # a summary that does not say
