@@ -90,11 +90,13 @@ def test_a_corrupt_best_weights_file_is_one_line(mnist, tmp_path) -> None:
 
 @pytest.mark.ray
 def test_early_stopping_and_the_best_weights_on_ray(ray_session, mnist, tmp_path) -> None:
-    # Emulated 5 ms steps: the evaluator keeps up, so the stop comes soon after its cause
-    # (on Ray evaluations run beside training: the run ends up to their lag later).
+    # Emulated 20 ms steps: the evaluator keeps up, so the stop comes soon after its cause
+    # (on Ray evaluations run beside training: the run ends up to their lag later). At 5 ms
+    # the whole run took about 2 s and could end before the evaluations that stop it came
+    # back (a stop after the workload is done is not one).
     job = dict(**NOISY, servers=2, early_stop_patience=2, early_stop_min_delta=0.02)
     simulated = simulate(tmp_path, mnist, "sim", **job)
-    job = {**JOB, **job, "step_time_ms": 5.0, "out": str(tmp_path / "ray")}
+    job = {**JOB, **job, "step_time_ms": 20.0, "out": str(tmp_path / "ray")}
     real = train(TrainConfig(**job), dataset=mnist)
     summary = real.summary
     assert summary["runtime"] == "ray" and summary["status"] == "complete"
