@@ -23,7 +23,7 @@ from syncswitch.core.stragglers.detector import DetectorConfig
 from syncswitch.core.stragglers.policies import StragglerPolicyKind
 from syncswitch.core.stragglers.scenarios import StragglerScenario, build_scenario
 from syncswitch.core.sync.hyperparams import LrSchedule, LrScheduleKind
-from syncswitch.core.sync.protocol import Protocol, Schedule, ScheduleError
+from syncswitch.core.sync.protocol import Schedule, ScheduleError
 from syncswitch.core.sync.server_optimizer import OptimizerKind
 from syncswitch.errors import ConfigError
 from syncswitch.import_path import is_import_path
@@ -127,7 +127,7 @@ def _check_staleness_options(config: TrainOptions, schedule: Schedule | None) ->
     defaults = {f.name: f.default for f in fields(config)}
     given = [name for name in STALENESS_OPTIONS if getattr(config, name) != defaults[name]]
     flags = ", ".join("--" + name.replace("_", "-") for name in given)
-    asynchronous = schedule is None or any(p.spec.protocol.is_async for p in schedule.phases)
+    asynchronous = schedule is None or any(p.spec.is_async for p in schedule.phases)
     if given and not asynchronous:
         raise StalenessOptionsError(
             f"{flags} {'apply' if len(given) > 1 else 'applies'} to ASP/SSP phases; "
@@ -257,9 +257,10 @@ def _build_lr_schedule(config: TrainOptions) -> LrSchedule:
 def _build_scenario(config: TrainOptions, schedule: Schedule | None) -> StragglerScenario:
     if not config.stragglers:
         return StragglerScenario()
-    # Generated stragglers are placed in the first BSP phase (none while 'auto').
+    # Generated stragglers are placed in the first phase they hold up, one a greedy policy
+    # would detour from (BSP; none while 'auto').
     phases = schedule.phases if schedule is not None else ()
-    bsp_end = next((p.end for p in phases if p.spec.protocol is Protocol.BSP), None)
+    bsp_end = next((p.end for p in phases if p.spec.straggler_detour is not None), None)
     return build_scenario(config.stragglers, workers=config.workers, bsp_end=bsp_end)
 
 

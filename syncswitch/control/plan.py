@@ -19,7 +19,7 @@ from syncswitch.core.reliability.divergence import RollbackConfig
 from syncswitch.core.reliability.faults import FaultPlan
 from syncswitch.core.stragglers.monitor import StragglerMonitorConfig
 from syncswitch.core.sync.config import SyncConfig
-from syncswitch.core.sync.protocol import Protocol, Schedule
+from syncswitch.core.sync.protocol import BSP, Schedule
 from syncswitch.core.sync.wire_dtype import WireDtype
 from syncswitch.core.timing.rules import Rule, ShareBounds, make_rule, rule_threshold, uses_losses
 from syncswitch.records.metric import DEFAULT, MetricSpec
@@ -239,7 +239,7 @@ class RunPlan:
         return sum(
             p.end - a
             for p, a in zip(phases, starts, strict=True)
-            if p.spec.protocol is Protocol.BSP
+            if p.spec == BSP
         )
 
 
