@@ -236,11 +236,7 @@ class RunPlan:
     def planned_bsp_fraction(self) -> float:
         phases = self.schedule.phases
         starts = [0.0, *(p.end for p in phases[:-1])]
-        return sum(
-            p.end - a
-            for p, a in zip(phases, starts, strict=True)
-            if p.spec == BSP
-        )
+        return sum(p.end - a for p, a in zip(phases, starts, strict=True) if p.spec == BSP)
 
 
 # Evaluations one step may trigger (each crossed multiple of eval_every is one, of the same
