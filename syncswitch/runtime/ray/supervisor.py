@@ -10,10 +10,9 @@ every shard, request a snapshot.
 Every actor starts in its own bundle of the run's placement group (runtime/ray/placement.py
 owns the group, runtime/ray/starter.py builds each actor), on the device the resource plan
 gives its role; where each one runs is kept in actors.json and handed to the controller for
-the summary. A lost node is no special case: its workers
-die and restart (in their bundles, which Ray places again on the nodes left), its servers
-are restored from the last checkpoint, its evaluator is started again and given the
-evaluations it had not answered.
+the summary. A lost node is no special case: its workers die and restart (in their
+bundles, which Ray places again on the nodes left), its servers are restored from the last
+checkpoint, its evaluator is started again and given the evaluations it had not answered.
 """
 
 from __future__ import annotations
@@ -108,7 +107,6 @@ class RaySupervisor:
         torch.manual_seed(self.plan.job.seed)
         initial = flatten_parameters(self.model_factory()).numpy()
         self.shards = parameter_shards(len(initial), self.plan.job.servers)
-        self.initial = initial
         # Put once: each node's object store then fetches it once and its workers share
         # that copy, rather than every worker pulling its own through the driver. A dataset
         # factory travels as itself: each worker builds its own data.
