@@ -10,11 +10,10 @@ nothing here imports the config; `make_loggers` takes the two values it needs.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterable
 from pathlib import Path
 
-from syncswitch.loggers.base import Point, RunLogger
+from syncswitch.loggers.base import Point, RunLogger, installed
 
 LOGGERS = ("csv", "tensorboard", "mlflow")
 
@@ -27,13 +26,6 @@ def missing_packages(logger: str, tracking_uri: str | None = None) -> list[str]:
 
         return mlflow_missing(tracking_uri)
     return []
-
-
-def installed(package: str) -> bool:
-    try:
-        return importlib.util.find_spec(package) is not None
-    except ValueError:  # in sys.modules without a spec (e.g. blocked with None)
-        return False
 
 
 def make_loggers(names: Iterable[str], tracking_uri: str | None, run_dir: Path) -> list[RunLogger]:
@@ -51,4 +43,4 @@ def make_loggers(names: Iterable[str], tracking_uri: str | None, run_dir: Path) 
     return loggers
 
 
-__all__ = ["LOGGERS", "Point", "RunLogger", "make_loggers", "missing_packages"]
+__all__ = ["LOGGERS", "Point", "RunLogger", "installed", "make_loggers", "missing_packages"]

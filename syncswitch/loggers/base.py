@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -47,3 +48,11 @@ class RunLogger(ABC):
     @abstractmethod
     def close(self, status: str) -> None:
         """Flush and close; `status` is summary.json's (complete, failed: ..., running)."""
+
+
+def installed(package: str) -> bool:
+    """Whether an optional backend's package can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ValueError:  # in sys.modules without a spec (e.g. blocked with None)
+        return False

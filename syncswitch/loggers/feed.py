@@ -2,9 +2,10 @@
 
 RunWriter hands the feed the same streams it writes to disk (evaluation rows, applied and
 dropped gradients, events as their records (rundir/events.py), worker statistics, the
-summary). Per-gradient figures are only folded into running totals as they arrive (a few
-additions per gradient, on the driver) and sent once per evaluation point, so a logger costs
-nothing per gradient on the wire:
+summary): the feed is the writer's RecordSink (rundir/sink.py), which the runtime builds
+around the configured backends and hands to the writer. Per-gradient figures are only
+folded into running totals as they arrive (a few additions per gradient, on the driver) and
+sent once per evaluation point, so a logger costs nothing per gradient on the wire:
 
     test/accuracy, test/loss, train/loss, throughput/samples_per_s    per evaluation
     protocol/<name> (1 while in force)                                per evaluation
@@ -80,8 +81,17 @@ class LoggerFeed:
 
     # -- what RunWriter hands over --------------------------------------------------------
 
-    def start(self, config: dict[str, Any], resume_samples: int | None) -> None:
-        """Open every backend's run; one that cannot start stops the run before it begins."""
+    def start(
+        self,
+        config: dict[str, Any],
+        resume_samples: int | None,
+        on_failure: Callable[[str, str], None] | None = None,
+    ) -> None:
+        """Open every backend's run; one that cannot start stops the run before it begins.
+        `on_failure`, where given (the run directory writer's: a LoggerFailed event), is told
+        of a backend switched off later, in place of the one given at construction."""
+        if on_failure is not None:
+            self._on_failure = on_failure
         # Every scheduled protocol has its series from the first point on (an online policy
         # may add one later).
         try:

@@ -20,7 +20,7 @@ from typing import Any
 
 from syncswitch.errors import ConfigError
 from syncswitch.files import UnsafeFileError, require_regular_if_present
-from syncswitch.loggers.base import Point, RunLogger
+from syncswitch.loggers.base import Point, RunLogger, installed
 
 EXPERIMENT = "syncswitch"
 DATABASE = "mlflow.db"
@@ -68,8 +68,6 @@ def missing_packages(tracking_uri: str | None) -> list[str]:
     needed = ["mlflow"]
     if tracking_uri is None or tracking_uri.startswith("sqlite:"):
         needed += ["alembic", "sqlalchemy"]
-    from syncswitch.loggers import installed
-
     return [name for name in needed if not installed(name)]
 
 

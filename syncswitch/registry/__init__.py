@@ -9,7 +9,7 @@ from syncswitch.registry.fingerprint import (
     fingerprint,
 )
 from syncswitch.registry.location import ENV_VAR, RegistryLocation, default_path
-from syncswitch.registry.records import (
+from syncswitch.registry.rows import (
     DECISION_KINDS,
     ONLINE,
     SEARCH,

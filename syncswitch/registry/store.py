@@ -17,27 +17,26 @@ half-way when it upgrades a read lock), and a busy timeout makes writers queue i
 erroring. A file that is not a SQLite database, or a database that is not a registry, is
 refused with one line and never written to.
 
-Modules: `location` (where it lives), `schema` (its tables), `records` (what it hands out,
-typed as read back), `sqlite` (SQLite's locking and file checks); this module is `Registry`,
-its operations. Their public names are importable from here too.
+Modules: `location` (where it lives), `schema` (its tables), `rows` (what it hands out,
+typed as read back), `sqlite` (SQLite's locking and file checks), `database` (the database
+opened, or refused, once, and the transactions run on it); this module is `Registry`, its
+operations. Their public names are importable from here too.
 """
 
 from __future__ import annotations
 
 import os
-import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, func, inspect, select
+from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError
 
 from syncswitch.errors import RegistryError
+from syncswitch.registry.database import RegistryDatabase
 from syncswitch.registry.location import ENV_VAR, RegistryLocation, default_path, redact_url
-from syncswitch.registry.records import (
+from syncswitch.registry.rows import (
     DECISION_KINDS,
     ONLINE,
     SEARCH,
@@ -47,20 +46,8 @@ from syncswitch.registry.records import (
     decision_from_row,
     trial_from_row,
 )
-from syncswitch.registry.schema import (
-    SCHEMA_VERSION,
-    decisions_table,
-    jobs_table,
-    metadata,
-    registry_meta,
-    trials_table,
-)
-from syncswitch.registry.sqlite import (
-    BUSY_TIMEOUT_S,
-    check_sqlite_file,
-    make_sqlite_transactions_explicit,
-    switch_to_wal,
-)
+from syncswitch.registry.schema import SCHEMA_VERSION, decisions_table, jobs_table, trials_table
+from syncswitch.registry.sqlite import BUSY_TIMEOUT_S
 from syncswitch.registry.trial import TrialRecord, TrialStatus
 
 __all__ = [
@@ -92,105 +79,11 @@ class Registry:
     ) -> None:
         """`create=False` (listing): a database without a registry in it is one
         RegistryError line, and nothing is written to it (no tables, no journal mode)."""
-        self.location = (
-            location
-            if isinstance(location, RegistryLocation)
-            else RegistryLocation.resolve(location)
-        )
-        self._create = create
-        if self.location.sqlite_path is not None:
-            check_sqlite_file(self.location.sqlite_path)
-        self._engine = self._create_engine()
-        try:
-            self._prepare()
-        except BaseException:
-            self._engine.dispose()
-            raise
-
-    # -- opening --------------------------------------------------------------------------
-
-    def _create_engine(self) -> Engine:
-        url = self.location.url
-        try:
-            if self.location.sqlite_path is None and not url.startswith("sqlite"):
-                return create_engine(url, pool_pre_ping=True)
-            engine = create_engine(
-                url,
-                connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False},
-            )
-        except (NoSuchModuleError, ModuleNotFoundError, ArgumentError) as error:
-            raise RegistryError(
-                f"registry {self.location.display}: cannot use this database URL "
-                f"({_one_line(error)}); is its driver installed?"
-            ) from None
-        make_sqlite_transactions_explicit(engine)
-        return engine
-
-    def _prepare(self) -> None:
-        # Look before writing anything: a database of some other program is left alone.
-        with self._errors("read it"), self._engine.connect() as conn:
-            names = set(inspect(conn).get_table_names())
-            if names and registry_meta.name not in names:
-                raise RegistryError(
-                    f"registry {self.location.display} is a database but not a syncswitch "
-                    f"registry (it has tables {', '.join(sorted(names)[:5])}); it was left "
-                    "untouched: use another file or URL"
-                )
-            if registry_meta.name in names:
-                self._check_version(conn)
-                if self._is_current(names):
-                    return
-            if not self._create:
-                raise RegistryError(
-                    f"registry {self.location.display} holds no syncswitch registry yet "
-                    "(`syncswitch search` creates one); listing never creates it"
-                )
-        if self.location.sqlite_path is not None:
-            # Outside any transaction (SQLite refuses to change the journal mode inside one);
-            # the mode is stored in the file, so every later connection uses it.
-            with self._errors("switch it to WAL mode"), self._engine.connect() as conn:
-                switch_to_wal(conn.connection.dbapi_connection)
-        try:
-            with self._write("create its tables") as conn:
-                metadata.create_all(conn)
-                if conn.execute(select(registry_meta.c.value)).first() is None:
-                    conn.execute(
-                        registry_meta.insert().values(
-                            key="schema_version", value=str(SCHEMA_VERSION)
-                        )
-                    )
-        except RegistryError:
-            # Another process may have created the tables at the same moment (databases
-            # without SQLite's write lock); that is fine if they are there now.
-            with self._errors("read it"), self._engine.connect() as conn:
-                if not self._is_current(set(inspect(conn).get_table_names())):
-                    raise
-
-    @staticmethod
-    def _is_current(names: set[str]) -> bool:
-        return {t.name for t in metadata.sorted_tables} <= names
-
-    def _check_version(self, conn: Connection) -> None:
-        row = conn.execute(
-            select(registry_meta.c.value).where(registry_meta.c.key == "schema_version")
-        ).first()
-        if row is None:
-            return
-        text = str(row.value).strip()
-        if not text.isdecimal() or len(text) > 9:
-            raise RegistryError(
-                f"registry {self.location.display} has schema version {text[:40]!r}, which is "
-                f"not a version number (this syncswitch writes {SCHEMA_VERSION}); it was left "
-                "untouched: is it a syncswitch registry?"
-            )
-        if int(text) > SCHEMA_VERSION:
-            raise RegistryError(
-                f"registry {self.location.display} has schema version {text}, newer than "
-                f"this syncswitch understands ({SCHEMA_VERSION}); upgrade syncswitch"
-            )
+        self._db = RegistryDatabase(location, create=create)
+        self.location = self._db.location
 
     def close(self) -> None:
-        self._engine.dispose()
+        self._db.close()
 
     def __enter__(self) -> Registry:
         return self
@@ -204,7 +97,7 @@ class Registry:
         """The job's row, created on first use."""
         for _attempt in range(2):
             try:
-                with self._write("store the job") as conn:
+                with self._db.write("store the job") as conn:
                     found = self._job_where(conn, jobs_table.c.fingerprint == fingerprint)
                     if found:
                         return found[0]
@@ -221,7 +114,7 @@ class Registry:
         raise RegistryError(f"registry {self.location.display}: cannot store job {fingerprint}")
 
     def job(self, fingerprint: str) -> JobRecord | None:
-        with self._read() as conn:
+        with self._db.read() as conn:
             found = self._job_where(conn, jobs_table.c.fingerprint == fingerprint)
         return found[0] if found else None
 
@@ -229,11 +122,11 @@ class Registry:
         """Jobs whose fingerprint starts with `prefix`, taken literally (autoescape: a '%' or
         '_' in it is not a LIKE wildcard)."""
         condition = jobs_table.c.fingerprint.startswith(prefix.lower(), autoescape=True)
-        with self._read() as conn:
+        with self._db.read() as conn:
             return self._job_where(conn, condition)
 
     def overview(self) -> list[JobOverview]:
-        with self._read() as conn:
+        with self._db.read() as conn:
             jobs = self._job_where(conn, None)
             counts = {
                 (row.job_id, row.status): row.n
@@ -270,7 +163,7 @@ class Registry:
     # -- trials ---------------------------------------------------------------------------
 
     def trials(self, job: JobRecord) -> list[TrialRecord]:
-        with self._read() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(
                 select(trials_table)
                 .where(trials_table.c.job_id == job.id)
@@ -288,7 +181,7 @@ class Registry:
         )
         for _attempt in range(2):
             try:
-                with self._write("store a trial") as conn:
+                with self._db.write("store a trial") as conn:
                     updated = conn.execute(trials_table.update().where(key).values(**values))
                     if updated.rowcount == 0:
                         conn.execute(
@@ -314,7 +207,7 @@ class Registry:
         reason: str,
     ) -> DecisionRecord:
         """Store a decision; the same decision as the job's latest is not stored twice."""
-        with self._write("store the decision") as conn:
+        with self._db.write("store the decision") as conn:
             latest = self._latest_decision(conn, job)
             if latest is not None and (
                 (latest.fraction, latest.tolerance, latest.repeats, latest.evidence)
@@ -337,11 +230,11 @@ class Registry:
         return stored
 
     def latest_decision(self, job: JobRecord) -> DecisionRecord | None:
-        with self._read() as conn:
+        with self._db.read() as conn:
             return self._latest_decision(conn, job)
 
     def decisions(self, job: JobRecord) -> list[DecisionRecord]:
-        with self._read() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(
                 select(decisions_table)
                 .where(decisions_table.c.job_id == job.id)
@@ -371,42 +264,7 @@ class Registry:
         ).first()
         return decision_from_row(row, job.fingerprint) if row is not None else None
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        with self._errors("read it"), self._engine.connect() as conn:
-            yield conn
-
-    @contextmanager
-    def _write(self, action: str) -> Iterator[Connection]:
-        with (
-            self._errors(action),
-            self._engine.connect().execution_options(registry_write=True) as conn,
-            conn.begin(),
-        ):
-            yield conn
-
-    @contextmanager
-    def _errors(self, action: str) -> Iterator[None]:
-        try:
-            yield
-        except (SQLAlchemyError, sqlite3.Error) as error:
-            detail = _one_line(getattr(error, "orig", None) or error)
-            raise RegistryError(
-                f"registry {self.location.display}: cannot {action}: {detail}"
-            ) from error
-        except (ValueError, TypeError, OverflowError, RecursionError) as error:
-            # A value that is not what its column holds (bad JSON, text in a number column).
-            detail = _one_line(error)[:200]
-            raise RegistryError(
-                f"registry {self.location.display}: cannot {action}: it holds a malformed "
-                f"value ({type(error).__name__}: {detail})"
-            ) from None
-
 
 def _now() -> datetime:
     # Naive UTC: the same on every backend (SQLite stores no time zone).
     return datetime.now(UTC).replace(tzinfo=None)
-
-
-def _one_line(error: object) -> str:
-    return " ".join(str(error).split())

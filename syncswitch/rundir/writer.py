@@ -6,8 +6,9 @@ included), summary.json (rewritten atomically as the run goes, final at the end)
 gradient), drops.csv, events.jsonl (switches and other decisions) and worker_steps.csv
 (per-worker step-time statistics). Each CSV row carries `emulated` and `simulated` columns so
 no figure can be mistaken for real-hardware timing (simulated: times are seconds of the
-simulator's clock, docs/simulator.md). What the files receive also goes to the configured
-loggers (TensorBoard, MLflow: syncswitch.loggers).
+simulator's clock, docs/simulator.md). What the files receive also goes to a RecordSink
+(rundir/sink.py), where the run has one: the runtime's LoggerFeed around the configured
+loggers (TensorBoard, MLflow).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import csv
 import io
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime
@@ -37,11 +38,11 @@ from syncswitch.files import (
 )
 from syncswitch.rundir import names
 from syncswitch.rundir.events import LoggerFailed, RunEvent, to_line
+from syncswitch.rundir.sink import RecordSink
 from syncswitch.rundir.summary import Summary
 
-if TYPE_CHECKING:  # the loggers import torch; a writer without loggers never needs them
+if TYPE_CHECKING:
     from syncswitch.core.sync.records import DropRecord, UpdateRecord
-    from syncswitch.loggers import RunLogger
 
 _TIMED_WORKERS = names.WORKER_COLUMNS[: -len(names.TIMING_COLUMNS)]
 _TIMED_SIGNALS = names.TIMING_SIGNAL_COLUMNS[: -len(names.TIMING_COLUMNS)]
@@ -110,19 +111,19 @@ class RunWriter:
         simulated: bool = False,
         faults: list[dict] | None = None,
         resume_at: tuple[int, float] | None = None,
-        loggers: Sequence[RunLogger] = (),
+        sink: RecordSink | None = None,
         measured: tuple[str, ...] = ("val_accuracy", "val_loss"),
     ) -> None:
         """`resume_at` (samples, run seconds of the checkpoint): a resumed run keeps what the
-        files say up to that point and appends from there. `loggers` (TensorBoard, MLflow)
-        are fed what the files receive; they start before anything is written, so one that
-        cannot start leaves the directory free for the next try. `measured` are metrics.csv's
+        files say up to that point and appends from there. `sink` (the loggers' feed) is
+        handed what the files receive; it starts before anything is written, so a logger
+        that cannot start leaves the directory free for the next try. `measured` are metrics.csv's
         columns of the evaluated split (names.metric_columns)."""
         self.dir = Path(out_dir)
         create_run_dir(self.dir)
         self._lock = lock_run_dir(self.dir)  # before anything is read back or truncated
         try:
-            self._start(config, emulation, simulated, faults, resume_at, loggers, measured)
+            self._start(config, emulation, simulated, faults, resume_at, sink, measured)
         except BaseException:
             self._lock.release()
             raise
@@ -134,7 +135,7 @@ class RunWriter:
         simulated: bool,
         faults: list[dict] | None,
         resume_at: tuple[int, float] | None,
-        loggers: Sequence[RunLogger],
+        sink: RecordSink | None,
         measured: tuple[str, ...],
     ) -> None:
         self._metrics_through: float | None = None  # the last samples metrics.csv kept
@@ -145,12 +146,10 @@ class RunWriter:
             "simulated": simulated,
             "faults_injected": faults or None,
         }
-        self._feed = None
-        if loggers:
-            from syncswitch.loggers.feed import LoggerFeed
-
-            self._feed = LoggerFeed(loggers, on_failure=self._logger_failed)
-            self._feed.start({**config, **labels}, resume_at[0] if resume_at else None)
+        self._feed = sink
+        if sink is not None:
+            resume_samples = resume_at[0] if resume_at else None
+            sink.start({**config, **labels}, resume_samples, on_failure=self._logger_failed)
         if resume_at is None:
             write_json_atomic(self.dir / names.CONFIG, {**config, **labels})
         else:
@@ -172,11 +171,6 @@ class RunWriter:
     @property
     def _labels(self) -> list[bool]:
         return [self._emulated, self._simulated]
-
-    @property
-    def loggers(self) -> list[RunLogger]:
-        """The backends still working (one that failed mid-run is switched off)."""
-        return self._feed.loggers if self._feed else []
 
     def updates(self, records: list[UpdateRecord]) -> None:
         self._updates.write([(*_row(r), *self._labels) for r in records])

@@ -35,6 +35,7 @@ from syncswitch.core.reliability.checkpoints import (
 from syncswitch.errors import CallbackError, ConfigError, RunDirError
 from syncswitch.import_path import is_import_path
 from syncswitch.loggers import make_loggers
+from syncswitch.loggers.feed import LoggerFeed
 from syncswitch.records.metric import TEST, VALIDATION, column
 from syncswitch.rundir import (
     RunWriter,
@@ -241,7 +242,7 @@ def _train(
         faults=plan.faults.describe(),
         # Resumed without a checkpoint: its logs are cut back to nothing, and it starts over.
         resume_at=resume_point(checkpoint) if checkpoint or not resume else (0, 0.0),
-        loggers=make_loggers(config.logger or (), config.tracking_uri, run_dir),
+        sink=_logger_feed(config, run_dir),
         measured=tuple(column(plan.metric.split, n) for n in parts.task.names),
     )
     if plan.simulated:
@@ -315,6 +316,13 @@ class ModelState:
         return RunResult(
             summary, run_dir, final_weights, self.workload, self.model_factory, self.state_dict
         )
+
+
+def _logger_feed(config: TrainConfig, run_dir: Path) -> LoggerFeed | None:
+    """The run directory's sink: the configured loggers (TensorBoard, MLflow) behind one
+    feed, or none (csv alone: the run directory is it)."""
+    loggers = make_loggers(config.logger or (), config.tracking_uri, run_dir)
+    return LoggerFeed(loggers) if loggers else None
 
 
 def check_runnable(config: TrainConfig) -> None:

@@ -2,11 +2,13 @@
 
 - no module in syncswitch/ over MAX_MODULE_LINES lines: a module that long holds more than one
   concept, and is split by concept;
-- no class in core/ or control/ with more than MAX_METHODS methods (defs directly in its body):
-  a class that big is doing more than one job;
+- no class in syncswitch/ with more than MAX_METHODS methods (defs directly in its body): a
+  class that big is doing more than one job;
+- the package's layers (LAYER_ORDER, lowest first): no module imports from a layer above its
+  own, not even lazily (inside a function) or under `if TYPE_CHECKING:`;
 - no import circle among the package's modules (module-level imports, those under
-  `if TYPE_CHECKING:` included, lazy imports inside functions not): every cycle is reported as
-  `a -> b -> ... -> a`;
+  `if TYPE_CHECKING:` included), and none either once lazy imports inside functions count:
+  every cycle is reported as `a -> b -> ... -> a`;
 - docs/architecture.md names only modules that exist: every `dir/name.py` path it mentions
   (relative to syncswitch/ or to the repository), and every bare `name.py` in its package tree
   (relative to the folder it is listed under).
@@ -19,7 +21,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +29,39 @@ PACKAGE = ROOT / "syncswitch"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 MAX_MODULE_LINES = 450
 MAX_METHODS = 20
-METHOD_LIMITED = ("core", "control")  # folders under syncswitch/ whose classes are counted
+OVER_METHOD_LIMIT: set[str] = set()  # classes allowed over MAX_METHODS ("module.Class")
+# TrainConfig is being slimmed on another branch: delete the next line when that one merges.
+OVER_METHOD_LIMIT |= {"syncswitch.config.job.TrainConfig"}
+
+# The package's layers, lowest first: syncswitch/NAME/ or syncswitch/NAME.py, and "__init__"
+# (the package's API: train(), TrainConfig, ...) on top. A module imports only from its own
+# layer and the ones before it (docs/architecture.md, "Who imports whom").
+LAYER_ORDER = (
+    # the leaves: no torch, nothing of the package but each other
+    "errors",
+    "keys",
+    "command",
+    "user_code",
+    "files",
+    "import_path",
+    "cluster_address",
+    "terminal",
+    "records",  # the records core and rundir share
+    "core",  # semantics: protocols, the synchronizer, timing, stragglers, reliability
+    "rundir",  # the run directory: its files, written and read
+    "loggers",  # TensorBoard, MLflow: what the run directory receives, as series
+    "config",  # TrainConfig and its checks (--logger's among them)
+    "workloads",  # models, datasets, tasks, metrics
+    "control",  # the run controller
+    "registry",  # the job registry (SQL)
+    "recurring",  # --schedule auto, the switch-point search
+    "reports",  # tables and figures from run directories
+    "run_summary",  # the end-of-run summary printed
+    "runtime",  # train(): the simulator, the data plane, Ray
+    "calibration",  # `syncswitch calibrate`: replays on the simulator
+    "cli",  # the commands
+    "__init__",  # the API
+)
 
 
 def _modules(package: Path = PACKAGE) -> dict[str, Path]:
@@ -52,6 +86,12 @@ def _rel(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
+def _dotted(path: Path) -> str:
+    """syncswitch/config/job.py -> syncswitch.config.job (outside the repository: its stem)."""
+    relative = path.relative_to(ROOT) if path.is_relative_to(ROOT) else Path(path.name)
+    return ".".join(relative.with_suffix("").parts)
+
+
 # -- sizes ------------------------------------------------------------------------------------
 
 
@@ -64,12 +104,16 @@ def _long_modules(package: Path = PACKAGE, limit: int = MAX_MODULE_LINES) -> lis
     return long
 
 
-def _big_classes(paths: list[Path], limit: int = MAX_METHODS) -> list[str]:
+def _big_classes(
+    paths: list[Path], limit: int = MAX_METHODS, allowed: frozenset[str] = frozenset()
+) -> list[str]:
+    """Classes with more than `limit` methods, but those `allowed` (module.Class)."""
     big = []
     for path in paths:
         tree = _tree(path)
+        module = _dotted(path)
         for node in ast.walk(tree):
-            if not isinstance(node, ast.ClassDef):
+            if not isinstance(node, ast.ClassDef) or f"{module}.{node.name}" in allowed:
                 continue
             methods = [
                 n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
@@ -87,10 +131,9 @@ def test_no_module_is_over_the_line_limit() -> None:
     )
 
 
-def test_no_class_in_core_or_control_has_too_many_methods() -> None:
-    paths = [p for folder in METHOD_LIMITED for p in sorted((PACKAGE / folder).rglob("*.py"))]
-    assert paths, f"no modules under {METHOD_LIMITED}: a stale rule"
-    big = _big_classes(paths)
+def test_no_class_has_too_many_methods() -> None:
+    paths = sorted(PACKAGE.rglob("*.py"))
+    big = _big_classes(paths, allowed=frozenset(OVER_METHOD_LIMIT))
     assert big == [], (
         f"{len(big)} class(es) with more than {MAX_METHODS} methods; give a job to a "
         "collaborator:\n" + "\n".join(big)
@@ -119,29 +162,43 @@ def _top_level_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom
             pending.extend([*node.orelse, *node.finalbody])
 
 
-def _import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
-    """Module -> the package's modules it imports at module level. `from a.b import c` is an
-    import of module a.b.c when that is a module, else of a.b."""
+def _all_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import of the module: at module level, under TYPE_CHECKING, inside functions."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+
+
+def _imported(
+    name: str, is_package: bool, node: ast.Import | ast.ImportFrom, modules: Iterable[str]
+) -> list[str]:
+    """What one import statement of module `name` imports, as dotted names (relative ones
+    resolved). `from a.b import c` is an import of module a.b.c when that is a module, else
+    of a.b."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        # Relative: from the module's own package, one level up per extra dot.
+        anchor = name.split(".") if is_package else name.split(".")[:-1]
+        anchor = anchor[: len(anchor) - (node.level - 1)]
+        base = ".".join([*anchor, base] if base else anchor)
+    return [
+        f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+        for alias in node.names
+    ]
+
+
+def _import_graph(package: Path = PACKAGE, *, lazy: bool = False) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports at module level (with `lazy`, inside
+    functions too)."""
     modules = _modules(package)
+    imports = _all_imports if lazy else _top_level_imports
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        is_package = path.name == "__init__.py"
-        tree = _tree(path)
-        for node in _top_level_imports(tree):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            else:
-                base = node.module or ""
-                if node.level:
-                    # Relative: from the module's own package, one level up per extra dot.
-                    anchor = name.split(".") if is_package else name.split(".")[:-1]
-                    anchor = anchor[: len(anchor) - (node.level - 1)]
-                    base = ".".join([*anchor, base] if base else anchor)
-                targets = [
-                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                    for alias in node.names
-                ]
-            graph[name].update(t for t in targets if t in modules)
+        for node in imports(_tree(path)):
+            targets = _imported(name, path.name == "__init__.py", node, modules)
+            graph[name].update(t for t in targets if t in modules and t != name)
     return graph
 
 
@@ -229,6 +286,57 @@ def test_no_import_circles() -> None:
     assert cycles == [], (
         f"{len(cycles)} import circle(s) among module-level imports; cut each (move what both "
         "need below both, or import lazily where it is used):\n" + "\n".join(cycles)
+    )
+
+
+def test_no_import_circles_counting_lazy_imports() -> None:
+    cycles = _import_cycles(_import_graph(lazy=True))
+    assert cycles == [], (
+        f"{len(cycles)} import circle(s) once imports inside functions count; a lazy import "
+        "hides a circle, it does not cut it (move what both need below both):\n" + "\n".join(cycles)
+    )
+
+
+# -- layers -----------------------------------------------------------------------------------
+
+
+def _layer(module: str) -> str:
+    """The layer of a dotted module of the package: its top-level package or module."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _upward_imports(package: Path = PACKAGE, order: tuple[str, ...] = LAYER_ORDER) -> list[str]:
+    """Every import, lazy and type-only ones included, of a layer above the importer's; and
+    every top-level name of the package missing from `order`."""
+    modules = _modules(package)
+    rank = {name: i for i, name in enumerate(order)}
+    unplaced = sorted({_layer(m) for m in modules} - set(rank))
+    found = [f"{package.name}/{name}: in no layer of LAYER_ORDER" for name in unplaced]
+    for name, path in modules.items():
+        layer = _layer(name)
+        if layer not in rank:
+            continue
+        for node in _all_imports(_tree(path)):
+            for target in _imported(name, path.name == "__init__.py", node, modules):
+                if target != package.name and not target.startswith(package.name + "."):
+                    continue
+                # `from syncswitch import X`: a module X if there is one, else the API.
+                above = _layer(target)
+                if rank.get(above, -1) > rank[layer]:
+                    found.append(
+                        f"{_rel(path)}:{node.lineno}: {layer} imports {target} ({above} is "
+                        "above it)"
+                    )
+    return found
+
+
+def test_no_layer_imports_a_layer_above_it() -> None:
+    upward = _upward_imports()
+    assert upward == [], (
+        f"{len(upward)} import(s) against the layer order (lowest first: "
+        f"{' < '.join(LAYER_ORDER)}); move what is needed down, or hand it in from above:\n"
+        + "\n".join(upward)
     )
 
 
@@ -372,3 +480,51 @@ def test_the_docs_check_reads_paths_and_the_package_tree(tmp_path: Path) -> None
         "line 4: old.py listed under syncswitch/control/ (no syncswitch/control/old.py)",
         "line 6: gone.py listed under syncswitch/control/ (no syncswitch/control/gone.py)",
     ]
+
+
+def test_the_layer_check_sees_lazy_and_type_only_imports_and_unplaced_names(
+    tmp_path: Path,
+) -> None:
+    package = _package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.high import api\n",
+            "pkg/low.py": "def f():\n    from pkg.high import x\n",
+            "pkg/mid/__init__.py": (
+                "from typing import TYPE_CHECKING\nfrom pkg import low\n"
+                "if TYPE_CHECKING:\n    from pkg import high\n"
+            ),
+            "pkg/mid/rel.py": "from .. import high\nfrom . import x\n",
+            "pkg/high.py": "import pkg.low\nfrom pkg.mid import y\n",
+            "pkg/stray.py": "",
+        },
+    )
+    found = [line.split("pkg/", 1)[-1] for line in _upward_imports(package, LAYERS)]
+    assert found == [
+        "stray: in no layer of LAYER_ORDER",
+        "low.py:2: low imports pkg.high (high is above it)",
+        "mid/__init__.py:4: mid imports pkg.high (high is above it)",
+        "mid/rel.py:1: mid imports pkg.high (high is above it)",
+    ]
+
+
+LAYERS = ("low", "mid", "high", "__init__")
+
+
+def test_the_lazy_circle_check_follows_imports_inside_functions(tmp_path: Path) -> None:
+    package = _package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "def f():\n    from pkg import opt\n",
+            "pkg/opt.py": "def g():\n    from pkg import f\n",
+        },
+    )
+    assert _import_cycles(_import_graph(package)) == []
+    assert _import_cycles(_import_graph(package, lazy=True)) == ["pkg -> pkg.opt -> pkg"]
+
+
+def test_the_method_limit_skips_only_the_allowed_classes() -> None:
+    job = PACKAGE / "config" / "job.py"
+    assert any("class TrainConfig" in line for line in _big_classes([job], limit=1))
+    allowed = frozenset({"syncswitch.config.job.TrainConfig"})
+    assert not any("class TrainConfig" in line for line in _big_classes([job], 1, allowed))

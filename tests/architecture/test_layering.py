@@ -14,25 +14,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.architecture.test_house import LAYER_ORDER
+
 PACKAGE = Path(__file__).resolve().parents[2] / "syncswitch"
 RAY = "ray"
 RUNTIMES = "syncswitch.runtime"  # any runtime: its Ray internals and its drivers
 RAY_RUNTIME = "syncswitch.runtime.ray"
-# core/ imports nothing of the package above it but the leaf modules.
+# core/ imports nothing of the package above it (LAYER_ORDER, test_house.py: the one list of
+# the package's layers) but the leaf modules.
 LAYERS_ABOVE_CORE = tuple(
     f"syncswitch.{name}"
-    for name in (
-        "calibration",
-        "cli",
-        "config",
-        "control",
-        "loggers",
-        "recurring",
-        "registry",
-        "reports",
-        "rundir",
-        "workloads",
-    )
+    for name in LAYER_ORDER[LAYER_ORDER.index("core") + 1 :]
+    if name != "__init__"
 )
 # core/'s subpackages, lowest first: each imports only those before it, so the imports between
 # them run one way (docs/architecture.md draws it).

@@ -58,11 +58,8 @@ SHARED_FILE_NAMES: dict[str, tuple[str, ...]] = {
     # The bounded, atomic file primitives (the leaf) and the YAML/TOML readers on top of them.
     "files.py": ("config/files.py", "files.py"),
     # Each package's base beside its implementations (what every protocol is asked; what a
-    # logger backend receives, RunLogger), mostly imported through the package's own name;
-    # core/sync/ is another engineer's now.
+    # logger backend receives, RunLogger), mostly imported through the package's own name.
     "base.py": ("core/sync/protocols/base.py", "loggers/base.py"),
-    # Renamed in the house-sizes branch (registry/records.py vs core/sync/records.py).
-    "records.py": ("core/sync/records.py", "registry/records.py"),
 }
 
 

@@ -7,7 +7,9 @@ from syncswitch.core.sync.records import DropRecord, UpdateRecord
 from syncswitch.loggers.base import Point, RunLogger
 from syncswitch.loggers.feed import LoggerFeed
 from syncswitch.records import Switch
-from syncswitch.rundir.events import OnlineTimingDecided, ProtocolSwitched
+from syncswitch.rundir.events import LoggerFailed, OnlineTimingDecided, ProtocolSwitched, of_kind
+from syncswitch.rundir.reader import read_events
+from syncswitch.rundir.writer import RunWriter
 from tests.rundir.samples import sample_summary
 
 
@@ -133,6 +135,22 @@ def test_a_failing_backend_is_switched_off_and_the_others_go_on():
     feed.metric(row(20, 0.2, "asp", 0.4))
     assert failures == [("recorder", "ConnectionError: tracking server unreachable")]
     assert feed.loggers == [working]
+    assert working.series("validation/accuracy") == [(10, 0.3), (20, 0.4)]
+
+
+def test_a_backend_failing_under_the_run_writer_is_a_logger_failed_event(tmp_path):
+    # The runtime hands the writer a LoggerFeed as its RecordSink; the writer tells the feed
+    # where failures go, and records each as an events.jsonl line. The run goes on.
+    broken, working = Recorder(fail_on="scalars"), Recorder()
+    writer = RunWriter(tmp_path, {}, {}, sink=LoggerFeed([broken, working]))
+    writer.updates([update(1, 0, 0, "asp", 10, 0.1)])
+    writer.metric(row(10, 0.1, "asp", 0.3))
+    writer.metric(row(20, 0.2, "asp", 0.4))
+    writer.close()
+    failed = of_kind(read_events(tmp_path), LoggerFailed)
+    assert [(e.logger, e.reason) for e in failed] == [
+        ("recorder", "ConnectionError: tracking server unreachable")
+    ]
     assert working.series("validation/accuracy") == [(10, 0.3), (20, 0.4)]
 
 

@@ -1,6 +1,9 @@
 """Where the actors go and where they went: the run's placement group (one bundle per
 worker, per server and one for the evaluator) and each actor's node, host and device.
 
+`RunPlacement` owns the group from its creation to its release: the supervisor asks it for
+the options that start an actor of a role in its bundle, and never holds the group itself.
+
 Ray places the bundles by the strategy (`--placement`); an actor started in a bundle runs
 on that bundle's node. If a node is lost, Ray places its bundles again on the nodes left,
 and actors started in them (a restarted worker, a restored server) run there.
@@ -43,6 +46,37 @@ def in_bundle(group: PlacementGroup, index: int) -> dict[str, Any]:
             placement_group_capture_child_tasks=False,
         )
     }
+
+
+class RunPlacement:
+    """The run's placement group, and Ray's options for each actor: its role's resources and
+    its bundle of the group (ResourcePlan's bundle order)."""
+
+    def __init__(self, plan: ResourcePlan, workers: int, servers: int, timeout_s: float) -> None:
+        self.plan = plan
+        self.servers = servers
+        self.group = create_group(plan, workers, servers, timeout_s)
+
+    def server_options(self, index: int) -> dict[str, Any]:
+        return {
+            **self.plan.server.actor_options(),
+            **in_bundle(self.group, self.plan.server_bundle(index)),
+        }
+
+    def evaluator_options(self) -> dict[str, Any]:
+        return {
+            **self.plan.evaluator.actor_options(),
+            **in_bundle(self.group, self.plan.evaluator_bundle(self.servers)),
+        }
+
+    def worker_options(self, index: int) -> dict[str, Any]:
+        return {
+            **self.plan.worker.actor_options(),
+            **in_bundle(self.group, self.plan.worker_bundle(index, self.servers)),
+        }
+
+    def release(self) -> None:
+        remove_placement_group(self.group)
 
 
 @dataclass(frozen=True)

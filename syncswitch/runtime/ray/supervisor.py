@@ -7,12 +7,12 @@ workers' runs (finished, dead, up again after a restart), and carries out each d
 Ray: restart or kill a worker, replace or roll back the servers, apply a policy decision on
 every shard, request a snapshot.
 
-Every actor starts in its own bundle of the run's placement group (runtime/ray/placement.py),
-on the device the resource plan gives its role; where each one runs is kept in actors.json
-and handed to the controller for the summary. A lost node is no special case: its workers
-die and restart (in their bundles, which Ray places again on the nodes left), its servers
-are restored from the last checkpoint, its evaluator is started again and given the
-evaluations it had not answered.
+Every actor starts in its own bundle of the run's placement group (runtime/ray/placement.py
+owns the group, runtime/ray/starter.py builds each actor), on the device the resource plan
+gives its role; where each one runs is kept in actors.json and handed to the controller for
+the summary. A lost node is no special case: its workers die and restart (in their
+bundles, which Ray places again on the nodes left), its servers are restored from the last
+checkpoint, its evaluator is started again and given the evaluations it had not answered.
 """
 
 from __future__ import annotations
@@ -53,27 +53,21 @@ from syncswitch.control.run_state import run_checkpoint
 from syncswitch.control.shard import ServerShard
 from syncswitch.core.reliability.checkpoints import LoadedCheckpoint
 from syncswitch.core.sync.optimizer import flatten_parameters
-from syncswitch.core.sync.precision import Precision
 from syncswitch.core.sync.records import EvalPoint
 from syncswitch.core.sync.sharding import parameter_shards
 from syncswitch.core.sync.state import SynchronizerState
 from syncswitch.rundir import Summary, names
 from syncswitch.runtime import shards
-from syncswitch.runtime.dataplane.shared import shared_memory_wanted
 from syncswitch.runtime.progress import ProgressDisplay, starting, startup_elapsed_s
-from syncswitch.runtime.ray import placement
 from syncswitch.runtime.ray.actors import STARTUP_TIMEOUT_S, ActorDirectory, wait_ready
-from syncswitch.runtime.ray.evaluator import RayEvaluator
+from syncswitch.runtime.ray.placement import RunPlacement, object_nodes
 from syncswitch.runtime.ray.resources import ResourcePlan
-from syncswitch.runtime.ray.server import ParameterServer
-from syncswitch.runtime.ray.worker import Worker, WorkerSpec
+from syncswitch.runtime.ray.starter import ActorStarter
 from syncswitch.runtime.replies import join_replies
 from syncswitch.workloads.data import JobData
 from syncswitch.workloads.task import Task
 
 _POLL_S = 0.1
-# Evaluations are off the update path: they may lag, the workers and servers must not wait.
-_EVALUATOR_NICE = 10
 
 
 class RaySupervisor:
@@ -102,7 +96,7 @@ class RaySupervisor:
         # An evaluation's call -> its point and weights (kept to ask a new evaluator again).
         self._evaluations: dict[Any, tuple[EvalPoint, np.ndarray]] = {}
         self.actors = ActorDirectory(controller.writer.dir / names.ACTORS, resources)
-        self.group: Any = None
+        self.placement: RunPlacement | None = None
         self._carry_out = DecisionDispatch(self._handlers())
 
     # -- the run ------------------------------------------------------------------------------
@@ -113,7 +107,6 @@ class RaySupervisor:
         torch.manual_seed(self.plan.job.seed)
         initial = flatten_parameters(self.model_factory()).numpy()
         self.shards = parameter_shards(len(initial), self.plan.job.servers)
-        self.initial = initial
         # Put once: each node's object store then fetches it once and its workers share
         # that copy, rather than every worker pulling its own through the driver. A dataset
         # factory travels as itself: each worker builds its own data.
@@ -121,17 +114,28 @@ class RaySupervisor:
         resumed = self.controller.resumed_from
         try:
             starting("reserving the actors' CPUs (a placement group)")
-            self.group = placement.create_group(
+            self.placement = RunPlacement(
                 self.resources, self.plan.workers, self.plan.job.servers, STARTUP_TIMEOUT_S
+            )
+            self.start = ActorStarter(
+                self.plan,
+                self.resources,
+                self.placement,
+                self.actors,
+                self.model_factory,
+                self.task,
+                self.dataset_ref,
+                initial,
+                self.shards,
             )
             restore = run_checkpoint(resumed).servers if resumed else None
             # Each step waits for processes to start (Python, the PyTorch import, the model,
             # the dataset): most of start-up (docs/performance.md, "Start-up"). Starting the
             # servers and workers side by side gained nothing on 2 cores: the imports are CPU.
             starting(f"starting {len(self.shards)} server process(es)")
-            self.servers = self._start_servers(restore)
-            self.evaluator = self._start_evaluator()
-            self.workers = [self._start_worker(i) for i in range(self.plan.workers)]
+            self.servers = self.start.servers(restore)
+            self.evaluator = self.start.evaluator()
+            self.workers = [self.start.worker(i) for i in range(self.plan.workers)]
             starting(f"starting {self.plan.workers} worker processes and the evaluator")
             located = wait_ready([w.ready.remote() for w in self.workers])
             self.actors.pids["workers"] = {}
@@ -156,8 +160,8 @@ class RaySupervisor:
             for actor in [*self.servers, self.evaluator, *self.workers]:
                 if actor is not None:
                     ray.kill(actor, no_restart=True)
-            if self.group is not None:
-                placement.remove_placement_group(self.group)
+            if self.placement is not None:
+                self.placement.release()
 
     def _follow(self, show: ProgressDisplay) -> None:
         controller = self.controller
@@ -188,7 +192,7 @@ class RaySupervisor:
             ray.get([s.pull.remote(-1) for s in self.servers]), ray.get
         ).weights
         snapshots = ray.get([s.ask.remote(ServerShard.final_snapshot) for s in self.servers])
-        self.actors.dataset_copies = placement.object_nodes(self.dataset_ref)
+        self.actors.dataset_copies = object_nodes(self.dataset_ref)
         for rejected in ray.get([s.rejected_messages.remote() for s in self.servers]):
             for reason, count in rejected.items():
                 self.actors.rejected[reason] = self.actors.rejected.get(reason, 0) + count
@@ -271,7 +275,7 @@ class RaySupervisor:
                     self._carry_out(self.controller.on_worker_died(worker, type(error).__name__))
                     continue
                 self.controller.on_worker_finished(worker, stats)
-        self.servers = self._start_servers(shard_states)
+        self.servers = self.start.servers(shard_states)
         ray.get([s.begin.remote() for s in self.servers])
         self._write_pids()
 
@@ -339,90 +343,19 @@ class RaySupervisor:
             self._write_pids()
             self._carry_out(self.controller.on_worker_ready(worker))
 
-    # -- starting actors ------------------------------------------------------------------------
-
-    def _start_servers(self, restore: tuple[SynchronizerState, ...] | None) -> list:
-        role = self.resources.server
-        server_cls = ray.remote(ParameterServer)
-        # Actor handles: their methods' `.remote` is Ray's, which its types do not follow.
-        servers: list[Any] = [
-            server_cls.options(
-                **role.actor_options(),
-                **placement.in_bundle(self.group, self.resources.server_bundle(index)),
-                # Steps arrive on the data plane, not as calls: these threads serve only the
-                # control calls (rejoin, ping, drain, decisions), none of which blocks long.
-                max_concurrency=16,
-            ).remote(spec, threads=role.threads, device=role.device)
-            for index, spec in enumerate(
-                shards.shard_specs(self.plan, self.initial, self.shards, restore)
-            )
-        ]
-        located = wait_ready([s.where.remote() for s in servers])
-        self.actors.pids["servers"] = [where.pid for where in located]
-        for index, where in enumerate(located):
-            self.actors.locate(f"server {index}", where)
-        if len(servers) > 1 and self.plan.sync.optimizer.max_grad_norm is not None:
-            # A clipped BSP round's norm is every shard's: each tells the others its part.
-            ray.get([s.connect_peers.remote(servers, i) for i, s in enumerate(servers)])
-        return servers
-
-    def _start_evaluator(self) -> Any:
-        role = self.resources.evaluator
-        bundle = self.resources.evaluator_bundle(self.plan.job.servers)
-        return (
-            ray.remote(RayEvaluator)
-            .options(**role.actor_options(), **placement.in_bundle(self.group, bundle))
-            .remote(
-                self.dataset_ref,
-                self.model_factory,
-                self.task,
-                role.threads,
-                role.device,
-                nice=_EVALUATOR_NICE,
-            )
-        )
+    # -- replacing actors -----------------------------------------------------------------------
 
     def _replace_evaluator(self) -> None:
         """A new evaluator (in the lost one's bundle) takes every unanswered evaluation."""
         with contextlib.suppress(Exception):
             ray.kill(self.evaluator, no_restart=True)
-        self.evaluator = self._start_evaluator()
+        self.evaluator = self.start.evaluator()
         self.actors.locate("evaluator", wait_ready([self.evaluator.ready.remote()])[0])
         self._write_pids()
         waiting = list(self._evaluations.values())
         self._evaluations = {
             self.evaluator.evaluate.remote(weights): (point, weights) for point, weights in waiting
         }
-
-    def _start_worker(self, index: int) -> Any:
-        plan = self.plan
-        spec = WorkerSpec(
-            worker=index,
-            workers=plan.workers,
-            batch_size=plan.job.batch_size,
-            seed=plan.job.seed,
-            emulation=plan.emulation,
-            model_factory=self.model_factory,
-            loss_fn=self.task.loss_fn,
-            shards=tuple(self.shards),
-            faults=plan.faults.for_worker(index),
-            optimizer=plan.sync.optimizer,
-            threads=self.resources.worker.threads,
-            device=self.resources.worker.device,
-            wire_dtype=plan.sync.wire_dtype,
-            precision=Precision(plan.job.precision),
-            shared_memory=shared_memory_wanted(),
-        )
-        # Restartable: after a crash Ray starts the actor again with the same arguments, in
-        # the same bundle (placed again on another node if its node was lost).
-        options = {
-            **self.resources.worker.actor_options(),
-            **placement.in_bundle(
-                self.group, self.resources.worker_bundle(index, plan.job.servers)
-            ),
-            "max_restarts": plan.reliability.max_worker_restarts,
-        }
-        return ray.remote(Worker).options(**options).remote(spec)
 
     def _write_pids(self) -> None:
         self._carry_out(self.controller.on_placed(self.actors.write()))

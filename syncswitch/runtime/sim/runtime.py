@@ -17,6 +17,9 @@ One worker step, as events:
     receive     each released worker's weights slice comes back the same way; with all of
                 them in, its next step starts
 
+The workers' side (start_step, receive) is this module's; the servers' side and the links
+between them (push, arrive, a released worker's reply) are SimServers' (sim/servers.py).
+
 In a local-H phase (core/sync/local.py) a reply carries the worker's round: start_step runs H real
 steps of the worker's own SGD, push sends one delta (a gradient's size) after H step times.
 
@@ -28,7 +31,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -52,45 +54,23 @@ from syncswitch.control.shard import ServerShard
 from syncswitch.core.cluster.model import ClusterModel
 from syncswitch.core.reliability.faults import FaultKind
 from syncswitch.core.sync.optimizer import flatten_parameters
-from syncswitch.core.sync.records import Gradient, Outcome, WorkerStats
 from syncswitch.core.sync.sharding import parameter_shards
-from syncswitch.core.sync.state import SynchronizerState
-from syncswitch.core.sync.wire_dtype import round_trip
 from syncswitch.rundir import Summary
 from syncswitch.runtime import shards
 from syncswitch.runtime.evaluator import Evaluator
 from syncswitch.runtime.progress import ProgressDisplay
-from syncswitch.runtime.replies import Reply, ReplyCache, join_replies
+from syncswitch.runtime.replies import Reply, join_replies
 from syncswitch.runtime.sim.engine import EventQueue
 from syncswitch.runtime.sim.gradients import GradientComputer
 from syncswitch.runtime.sim.paths import SimPaths
-from syncswitch.runtime.step import Computed, WorkerStep
+from syncswitch.runtime.sim.servers import SimServers
+from syncswitch.runtime.sim.worker import SimWorker
+from syncswitch.runtime.step import WorkerStep
 from syncswitch.workloads.data import JobData
 from syncswitch.workloads.task import Task
 
 POLL_S = 0.1  # simulated seconds between drains, as the Ray supervisor polls
 _DISPLAY_EVERY_S = 0.5  # host seconds between progress display updates
-
-
-@dataclass
-class SimWorker:
-    index: int
-    step: WorkerStep  # its step (runtime/step.py): local rounds' SGD, faults, step times
-    running: bool = False  # its training loop is on
-    life: int = 0  # bumped when it dies or its servers are replaced: older events are stale
-    incarnation: int = 0
-    sequence: int = 0
-    hung: bool = False  # an injected hang: alive, silent
-    last_heard_s: float = 0.0
-    replies: dict[int, Reply] = field(default_factory=dict)
-    step_started_s: float = 0.0
-    step_s: float = 0.0
-    step_times: list[float] = field(default_factory=list)
-    wait_times: list[float] = field(default_factory=list)
-
-    def stats(self) -> WorkerStats:
-        # Simulated: the step is all compute, and there is no CPU time to measure.
-        return WorkerStats.of_steps(self.index, self.step_times, self.step_times, self.wait_times)
 
 
 class SimRuntime:
@@ -121,9 +101,6 @@ class SimRuntime:
         self.workers = [SimWorker(w, step) for w, step in enumerate(steps)]
         self.computer = GradientComputer.of(plan, data, model_factory, task.loss_fn)
         self.evaluator = Evaluator(data, model_factory, task)
-        self.shards: list[ServerShard] = []
-        self._server_life = 0
-        self._replies: list[ReplyCache] = []
         self._first_steps_at = 0.0
         self._carry_out = DecisionDispatch(self._handlers())
 
@@ -136,10 +113,20 @@ class SimRuntime:
         self.slices = parameter_shards(len(initial), self.plan.job.servers)
         self.initial = initial
         self.paths = SimPaths.of_plan(self.plan, self.cluster, self.slices)
+        self.servers = SimServers(
+            self.plan,
+            self.cluster,
+            self.events,
+            self.paths,
+            initial,
+            self.slices,
+            self.workers,
+            deliver=self._receive,
+        )
         resumed = self.controller.resumed_from
         try:
             restore = run_checkpoint(resumed).servers if resumed else None
-            self._start_servers(restore)
+            self.servers.start(restore)
             self._first_steps_at = self.events.now_s + self.cluster.startup_s
             self._carry_out(
                 self.controller.start(len(initial), time.perf_counter() - setup_started)
@@ -168,8 +155,9 @@ class SimRuntime:
     def _finish(self) -> tuple[Summary, np.ndarray]:
         finished = self.controller.workers.finished
         stats = [finished[i] for i in sorted(finished)]
-        weights = np.concatenate([s.sync.optimizer.weights.numpy() for s in self.shards])
-        snapshots = [s.final_snapshot() for s in self.shards]
+        servers = self.servers.shards
+        weights = np.concatenate([s.sync.optimizer.weights.numpy() for s in servers])
+        snapshots = [s.final_snapshot() for s in servers]
         return self.controller.finish(snapshots, stats, weights), weights
 
     # -- the controller -----------------------------------------------------------------------
@@ -177,7 +165,7 @@ class SimRuntime:
     def _poll(self) -> None:
         controller = self.controller
         now = self.events.now_s
-        reports = [shard.drain(self._silent_s(shard, now)) for shard in self.shards]
+        reports = [shard.drain(self._silent_s(shard, now)) for shard in self.servers.shards]
         self._carry_out(controller.on_drained(reports))
         self._carry_out(controller.on_tick())
         if controller.phase is not RunPhase.FINISHING:
@@ -196,8 +184,8 @@ class SimRuntime:
         return {
             StartWorker: lambda d: self._start_worker(d.worker, d.incarnation),
             Evaluate: self._evaluate,
-            ApplyPolicyDecision: lambda d: self._on_all(shards.carry_out(d.decision)),
-            FinishShards: lambda _: self._on_all(shards.finish()),
+            ApplyPolicyDecision: lambda d: self.servers.on_all(shards.carry_out(d.decision)),
+            FinishShards: lambda _: self.servers.on_all(shards.finish()),
             RequestSnapshot: self._request_snapshot,
             RestartWorker: self._restart_worker,
             KillWorker: self._kill_hung,
@@ -214,12 +202,12 @@ class SimRuntime:
         return self.controller.on_evaluated(decision.point, values)
 
     def _request_snapshot(self, decision: RequestSnapshot) -> None:
-        for shard in self.shards:
+        for shard in self.servers.shards:
             shard.request_snapshot(decision.label)
 
     def _restart_worker(self, decision: RestartWorker) -> None:
         index = decision.worker
-        self._on_all(shards.worker_lost(index))
+        self.servers.on_all(shards.worker_lost(index))
         # The process comes back after the cluster's restart time.
         self.events.at(self.events.now_s + self.cluster.restart_s, self._worker_up, index)
 
@@ -231,66 +219,16 @@ class SimRuntime:
         for worker in self.workers:
             worker.running = False
             worker.life += 1
-        self._start_servers(decision.shard_states)
+        self.servers.start(decision.shard_states)
         return self.controller.on_servers_restored()
 
     def _roll_back(self, order: RollBack) -> Step:
-        actions = shards.roll_back(order)
-        for index, (shard, action) in enumerate(zip(self.shards, actions, strict=True)):
-            self._released(action(shard), index)
+        self.servers.on_each(shards.roll_back(order))
         return self.controller.on_rolled_back()
-
-    def _on_all(self, action: shards.ShardAction) -> None:
-        for index, shard in enumerate(self.shards):
-            self._released(action(shard), index)
 
     def _worker_up(self, index: int) -> None:
         if self.controller.phase is RunPhase.TRAINING:
             self._carry_out(self.controller.on_worker_ready(index))
-
-    # -- servers ------------------------------------------------------------------------------
-
-    def _start_servers(self, restore: tuple[SynchronizerState, ...] | None) -> None:
-        self._server_life += 1
-        specs = shards.shard_specs(self.plan, self.initial, self.slices, restore)
-        self.shards = [spec.build(clock=self._now) for spec in specs]
-        for shard in self.shards:
-            shard.begin()
-        self.paths.reset(len(self.shards))
-        self._replies = [ReplyCache() for _ in self.shards]
-
-    def _now(self) -> float:
-        return self.events.now_s
-
-    def _reply(self, index: int) -> Reply:
-        """A shard's reply (runtime/replies.py); its progress and local round as of now, where
-        Ray's are as of the version's first reply."""
-        sync = self.shards[index].sync
-        reply = self._replies[index].current(sync)
-        return reply._replace(progress=sync.progress, local=sync.local_round())
-
-    def _released(self, outcome: Outcome, index: int) -> None:
-        """Released workers get the weights (over links), other shards its norm partials."""
-        for norm in outcome.norm_partials:
-            for other, shard in enumerate(self.shards):
-                if other != index:
-                    self._released(shard.norm_arrived(norm), other)
-        if not outcome.released:
-            return
-        now = self.events.now_s
-        reply = self._reply(index)
-        for worker_index in outcome.released:
-            worker = self.workers[worker_index]
-            worker.last_heard_s = now  # held until now, it was waiting on us, not silent
-            if not worker.running:
-                continue
-            self._send_reply(worker, index, reply, now)
-
-    def _send_reply(
-        self, worker: SimWorker, shard_index: int, reply: Reply, ready_s: float
-    ) -> None:
-        arrives_s = self.paths.reply_arrives_s(worker.index, shard_index, ready_s)
-        self.events.at(arrives_s, self._receive, worker.index, worker.life, shard_index, reply)
 
     # -- workers ------------------------------------------------------------------------------
 
@@ -300,28 +238,29 @@ class SimRuntime:
         worker.running, worker.hung = True, False
         worker.life += 1
         worker.incarnation = incarnation
-        worker.sequence = max(s.rejoin(index) for s in self.shards)
-        batches = max(s.data_position(index) for s in self.shards)
+        servers = self.servers
+        worker.sequence = max(s.rejoin(index) for s in servers.shards)
+        batches = max(s.data_position(index) for s in servers.shards)
         self.computer.position(index, worker.sequence, new_process=new_process, batches=batches)
         worker.step.start(incarnation, new_process=new_process)
         worker.last_heard_s = self.events.now_s
         worker.replies = {}
         # The workers' first steps wait for the cluster's start-up time.
         ready_s = max(self.events.now_s, self._first_steps_at)
-        for shard_index in range(len(self.shards)):
-            self._send_reply(worker, shard_index, self._reply(shard_index), ready_s)
+        for shard_index in range(len(servers.shards)):
+            servers.send_reply(worker, shard_index, servers.reply(shard_index), ready_s)
 
     def _receive(self, index: int, life: int, shard_index: int, reply: Reply) -> None:
         worker = self.workers[index]
         if life != worker.life or not worker.running:
             return
         worker.replies[shard_index] = reply
-        if len(worker.replies) == len(self.shards):
+        if len(worker.replies) == len(self.servers.shards):
             self._start_step(worker)
 
     def _start_step(self, worker: SimWorker) -> None:
         now = self.events.now_s
-        replies = [worker.replies[i] for i in range(len(self.shards))]
+        replies = [worker.replies[i] for i in range(len(self.servers.shards))]
         worker.replies = {}
         if worker.step_times:
             # Since the last step's compute ended: the push, the server, the barrier, the pull.
@@ -347,7 +286,7 @@ class SimRuntime:
             worker.life += 1
             return
         # Stragglers timed in seconds count run time, which a resumed run carries over.
-        run_s = self.shards[0].sync.now_s()
+        run_s = self.servers.shards[0].sync.now_s()
         step_times = self.computer.step_times(index)
         times = worker.step.simulated_times_s(step_times, step.steps, pulled.progress, run_s)
         step_s = sum(times)
@@ -361,7 +300,7 @@ class SimRuntime:
         overlap = self.cluster.compute.sends_during_step
         self.events.at(
             computed_s if overlap else max(started_s + step_s, computed_s),
-            self._push,
+            self.servers.push,
             worker.index,
             worker.life,
             worker.sequence,
@@ -371,70 +310,6 @@ class SimRuntime:
             started_s + step_s,
         )
         worker.sequence += 1
-
-    def _push(
-        self,
-        index: int,
-        life: int,
-        sequence: int,
-        versions: list[int],
-        step: Computed,
-        step_s: float,
-        due_s: float,
-    ) -> None:
-        worker = self.workers[index]
-        if life != worker.life:
-            return
-        now = self.events.now_s
-        worker.last_heard_s = now
-        gradient, local_steps = step.gradient, step.steps
-        batch = self.plan.job.batch_size * max(local_steps, 1)
-        overlap, wire_dtype = self.cluster.compute.sends_during_step, self.plan.sync.wire_dtype
-        for shard_index, (part, version) in enumerate(zip(self.slices, versions, strict=True)):
-            # Over the links to the server, then its CPU.
-            on_link = self.paths.gradient_on_server_s(index, shard_index, now)
-            message = Gradient(
-                worker=index,
-                sequence=sequence,
-                computed_version=version,
-                # Rounded as the data plane rounds it (its replies are, in ReplyCache).
-                values=torch.from_numpy(round_trip(gradient[part], wire_dtype)),
-                samples=batch,
-                loss=step.loss,
-                step_time_s=step_s,
-                local_steps=local_steps,
-                norm=step.norm,
-            )
-            if self.paths.serve_later:
-                held = overlap and self.cluster.server.applies_after_step
-                ready = max(on_link, due_s) if held else on_link
-                self.events.at(ready, self._handle, shard_index, self._server_life, message, due_s)
-                continue
-            applied_at = self.paths.applied_s(shard_index, on_link)
-            if overlap:
-                applied_at = max(applied_at, due_s)
-            self.events.at(applied_at, self._arrive, shard_index, self._server_life, message)
-
-    def _handle(self, shard_index: int, server_life: int, message: Gradient, due_s: float) -> None:
-        """The server's CPU takes a gradient that is ready now: after the ones before it, on
-        a core of its node."""
-        if server_life != self._server_life:
-            return  # sent to servers that have since been replaced: lost with them
-        apply_s = self.paths.apply_s[shard_index]
-        applied_at = self.paths.server_cpu(shard_index, self.events.now_s, apply_s)
-        if self.cluster.compute.sends_during_step:
-            applied_at = max(applied_at, due_s)
-        self.events.at(applied_at, self._arrive, shard_index, server_life, message)
-
-    def _arrive(self, shard_index: int, server_life: int, message: Gradient) -> None:
-        if server_life != self._server_life:
-            return  # sent to servers that have since been replaced: lost with them
-        worker = self.workers[message.worker]
-        worker.last_heard_s = self.events.now_s
-        if self.cluster.host_cpu.driver_ms and self.cluster.nodes.contended:
-            # The driver's share of each gradient (its drain, the run's rows) takes a core.
-            self.paths.driver_cpu(self.events.now_s, self.cluster.host_cpu.driver_ms)
-        self._released(self.shards[shard_index].submit(message), shard_index)
 
     def _kill(self, index: int) -> None:
         worker = self.workers[index]
