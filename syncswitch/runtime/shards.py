@@ -62,7 +62,7 @@ def shard_specs(
             replace(plan.sync, shard=index, shards=len(slices)),
             initial[part],
             restore=restore[index] if restore else None,
-            observe_steps=index == 0 and plan.online is not None,
+            observe_steps=index == 0 and plan.stragglers is not None,
         )
         for index, part in enumerate(slices)
     ]

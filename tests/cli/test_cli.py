@@ -133,7 +133,7 @@ def test_straggler_file_may_be_toml_and_generators_expand(tmp_path: Path) -> Non
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
     args = ["train", "--stragglers", str(spec), "--schedule", "bsp:0.25,asp"]
-    scenario = config_from_args(parser.parse_args(args)).scenario()
+    scenario = config_from_args(parser.parse_args(args)).parsed.scenario
     assert len(scenario.episodes) == 5
     paper = [e for e in scenario.episodes if e.delay_ms == 30]
     assert len(paper) == 4 and all(len(e.workers) == 2 for e in paper)
