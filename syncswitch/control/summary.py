@@ -96,7 +96,7 @@ def build_summary(
             pinned_protocol=state.pinned.name if state.pinned else None,
             lr_scale=state.lr_scale,
             guard_initial_loss=record.guard_initial_level,
-            # Quarantines, rollbacks: every decision but the online policy's.
+            # Quarantines, rollbacks: every decision but the straggler policy's.
             decisions=[
                 d.to_plain() for d in record.decisions if d.policy not in (policy, TIMING_POLICY)
             ],

@@ -82,7 +82,7 @@ class LoggerFeed:
 
     def start(self, config: dict[str, Any], resume_samples: int | None) -> None:
         """Open every backend's run; one that cannot start stops the run before it begins."""
-        # Every scheduled protocol has its series from the first point on (an online policy
+        # Every scheduled protocol has its series from the first point on (a straggler policy
         # may add one later).
         try:
             scheduled = [p.spec.name for p in Schedule.parse(str(config.get("schedule"))).phases]

@@ -55,7 +55,7 @@ def shard_specs(
     restore: tuple[SynchronizerState, ...] | None,
 ) -> list[ShardSpec]:
     """The run's shards, one per parameter slice; the first reports arriving steps when an
-    online policy decides on them."""
+    straggler policy decides on them."""
     return [
         ShardSpec(
             # Which shard of how many: a clipped BSP round's norm is all of theirs.
@@ -69,7 +69,7 @@ def shard_specs(
 
 
 def carry_out(decision: Decision) -> ShardAction:
-    """An online policy's decision, for every shard alike."""
+    """A straggler policy's decision, for every shard alike."""
     return partial(ServerShard.carry_out, decision=decision)
 
 
