@@ -328,7 +328,7 @@ def run_search_at(runner: Runner, workers: int, repeats: int, resolution: float)
     found = runner.find("search-decision", workers, 0)
     if found is not None:
         return found
-    from syncswitch.recurring.search import SearchOptions, run_search
+    from syncswitch.recurring.search_runner import SearchOptions, run_search
     from syncswitch.registry import Registry
     from syncswitch.runtime.ray.search_trainer import RayTrainer
 
@@ -372,7 +372,7 @@ def run_search_at(runner: Runner, workers: int, repeats: int, resolution: float)
 
 
 def _schedule_for(fraction: float) -> str:
-    from syncswitch.core.timing.search import schedule_for
+    from syncswitch.core.timing.fraction_search import schedule_for
 
     return schedule_for(fraction)
 
@@ -481,7 +481,7 @@ def sim_table(rows: list[EvalRow], workers: list[int], cases: tuple[str, ...]) -
 
 
 def _fraction(value: float | None) -> str:
-    from syncswitch.core.timing.search import format_fraction
+    from syncswitch.core.timing.fraction_search import format_fraction
 
     return "-" if value is None else format_fraction(value)
 

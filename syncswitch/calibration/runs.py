@@ -25,7 +25,7 @@ from syncswitch.errors import ConfigError, RunDirError
 from syncswitch.import_path import is_import_path, resolve
 from syncswitch.rundir import RunData, load_run, names
 from syncswitch.rundir.parsing import float_cell, read_json_object, short
-from syncswitch.workloads import DATASETS, ArrayDataset, build_model, load_dataset
+from syncswitch.workloads import ArrayDataset, build_model, dataset_names, load_dataset
 
 _SPEED_FACTOR_TOLERANCE = 0.10
 _WARM_UP = 0.2  # the share of each phase's updates left out of the step-cost fit
@@ -209,8 +209,8 @@ def check_named_code(path: Path, job: TrainConfig, model: str | None) -> None:
     if is_import_path(job.dataset):
         raise ConfigError(
             f"{where}: its config.json names a dataset by import path ({short(job.dataset)}); "
-            f"calibrate reads runs of {', '.join(DATASETS)} only, and never imports code a run "
-            "directory names"
+            f"calibrate reads runs of {', '.join(dataset_names(arrays_only=True))} only, and "
+            "never imports code a run directory names"
         )
     if not is_import_path(job.model):
         return  # a built-in model (--model, if given, is for the other runs)
@@ -236,11 +236,11 @@ def load_runs(paths: list[Path], model: str | None = None) -> list[CalibrationRu
         _check_usable(run)
         job = _job_config(run)
         check_named_code(path, job, model)
-        if job.dataset not in DATASETS:
+        if job.dataset not in dataset_names(arrays_only=True):
             # Its timings and replays hold the data as arrays (an ArrayDataset).
             raise ConfigError(
                 f"{str(path)!r} trained dataset {job.dataset!r}; calibrate reads runs of "
-                f"{', '.join(DATASETS)} only, for now"
+                f"{', '.join(dataset_names(arrays_only=True))} only, for now"
             )
         loaded.append((path, run, job))
     if model is not None and not any(is_import_path(job.model) for _, _, job in loaded):

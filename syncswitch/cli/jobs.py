@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 def _list(console: Any, registry: Any) -> None:
     from rich.table import Table
 
-    from syncswitch.core.timing.search import format_fraction
+    from syncswitch.core.timing.fraction_search import format_fraction
 
     overview = registry.overview()
     console.print(f"registry: {printable(registry.location.display)}")
@@ -138,7 +138,7 @@ def _fingerprint_prefix(text: str) -> str:
 def _show(console: Any, registry: Any, prefix: str) -> None:
     from rich.table import Table
 
-    from syncswitch.core.timing.search import format_fraction
+    from syncswitch.core.timing.fraction_search import format_fraction
 
     matches = registry.find_jobs(prefix)
     if not matches:

@@ -104,7 +104,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def options_from_args(args: argparse.Namespace) -> Any:
-    from syncswitch.recurring.search import AUTO, SearchOptions
+    from syncswitch.recurring.search_runner import AUTO, SearchOptions
 
     parallel_text = str(args.parallel).strip().lower()
     parallel: int | str = (
@@ -137,8 +137,8 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     options.spec(config.seed)  # bad settings fail here, before the registry or Ray
     # Imported here so that `--help` and input errors answer without loading Ray.
-    from syncswitch.recurring.report import trace_table
-    from syncswitch.recurring.search import SearchError, run_search
+    from syncswitch.recurring.search_report import trace_table
+    from syncswitch.recurring.search_runner import SearchError, run_search
     from syncswitch.registry import Registry
     from syncswitch.runtime.ray.search_trainer import RayTrainer
 
@@ -201,7 +201,7 @@ class _Console:
             self._status.update(text)
 
     def trial_started(self, key: Any, running: int) -> None:
-        from syncswitch.core.timing.search import format_fraction
+        from syncswitch.core.timing.fraction_search import format_fraction
 
         if self._status is not None:
             self._status.update(
@@ -210,7 +210,7 @@ class _Console:
             )
 
     def trial_finished(self, run: Any) -> None:
-        from syncswitch.core.timing.search import format_fraction
+        from syncswitch.core.timing.fraction_search import format_fraction
 
         accuracy = "-" if run.final_accuracy is None else f"{100 * run.final_accuracy:.2f}%"
         wall = "-" if run.wall_time_s is None else f"{run.wall_time_s:.1f} s"

@@ -40,7 +40,7 @@ from syncswitch.core.sync.hyperparams import (
     MomentumPolicy,
 )
 from syncswitch.core.sync.local import LocalConfig, LocalStepsRule, OuterOptimizerKind, StatePolicy
-from syncswitch.core.sync.protocol import ONLINE, Protocol, Schedule
+from syncswitch.core.sync.protocol import ONLINE, Schedule
 from syncswitch.core.sync.server_optimizer import ADAM_BETAS, OptimizerConfig, OptimizerKind
 from syncswitch.core.sync.staleness import StalenessConfig, StalenessLr
 from syncswitch.errors import ConfigError
@@ -61,11 +61,12 @@ def lr_schedule(options: TrainOptions) -> LrSchedule:
 
 def straggler_scenario(options: TrainOptions, schedule: Schedule | None) -> StragglerScenario:
     """The emulated stragglers (core/stragglers/scenarios.py); generated ones are placed in
-    the first BSP phase (none while the schedule is 'auto', `schedule` None)."""
+    the first phase they hold up, one a greedy policy would detour from (BSP; none while the
+    schedule is 'auto', `schedule` None)."""
     if not options.stragglers:
         return StragglerScenario()
     phases = schedule.phases if schedule is not None else ()
-    bsp_end = next((p.end for p in phases if p.spec.protocol is Protocol.BSP), None)
+    bsp_end = next((p.end for p in phases if p.spec.straggler_detour is not None), None)
     return build_scenario(options.stragglers, workers=options.workers, bsp_end=bsp_end)
 
 

@@ -19,6 +19,7 @@ from syncswitch.config.declare import (
 )
 from syncswitch.config.limits import (
     DATASET_CHOICES,
+    DEFAULT_MODEL,
     MAX_BATCH_SIZE,
     MAX_EPOCHS,
     MAX_MNIST1D_SAMPLES,
@@ -323,8 +324,9 @@ class JobOptions:
     )
     model: str | None = option(
         None,
-        "model (default: cnn1d for mnist1d, resnet20 for cifar10, resnet32 for cifar100, "
-        "char-transformer for pysource)",
+        "model (default: "
+        + ", ".join(f"{model} for {dataset}" for dataset, model in DEFAULT_MODEL.items())
+        + ")",
         Role(JOB_GROUP, Identity.JOB),
         choices=list(MODEL_CHOICES),
     )

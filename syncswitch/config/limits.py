@@ -7,15 +7,19 @@ hostile file, and would exhaust memory, processes or time.
 
 from __future__ import annotations
 
-DATASETS = ("mnist1d", "cifar10", "cifar100", "pysource")
-RUNTIMES = ("ray", "sim")
-MODELS = ("cnn1d", "resnet20", "resnet32", "char-transformer")
+# The built-in datasets (each with its default model) and models, by name: the copy of what
+# syncswitch/workloads/catalog.py registers that config/ reads for --help's choices and
+# validation without importing workloads/ (its loaders and models: torch.utils.data, the
+# models' modules). tests/workloads/test_catalog.py pins the two equal, in order.
 DEFAULT_MODEL = {
     "mnist1d": "cnn1d",
     "cifar10": "resnet20",
     "cifar100": "resnet32",
     "pysource": "char-transformer",
 }
+DATASETS = tuple(DEFAULT_MODEL)
+MODELS = ("cnn1d", "resnet20", "resnet32", "char-transformer")
+RUNTIMES = ("ray", "sim")
 # Among an option's `choices=`: it also takes an import path to the user's own code
 # (`mypkg.data:make_datasets`, syncswitch/import_path.py); --resume never takes one from a run
 # directory: the command line names it again.

@@ -135,7 +135,7 @@ def _check_staleness_options(config: TrainOptions, schedule: Schedule | None) ->
     defaults = {f.name: f.default for f in fields(config)}
     given = [name for name in STALENESS_OPTIONS if getattr(config, name) != defaults[name]]
     flags = ", ".join("--" + name.replace("_", "-") for name in given)
-    asynchronous = schedule is None or any(p.spec.protocol.is_async for p in schedule.phases)
+    asynchronous = schedule is None or any(p.spec.is_async for p in schedule.phases)
     if given and not asynchronous:
         raise StalenessOptionsError(
             f"{flags} {'apply' if len(given) > 1 else 'applies'} to ASP/SSP phases; "

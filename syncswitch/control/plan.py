@@ -32,7 +32,7 @@ from syncswitch.core.reliability.divergence import RollbackConfig
 from syncswitch.core.reliability.faults import FaultPlan
 from syncswitch.core.stragglers.monitor import StragglerMonitorConfig
 from syncswitch.core.sync.config import SyncConfig
-from syncswitch.core.sync.protocol import Protocol, Schedule
+from syncswitch.core.sync.protocol import BSP, Schedule
 from syncswitch.core.sync.wire_dtype import WireDtype
 from syncswitch.core.timing.rules import Rule, ShareBounds, make_rule, rule_threshold, uses_losses
 from syncswitch.records.metric import DEFAULT, MetricSpec
@@ -221,11 +221,7 @@ class RunPlan:
     def planned_bsp_fraction(self) -> float:
         phases = self.schedule.phases
         starts = [0.0, *(p.end for p in phases[:-1])]
-        return sum(
-            p.end - a
-            for p, a in zip(phases, starts, strict=True)
-            if p.spec.protocol is Protocol.BSP
-        )
+        return sum(p.end - a for p, a in zip(phases, starts, strict=True) if p.spec == BSP)
 
 
 def sync_config(

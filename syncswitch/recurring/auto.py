@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from syncswitch.config import TrainConfig
-from syncswitch.core.timing.search import format_fraction, schedule_for
+from syncswitch.core.timing.fraction_search import format_fraction, schedule_for
 from syncswitch.registry import Registry, RegistryLocation, fingerprint
 from syncswitch.workloads.identity import Workload
 

@@ -1,9 +1,9 @@
 """The search's results: the time the chosen fraction saves, the whole result, and a trial
 record made from a trial's Summary.
 
-Plain data shared by the runner (`search`) and its report (`report`): nothing here trains or
-writes files. A trial is a `TrialRecord` (syncswitch.registry), the same record the registry
-stores.
+Plain data shared by the runner (`search_runner`) and its report (`search_report`): nothing
+here trains or writes files. A trial is a `TrialRecord` (syncswitch.registry), the same record
+the registry stores.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from syncswitch.core.timing.search import BASELINE, SearchDecision, SearchSpec, TrialKey
+from syncswitch.core.timing.fraction_search import BASELINE, SearchDecision, SearchSpec, TrialKey
 from syncswitch.registry import DecisionRecord, TrialRecord, TrialStatus
 from syncswitch.rundir import Summary
 

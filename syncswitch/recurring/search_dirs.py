@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from syncswitch.core.timing.search import TrialKey, fraction_label
+from syncswitch.core.timing.fraction_search import TrialKey, fraction_label
 from syncswitch.errors import DiskFull, UserError, is_disk_full
 from syncswitch.files import (
     DirectoryBusy,

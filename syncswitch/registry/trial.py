@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from syncswitch.core.timing.search import TrialKey, format_fraction
+from syncswitch.core.timing.fraction_search import TrialKey, format_fraction
 from syncswitch.rundir.summary import FINAL_ACCURACY
 
 

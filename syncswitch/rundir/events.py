@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, Self, TypeVar, cast
 
 from syncswitch.errors import RunDirError
 from syncswitch.records import Switch
 from syncswitch.records.failures import Resumption, ServerFailure, WorkerFailure
+from syncswitch.records.switch import rule_name
 from syncswitch.rundir import names
 from syncswitch.rundir.parsing import finite, short
 
@@ -273,8 +274,10 @@ class OnlineTimingDecided(RunEvent):
 
     @classmethod
     def from_plain(cls, record: Mapping[str, Any]) -> Self:
-        # `follower` is absent from the lines of runs before the choice.
-        return super().from_plain({"follower": None, **record})
+        # `follower` is absent from the lines of runs before the choice; the rule reads under
+        # `--switch-rule`'s name (0.2 and before wrote staleness_noise, noise_scale, ...).
+        event = super().from_plain({"follower": None, **record})
+        return replace(event, rule=rule_name(str(event.rule)))
 
 
 # -- failures -----------------------------------------------------------------------------------

@@ -12,14 +12,14 @@ import torch
 from syncswitch.config import TrainConfig
 from syncswitch.errors import ConfigError
 from syncswitch.terminal import project_console
-from syncswitch.workloads import ArrayDataset, build_model, load_dataset
+from syncswitch.workloads import ArrayDataset, build_model, datasets_of, load_dataset
+from syncswitch.workloads.catalog import DataOptions, load_builtin
 from syncswitch.workloads.char_transformer import CHAR_TRANSFORMER, CharTransformerFactory
 from syncswitch.workloads.checks import check_job
 from syncswitch.workloads.data import TRAIN, ArrayData, DataSource, JobData, TorchData
 from syncswitch.workloads.identity import Workload, model_name_of
-from syncswitch.workloads.language import language_task, pysource_data
-from syncswitch.workloads.models import datasets_of
-from syncswitch.workloads.pysource import PYSOURCE, read_corpus
+from syncswitch.workloads.language import language_task
+from syncswitch.workloads.pysource import PYSOURCE, corpus_sha256
 from syncswitch.workloads.task import Task
 
 
@@ -133,13 +133,24 @@ def _pysource_parts(
     """The built-in language-model job: the interpreter's own source text, char-transformer
     by default (another built-in model is refused: none of them reads byte ids)."""
     model_factory = model_factory or pysource_model(config)
-    corpus = read_corpus(config.pysource_bytes)
-    data = pysource_data(corpus, config.val_fraction)
+    data = load_builtin(PYSOURCE, data_options(config))
+    assert isinstance(data, TorchData)  # registered with arrays=False: its splits made
     task = check_job(data, model_factory, task, config.workers)
     workload = replace(
-        workload_of(config, PYSOURCE, model_factory, model_name), corpus_sha256=corpus.sha256
+        workload_of(config, PYSOURCE, model_factory, model_name),
+        corpus_sha256=corpus_sha256(config.pysource_bytes),  # the text the data was read from
     )
     return JobParts(data, model_factory, task, workload, tokens_per_sample(data, task))
+
+
+def data_options(config: TrainConfig) -> DataOptions:
+    """What a built-in dataset's loader reads of the job."""
+    return DataOptions(
+        config.data_dir,
+        mnist1d_samples=config.mnist1d_samples,
+        pysource_bytes=config.pysource_bytes,
+        val_fraction=config.val_fraction,
+    )
 
 
 def pysource_model(config: TrainConfig) -> CharTransformerFactory:

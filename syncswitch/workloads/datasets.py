@@ -15,7 +15,6 @@ import torch
 from syncswitch.errors import WorkloadError
 from syncswitch.workloads.cifar import read_cifar
 
-DATASETS: tuple[str, ...] = ("mnist1d", "cifar10", "cifar100")
 AUGMENTATIONS: tuple[str, ...] = ("none", "cifar")
 
 _MNIST1D_CLASSES = 10
@@ -145,31 +144,21 @@ class ArrayDataset:
         return tuple(int(d) for d in self.x_train.shape[1:])
 
 
-def load_dataset(
-    name: str,
-    data_dir: str | None = None,
-    *,
-    mnist1d_samples: int = 5000,
-    mnist1d_seed: int = 42,
-) -> ArrayDataset:
-    """Load ``name`` (one of :data:`DATASETS`); CIFAR is read from ``data_dir``, never fetched."""
-    if name == "mnist1d":
-        return _make_mnist1d(mnist1d_samples, mnist1d_seed)
-    if name in ("cifar10", "cifar100"):
-        arrays = read_cifar(name, data_dir)
-        return ArrayDataset(
-            name=name,
-            x_train=arrays.x_train,
-            y_train=arrays.y_train,
-            x_test=arrays.x_test,
-            y_test=arrays.y_test,
-            num_classes=arrays.num_classes,
-            augment="cifar",
-        )
-    raise WorkloadError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
+def load_cifar(name: str, data_dir: str | None) -> ArrayDataset:
+    """CIFAR-10 or CIFAR-100 (`name`), read from `data_dir`, never fetched."""
+    arrays = read_cifar(name, data_dir)
+    return ArrayDataset(
+        name=name,
+        x_train=arrays.x_train,
+        y_train=arrays.y_train,
+        x_test=arrays.x_test,
+        y_test=arrays.y_test,
+        num_classes=arrays.num_classes,
+        augment="cifar",
+    )
 
 
-def _make_mnist1d(num_samples: int, seed: int) -> ArrayDataset:
+def make_mnist1d(num_samples: int, seed: int) -> ArrayDataset:
     """Generate MNIST-1D locally (seconds), or read the arrays generated before from the
     per-user cache (milliseconds; mnist1d_cache.py), so runs need no network."""
     from syncswitch.workloads import mnist1d_cache

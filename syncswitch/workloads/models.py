@@ -1,6 +1,9 @@
-"""Models for the supported workloads and the name -> model factory the trainer uses."""
+"""The built-in classification models and their builders from a dataset's shape (registered
+by name in catalog.py)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -8,19 +11,6 @@ from torch import nn
 
 from syncswitch.errors import WorkloadError
 from syncswitch.workloads.datasets import ArrayDataset
-
-MODELS: tuple[str, ...] = ("cnn1d", "resnet20", "resnet32", "char-transformer")
-
-# Which datasets each model is built for; build_model refuses other pairings early, with a
-# readable message, rather than letting a shape mismatch surface mid-training.
-_COMPATIBLE: dict[str, tuple[str, ...]] = {
-    "cnn1d": ("mnist1d",),
-    "resnet20": ("cifar10", "cifar100"),
-    "resnet32": ("cifar10", "cifar100"),
-    # Built by runtime/job.py from the pysource corpus (char_transformer.py), never here.
-    "char-transformer": ("pysource",),
-}
-_RESNET_DEPTHS: dict[str, int] = {"resnet20": 20, "resnet32": 32}
 
 
 class Cnn1d(nn.Module):
@@ -135,27 +125,21 @@ def resnet32(num_classes: int = 10) -> CifarResNet:
     return CifarResNet(32, num_classes)
 
 
-def datasets_of(model: str) -> tuple[str, ...]:
-    """The built-in datasets a built-in model is built for."""
-    return _COMPATIBLE.get(model, ())
-
-
-def build_model(name: str, dataset: ArrayDataset) -> nn.Module:
-    """Build model ``name`` (one of :data:`MODELS`) sized for ``dataset``."""
-    if name not in _COMPATIBLE:
-        raise WorkloadError(f"unknown model {name!r}; allowed: {', '.join(MODELS)}")
-    if dataset.name not in _COMPATIBLE[name]:
-        fitting = [m for m in MODELS if dataset.name in _COMPATIBLE[m]]
-        hint = f"; for {dataset.name} use {' or '.join(fitting)}" if fitting else ""
-        raise WorkloadError(
-            f"model {name!r} does not fit dataset {dataset.name!r}: {name} is built for "
-            f"{' / '.join(_COMPATIBLE[name])}{hint}"
-        )
+def cnn1d_for(dataset: ArrayDataset) -> Cnn1d:
+    """cnn1d sized for `dataset`'s samples (1, length) and classes."""
     shape = dataset.input_shape
-    if name == "cnn1d":
-        if len(shape) != 2 or shape[0] != 1:
-            raise WorkloadError(f"cnn1d needs samples of shape (1, length), got {shape}")
-        return Cnn1d(input_length=shape[1], num_classes=dataset.num_classes)
-    if len(shape) != 3:
-        raise WorkloadError(f"{name} needs image samples (C, H, W), got {shape}")
-    return CifarResNet(_RESNET_DEPTHS[name], dataset.num_classes, in_channels=shape[0])
+    if len(shape) != 2 or shape[0] != 1:
+        raise WorkloadError(f"cnn1d needs samples of shape (1, length), got {shape}")
+    return Cnn1d(input_length=shape[1], num_classes=dataset.num_classes)
+
+
+def resnet_for(depth: int) -> Callable[[ArrayDataset], CifarResNet]:
+    """The builder of the CIFAR ResNet of `depth` sized for a dataset's images and classes."""
+
+    def build(dataset: ArrayDataset) -> CifarResNet:
+        shape = dataset.input_shape
+        if len(shape) != 3:
+            raise WorkloadError(f"resnet{depth} needs image samples (C, H, W), got {shape}")
+        return CifarResNet(depth, dataset.num_classes, in_channels=shape[0])
+
+    return build

@@ -176,3 +176,11 @@ def test_a_malformed_line_is_refused_in_one_line(line, kind, noun) -> None:
     with pytest.raises(RunDirError, match=f"events.jsonl: {noun} is malformed") as error:
         events.of_kind([line], kind)
     assert "\n" not in str(error.value)
+
+
+def test_an_online_timing_line_of_0_2_reads_its_rule_under_the_flags_name() -> None:
+    # 0.2 and before wrote the rule as staleness_noise; one name (`--switch-rule`'s) is read.
+    old = {**TIMING.to_plain(), "rule": "staleness_noise", "samples": 1, "time_s": 0.5}
+    line = {"event": "online_timing", **old, "to": "asp", "describe": "switch at 0.400"}
+    (read,) = events.of_kind([line], events.OnlineTimingDecided)
+    assert read.rule == "staleness"

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from syncswitch.core.timing.search import TrialKey
+from syncswitch.core.timing.fraction_search import TrialKey
 from syncswitch.errors import UserError
-from syncswitch.recurring.search import SearchOptions, run_search, trial_dir
+from syncswitch.recurring.search_runner import SearchOptions, run_search, trial_dir
 from syncswitch.registry import Registry, fingerprint
-from tests.recurring.test_search import JOB, ScriptedTrainer
+from tests.recurring.test_search_runner import JOB, ScriptedTrainer
 
 
 def search(tmp_path: Path, job=JOB, **options):

@@ -12,7 +12,13 @@ import pytest
 import torch
 
 import syncswitch.workloads.datasets as datasets_module
-from syncswitch.workloads import DATASETS, ArrayDataset, WorkloadError, load_dataset, prepare_batch
+from syncswitch.workloads import (
+    ArrayDataset,
+    WorkloadError,
+    dataset_names,
+    load_dataset,
+    prepare_batch,
+)
 from syncswitch.workloads.datasets import random_crop_flip
 
 SMALL = 500  # enough samples for every class, and fast to generate
@@ -86,7 +92,7 @@ def test_unknown_dataset_lists_choices() -> None:
     with pytest.raises(WorkloadError) as err:
         load_dataset("imagenet")
     assert "imagenet" in str(err.value)
-    assert all(name in str(err.value) for name in DATASETS)
+    assert all(name in str(err.value) for name in dataset_names(arrays_only=True))
 
 
 def test_array_dataset_validates() -> None:

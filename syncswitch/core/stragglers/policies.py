@@ -27,7 +27,7 @@ from enum import StrEnum
 from typing import Protocol as TypingProtocol
 
 from syncswitch.core.stragglers.detector import EventKind, StragglerEvent
-from syncswitch.core.sync.protocol import ASP, Protocol, ProtocolSpec
+from syncswitch.core.sync.protocol import ProtocolSpec
 from syncswitch.core.sync.records import Action, Decision
 
 
@@ -108,19 +108,20 @@ class StragglerPolicy:
     def _greedy(
         self, event: StragglerEvent, run: RunView, flagged: frozenset[int]
     ) -> list[Decision]:
-        in_scheduled_bsp = run.scheduled_spec.protocol is Protocol.BSP
+        scheduled = run.scheduled_spec
         if event.kind == EventKind.DETECTED:
-            if run.spec.protocol is Protocol.BSP and in_scheduled_bsp:
+            detour = run.spec.straggler_detour
+            if detour is not None and run.spec == scheduled:
                 return [
                     self._decision(
                         Action.SWITCH,
                         event,
-                        f"straggler during BSP: {event.reason}",
-                        protocol=ASP,
+                        f"straggler during {run.spec.name.upper()}: {event.reason}",
+                        protocol=detour,
                     )
                 ]
             return []
-        detoured = in_scheduled_bsp and run.spec.protocol is not Protocol.BSP
+        detoured = scheduled.straggler_detour is not None and run.spec != scheduled
         if self.greedy_return and detoured and not flagged:
             return [
                 self._decision(

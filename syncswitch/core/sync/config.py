@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from syncswitch.core.sync.hyperparams import AsyncLrPolicy, LrSchedule, MomentumPolicy
 from syncswitch.core.sync.local import LocalConfig
-from syncswitch.core.sync.protocol import Protocol, Schedule
+from syncswitch.core.sync.protocol import Schedule
 from syncswitch.core.sync.server_optimizer import OptimizerConfig
 from syncswitch.core.sync.staleness import StalenessConfig
 from syncswitch.core.sync.wire_dtype import WireDtype
@@ -70,7 +70,7 @@ def scheduled_phase(config: SyncConfig, index: int, progress: float, phase_bsp_s
             # Ended by the run controller (`end_online_phase`), or here at its ceiling: a
             # detour through ASP does not postpone it.
             finished = progress >= phase.end
-        elif config.count_bsp_by_work and phase.spec.protocol is Protocol.BSP:
+        elif config.count_bsp_by_work and phase.spec.straggler_detour is not None:
             start = phases[index - 1].end if index else 0.0
             planned = (phase.end - start) * config.total_samples
             # A phase entered late (after an earlier detour) still gets its planned BSP work.

@@ -82,7 +82,7 @@ class Gate:
                 reason = DropReason.ROLLED_BACK
             elif (
                 reason is None
-                and live.spec.protocol.has_barrier
+                and live.spec.barrier
                 and (
                     worker in live.excluded
                     or gradient.computed_version < live.admitted_from.get(worker, 0)
@@ -90,6 +90,8 @@ class Gate:
             ):
                 # The barrier no longer waits for it, or it was computed while it did not.
                 reason = DropReason.STRAGGLER_EXCLUDED
+            if reason is None:
+                reason = live.spec.refuses(gradient.computed_version, live.version)
         if reason is not None:
             outcome.dropped.append(self.drop(gradient, reason))
         return reason

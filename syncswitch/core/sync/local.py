@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from syncswitch.core.sync.clipping import clipped, squared_norm
-from syncswitch.core.sync.protocol import MAX_LOCAL_STEPS, Protocol, ProtocolSpec
+from syncswitch.core.sync.protocol import MAX_LOCAL_STEPS, ProtocolSpec
 from syncswitch.core.sync.server_optimizer import OptimizerConfig, ServerOptimizer, make_optimizer
 
 QSR_MAX_GROWTH = 8  # qsr: H grows at most to this multiple of the phase's H
@@ -175,9 +175,9 @@ def round_steps(
 ) -> int:
     """A round's H: the phase's (or the rule's), cut so the round's samples (every active
     worker's H steps) do not run past `samples_left` (to the phase's or the workload's end)."""
-    if spec.protocol is not Protocol.LOCAL or spec.local_steps is None:
-        raise ValueError(f"{spec.name} is not a local phase")
     steps = spec.local_steps
+    if steps is None:
+        raise ValueError(f"{spec.name} is not a local phase")
     if config.steps_rule is LocalStepsRule.QSR:
         steps = qsr_steps(steps, lr_factor_start, lr_factor_now)
     steps = min(steps, MAX_LOCAL_STEPS)

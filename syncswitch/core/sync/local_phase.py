@@ -20,7 +20,8 @@ from syncswitch.core.sync.local import (
     round_steps,
     switch_ramp,
 )
-from syncswitch.core.sync.protocol import Protocol, ProtocolSpec
+from syncswitch.core.sync.protocol import ProtocolSpec
+from syncswitch.core.sync.protocols import LocalH
 from syncswitch.core.sync.records import Gradient
 from syncswitch.core.sync.server_optimizer import ServerOptimizer
 
@@ -34,7 +35,7 @@ class LocalPhase:
     def switch(self, live: LiveState, old: ProtocolSpec, new: ProtocolSpec) -> None:
         """The configuration policy at a switch into or out of a local phase (local.py);
         `live` already has `new` in force."""
-        entering = new.protocol is Protocol.LOCAL and old.protocol is not Protocol.LOCAL
+        entering = new.gathers_deltas and not old.gathers_deltas
         if entering:
             self.outer.reset()
             live.local_epoch = live.version
@@ -42,7 +43,7 @@ class LocalPhase:
             # A message computed before the switch and applied in the phase was trained
             # under the protocol it left: BSP's in-flight gradients count as BSP's samples.
             live.before_local = old
-        leaving = old.protocol is Protocol.LOCAL and new.protocol is not Protocol.LOCAL
+        leaving = old.gathers_deltas and not new.gathers_deltas
         if leaving and self.config.local.server_momentum_after is StatePolicy.RESET:
             self.optimizer.reset_momentum()
 
@@ -50,7 +51,7 @@ class LocalPhase:
         """What a worker released now does before its next message in a local phase (None
         outside one): H steps of its own SGD at the job's learning rate, then one delta."""
         spec = live.spec
-        if spec.protocol is not Protocol.LOCAL or live.done:
+        if spec.local_steps is None or live.done:
             return None
         cfg = self.config
         total = cfg.total_samples
@@ -102,7 +103,7 @@ class LocalPhase:
         cfg = self.config
         weights = self.optimizer.weights
         lr = self.inner_lr(live)
-        if gathered and live.spec.protocol is Protocol.LOCAL:
+        if gathered and live.spec.gathers_deltas:
             self.outer.step(weights, mean)
         else:
             # Its worker's share of an average of every worker's model.
@@ -110,21 +111,13 @@ class LocalPhase:
         return lr, cfg.momentum
 
     @staticmethod
-    def gathers(spec: ProtocolSpec, gradient: Gradient) -> bool:
-        """Whether the protocol in force gathers this message at its barrier: BSP gradients,
-        a local phase deltas."""
-        if not spec.protocol.has_barrier:
-            return False
-        return (gradient.local_steps > 0) == (spec.protocol is Protocol.LOCAL)
-
-    @staticmethod
     def kind(live: LiveState, gradient: Gradient) -> str:
         """The protocol a message's samples were trained under (samples_by_protocol's key)."""
         if gradient.local_steps > 0:
-            return Protocol.LOCAL.value
-        if live.spec.protocol is Protocol.LOCAL:
-            return live.before_local.protocol.value
-        return live.spec.protocol.value
+            return LocalH.kind  # only local rounds send deltas
+        if live.spec.gathers_deltas:
+            return live.before_local.kind
+        return live.spec.kind
 
     def outer_buffer(self) -> torch.Tensor | None:
         """A CPU copy of the outer optimizer's momentum, for a snapshot."""

@@ -1,106 +1,42 @@
-"""Synchronization protocols as two numbers, and schedules of them over training progress.
+"""Schedules of synchronization protocols over training progress, and their grammar.
 
-A protocol is described by (k, s): an update aggregates k worker gradients, and a worker may
-run at most s steps ahead of the slowest one (a bound on clock spread, as in stale synchronous
-parallel). BSP = (n, 0) with a barrier, ASP = (1, unbounded), SSP = (1, s). Local-H = (n, 0)
-over model deltas: each worker takes H steps on its own copy between barriers (core/sync/local.py).
-
-Progress is always a fraction of the total training workload (samples), never a step count,
-because one BSP update and one ASP update consume different amounts of data.
+A schedule is `PROTOCOL[:END],...` ("bsp:0.25,asp"): each phase's protocol (a class of
+core/sync/protocols/, named as the grammar writes it: bsp, asp, ssp-S, local-H, or any
+registered one) runs until its end, a fraction of the total training workload (samples), never
+a step count, because one BSP update and one ASP update consume different amounts of data.
 
 One BSP phase may end "online" (`bsp:online,asp`, or `online` alone for that): the run decides
 when, from signals it measures (control/timing.py). Its `end` is then the latest it may end
 (the share's ceiling, `with_online_ceiling`), which the shards enforce themselves; the run
-controller ends it earlier, on every shard alike, when its rule says so.
-"""
+controller ends it earlier, on every shard alike, when its rule says so."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from enum import StrEnum
 
-MAX_LOCAL_STEPS = 100_000  # bounds H in the grammar (and a round's steps on a worker)
+from syncswitch.core.sync.protocols import (
+    ASP,
+    BSP,
+    MAX_LOCAL_STEPS,
+    ProtocolSpec,
+    ScheduleError,
+    parse_protocol,
+)
 
-
-class ScheduleError(ValueError):
-    """A schedule string or phase list that cannot describe a run."""
-
-
-class Protocol(StrEnum):
-    BSP = "bsp"
-    ASP = "asp"
-    SSP = "ssp"
-    LOCAL = "local"  # H local steps per worker, then a synchronous round of model deltas
-
-    @property
-    def is_async(self) -> bool:
-        return self not in (Protocol.BSP, Protocol.LOCAL)
-
-    @property
-    def has_barrier(self) -> bool:
-        """Whether an update waits for every active worker (BSP's barrier, a local round)."""
-        return not self.is_async
-
-
-@dataclass(frozen=True)
-class ProtocolSpec:
-    """One protocol with its parameters: SSP carries its staleness bound, local-H its H."""
-
-    protocol: Protocol
-    staleness_bound: int | None = None  # only for SSP: max steps ahead of the slowest worker
-    local_steps: int | None = None  # only for local-H: a worker's steps between two rounds
-
-    def __post_init__(self) -> None:
-        if self.protocol is Protocol.LOCAL:
-            if self.local_steps is None or self.local_steps < 1:
-                raise ScheduleError(f"local-H needs H >= 1 local steps, got {self.local_steps!r}")
-        elif self.local_steps is not None:
-            raise ScheduleError(f"{self.protocol.value} takes no local steps")
-        if self.protocol is Protocol.SSP:
-            if self.staleness_bound is None or self.staleness_bound < 0:
-                raise ScheduleError(
-                    f"SSP needs a staleness bound >= 0, got {self.staleness_bound!r}"
-                )
-        elif self.staleness_bound is not None:
-            raise ScheduleError(f"{self.protocol.value} takes no staleness bound")
-
-    @property
-    def name(self) -> str:
-        if self.protocol is Protocol.SSP:
-            return f"ssp-{self.staleness_bound}"
-        if self.protocol is Protocol.LOCAL:
-            return f"local-{self.local_steps}"
-        return self.protocol.value
-
-    @classmethod
-    def parse(cls, text: str) -> ProtocolSpec:
-        text = text.strip().lower()
-        if text in ("bsp", "asp"):
-            return cls(Protocol(text))
-        match = re.fullmatch(r"ssp-(\d+)", text)
-        if match:
-            return cls(Protocol.SSP, int(match.group(1)))
-        if text.startswith("local-"):
-            steps = text.removeprefix("local-")
-            if not steps.isdecimal() or int(steps) < 1 or int(steps) > MAX_LOCAL_STEPS:
-                raise ScheduleError(
-                    f"local-H needs H, the local steps between rounds, an integer in "
-                    f"1..{MAX_LOCAL_STEPS}, not {steps!r}"
-                )
-            return cls(Protocol.LOCAL, local_steps=int(steps))
-        raise ScheduleError(
-            f"unknown protocol {text!r}: allowed are 'bsp', 'asp', 'ssp-S' "
-            "with S an integer >= 0 and 'local-H' with H an integer >= 1"
-        )
-
-    def gradients_per_update(self, active_workers: int) -> int:
-        """k: how many worker gradients (or local deltas) one update aggregates."""
-        return active_workers if self.protocol.has_barrier else 1
-
-
-BSP = ProtocolSpec(Protocol.BSP)
-ASP = ProtocolSpec(Protocol.ASP)
+# The protocols themselves live in core/sync/protocols/, one class a module; the grammar and
+# the code that reads schedules import them from here.
+__all__ = [
+    "ASP",
+    "BSP",
+    "DEFAULT_ONLINE_CEILING",
+    "MAX_LOCAL_STEPS",
+    "ONLINE",
+    "Phase",
+    "ProtocolSpec",
+    "Schedule",
+    "ScheduleError",
+    "parse_protocol",
+]
 
 
 ONLINE = "online"  # a phase end decided at run time; alone, the schedule bsp:online,asp
@@ -146,13 +82,13 @@ class Schedule:
             raise ScheduleError("only one phase may end 'online' (the run decides one switch)")
         for index in online:
             phase = self.phases[index]
-            if phase.spec.protocol is not Protocol.BSP:
+            if phase.spec != BSP:
                 raise ScheduleError(
                     f"only a bsp phase may end 'online' (the run decides when to leave BSP), "
                     f"not {phase.spec.name}"
                 )
             following = self.phases[index + 1].spec
-            if not following.protocol.is_async:
+            if not following.is_async:
                 raise ScheduleError(
                     f"the phase after 'bsp:online' must be asp or ssp-S, not {following.name}"
                 )
@@ -212,7 +148,7 @@ class Schedule:
         for index, part in enumerate(parts):
             last = index == len(parts) - 1
             name, sep, end_text = part.partition(":")
-            spec = ProtocolSpec.parse(name)
+            spec = parse_protocol(name)
             if last:
                 if sep:
                     end = _parse_fraction(end_text, part)

@@ -16,7 +16,7 @@ from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.live import LiveState
 from syncswitch.core.sync.local_phase import LocalPhase
 from syncswitch.core.sync.milestones import Milestones
-from syncswitch.core.sync.protocol import Protocol, ProtocolSpec
+from syncswitch.core.sync.protocol import ProtocolSpec
 from syncswitch.core.sync.records import Outcome
 from syncswitch.core.sync.snapshots import Snapshots
 from syncswitch.core.sync.update import Updater
@@ -53,7 +53,8 @@ class Rounds:
         outcome, room = Outcome(), self.room
         if self.holding:
             return outcome  # the round waits for the other shards' norms (clipping.py)
-        if not room.pending or not self.config.active(live.excluded) <= room.pending_workers():
+        active = self.config.active(live.excluded)
+        if not live.spec.round_complete(room.pending_workers(), active):
             return outcome
         if self.updater.holds(live, room.pending):
             outcome.norm_partials.append(self.updater.hold(live, room.pending))
@@ -145,19 +146,19 @@ class Rounds:
             self.updater.exchange.updated()  # a peer's partial for a round cut short here
         old = live.spec
         live.spec = spec
-        if spec.protocol.is_async and not old.protocol.is_async:
+        if spec.is_async and not old.is_async:
             live.async_start = cfg.progress(live.samples)
             if live.momentum_policy is MomentumPolicy.RESET:
                 self.updater.optimizer.reset_momentum()
         self.local.switch(live, old, spec)
-        if spec.protocol is Protocol.SSP:
+        if spec.clock_bound is not None:
             room.reset_clocks()
-        caught = [g for g in room.pending if not LocalPhase.gathers(spec, g)]
+        caught = [g for g in room.pending if not spec.gathers(g.local_steps > 0)]
         if caught:
             # A barrier cut short by the switch: the caught gradients (or deltas) the new rule
             # cannot gather are applied under it, as their workers' shares: those already
             # summed (core/sync/barrier_sum.py) as one update, the others each on its own.
-            room.pending = [g for g in room.pending if LocalPhase.gathers(spec, g)]
+            room.pending = [g for g in room.pending if spec.gathers(g.local_steps > 0)]
             summed, summed_sum = self.updater.barrier.cut_short(caught)
             if summed_sum is not None:
                 ledger = self.gate.ledger
@@ -165,7 +166,7 @@ class Rounds:
             for gradient in caught:
                 if not any(gradient is g for g in summed):
                     outcome.applied.extend(self.updater.apply(live, self.gate.ledger, [gradient]))
-        if spec.protocol.is_async:
+        if spec.is_async:
             outcome.released.extend(room.release_within_bound(spec, cfg.active(live.excluded)))
         else:
             outcome.released.extend(room.release_not_at_barrier())

@@ -54,7 +54,7 @@ from syncswitch.core.sync.hyperparams import MomentumPolicy
 from syncswitch.core.sync.live import LiveState
 from syncswitch.core.sync.local import LocalRound
 from syncswitch.core.sync.local_phase import LocalPhase
-from syncswitch.core.sync.protocol import Protocol, ProtocolSpec
+from syncswitch.core.sync.protocol import ProtocolSpec
 from syncswitch.core.sync.records import Gradient, NormPartial, Outcome, Snapshot
 from syncswitch.core.sync.rounds import Rounds
 from syncswitch.core.sync.server_optimizer import ServerOptimizer
@@ -131,9 +131,10 @@ class Synchronizer:
     @property
     def scheduled_spec(self) -> ProtocolSpec:
         """The protocol the schedule asks for now (an online policy may have overridden it)."""
-        if self.live.spec.protocol is Protocol.LOCAL and self.live.pinned is None:
-            # Only the schedule or the run's choice of what follows BSP puts a local phase in
-            # force (no straggler policy switches into one): it is what the run asks for now.
+        if self.live.spec.gathers_deltas and self.live.pinned is None:
+            # Only the schedule or the run's choice of what follows BSP puts a phase of local
+            # rounds in force (no straggler policy detours into one): it is what the run asks
+            # for now.
             return self.live.spec
         return self.config.schedule.phases[self.live.phase_index].spec
 
@@ -176,8 +177,8 @@ class Synchronizer:
             return outcome
         room = self.room
         room.tick(gradient.worker)
-        barrier = live.spec.protocol.has_barrier
-        if barrier and not LocalPhase.gathers(live.spec, gradient):
+        barrier = live.spec.barrier
+        if barrier and not live.spec.gathers(gradient.local_steps > 0):
             # Sent across a switch (a gradient in a local phase, a delta outside one): applied
             # on its own, and its worker goes on at once (core/sync/local.py).
             outcome.applied.extend(self.updater.apply(live, self.gate.ledger, [gradient]))
@@ -204,10 +205,10 @@ class Synchronizer:
         live = self.live
         live.excluded.add(worker)
         outcome = Outcome()
-        if live.spec.protocol.has_barrier:
+        if live.spec.barrier:
             # Its gradient may already sit at the barrier: it stays, computed on this version.
             outcome.merge(self.rounds.complete_barrier(live))
-        elif live.spec.protocol is Protocol.SSP:
+        else:  # a bound on clock spread may have been waiting for it
             outcome.released.extend(self.room.release_within_bound(live.spec, self.active))
         return outcome
 
@@ -247,7 +248,7 @@ class Synchronizer:
         lost unsent (at most that: it may have died before finishing it)."""
         live = self.live
         if (
-            live.spec.protocol is Protocol.LOCAL
+            live.spec.gathers_deltas
             and worker not in self.room.waiting
             and worker not in live.excluded
         ):

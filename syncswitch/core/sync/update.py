@@ -22,7 +22,7 @@ from syncswitch.core.sync.hyperparams import (
 from syncswitch.core.sync.live import LiveState
 from syncswitch.core.sync.local_phase import LocalPhase
 from syncswitch.core.sync.norm_exchange import HeldRound, NormExchange
-from syncswitch.core.sync.protocol import ASP, Protocol, ProtocolSpec
+from syncswitch.core.sync.protocol import ProtocolSpec
 from syncswitch.core.sync.records import Gradient, NormPartial, UpdateRecord
 from syncswitch.core.sync.server_optimizer import ServerOptimizer
 from syncswitch.core.sync.staleness import StalenessRules
@@ -106,7 +106,7 @@ class Updater:
         live.version += 1
         live.samples += total
         live.samples_by_protocol[kind] += total
-        if live.spec.protocol is Protocol.BSP:
+        if live.spec.straggler_detour is not None:  # the work a greedy return counts
             live.phase_bsp_samples += total
         for g in gradients:
             ledger.record_applied(g.worker, g.sequence)
@@ -136,7 +136,7 @@ class Updater:
         of gradients (a local round's deltas are not clipped again) over several shards."""
         return (
             self.exchange is not None
-            and live.spec.protocol is Protocol.BSP
+            and live.spec.averages_gradients
             and pending[0].local_steps == 0
         )
 
@@ -170,7 +170,7 @@ class Updater:
 
     def _measuring(self, live: LiveState) -> bool:
         """Whether this round's statistics are wanted: the online phase, under BSP."""
-        return live.phase_index == self.online_index and live.spec.protocol is Protocol.BSP
+        return live.phase_index == self.online_index and live.spec.averages_gradients
 
     def _keeps_rows(self, live: LiveState) -> bool:
         """Whether the round now at the barrier is one the statistics measure (they read
@@ -211,14 +211,14 @@ class Updater:
         cfg = self.config
         progress = cfg.progress(live.samples)
         # A plain gradient in a local phase (sent before the switch) is an ASP update.
-        spec = ASP if live.spec.protocol is Protocol.LOCAL else live.spec
-        if spec.protocol.is_async and cfg.async_lr is AsyncLrPolicy.NONE:
+        spec = live.spec.lone_update_rule
+        if spec.is_async and cfg.async_lr is AsyncLrPolicy.NONE:
             count = cfg.workers  # one gradient at BSP's learning rate
         lr = live.lr_scale * update_learning_rate(
             cfg.lr, cfg.lr_schedule, progress, count, cfg.workers
         )
         momentum = update_momentum(cfg, spec, live.momentum_policy, progress, live.async_start)
-        if alone is not None and spec.protocol.is_async and cfg.staleness.enabled:
+        if alone is not None and spec.is_async and cfg.staleness.enabled:
             staleness = live.version - alone.computed_version
             lr = self.staleness.lr(lr, staleness)
             mean = self.staleness.gradient(
@@ -241,7 +241,7 @@ def update_momentum(
 ) -> float:
     """The momentum of an update under `spec`: the configured one under BSP, the momentum
     policy's in an asynchronous phase that began at `async_start`."""
-    if not spec.protocol.is_async:
+    if not spec.is_async:
         return config.momentum
     return async_momentum(
         config.momentum,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Set
 from dataclasses import dataclass, field
 
-from syncswitch.core.sync.protocol import Protocol, ProtocolSpec
+from syncswitch.core.sync.protocol import ProtocolSpec
 from syncswitch.core.sync.records import Gradient
 
 
@@ -41,8 +41,8 @@ class WaitRoom:
 
     def release_within_bound(self, spec: ProtocolSpec, active: Set[int]) -> list[int]:
         """Waiting workers allowed to go on under an asynchronous rule (`spec`)."""
-        if spec.protocol is Protocol.SSP:
-            bound = spec.staleness_bound or 0
+        bound = spec.clock_bound
+        if bound is not None:
             slowest = self.slowest_clock(active)
             released = sorted(w for w in self.waiting if self.clocks.get(w, 0) - slowest <= bound)
         else:

@@ -1,8 +1,8 @@
 """The switch-point search's trainer: each trial a `train()` call, on one Ray instance (or
 on the simulator, one after another, for `--runtime sim`).
 
-`syncswitch.recurring.search.run_search` takes any `Trainer`; the CLI passes a `RayTrainer`, and
-tests of the search's bookkeeping pass scripted ones instead.
+`syncswitch.recurring.search_runner.run_search` takes any `Trainer`; the CLI passes a
+`RayTrainer`, and tests of the search's bookkeeping pass scripted ones instead.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from syncswitch.config import TrainConfig
-from syncswitch.recurring.search import AUTO
+from syncswitch.recurring.search_runner import AUTO
 
 
 class RayTrainer:

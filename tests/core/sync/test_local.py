@@ -27,7 +27,8 @@ from syncswitch.core.sync.local import (
     switch_ramp,
 )
 from syncswitch.core.sync.optimizer import FlatSGD
-from syncswitch.core.sync.protocol import Protocol, ProtocolSpec, Schedule, ScheduleError
+from syncswitch.core.sync.protocol import ASP, BSP, Schedule, ScheduleError
+from syncswitch.core.sync.protocols import LocalH
 from syncswitch.core.sync.records import Gradient
 from syncswitch.core.sync.server_optimizer import OptimizerConfig, OptimizerKind
 from syncswitch.core.sync.state import SynchronizerState
@@ -129,9 +130,8 @@ def test_local_h_parses_anywhere_in_a_schedule_and_prints_back() -> None:
     for text in ("bsp:0.1,local-16", "bsp:0.25,asp:0.5,local-8", "local-4", "local-2:0.5,bsp"):
         assert str(Schedule.parse(text)) == text
     spec = Schedule.parse("bsp:0.25,asp:0.5,local-8").phases[2].spec
-    assert spec == ProtocolSpec(Protocol.LOCAL, local_steps=8) and spec.name == "local-8"
-    assert not spec.protocol.is_async and spec.protocol.has_barrier
-    assert spec.gradients_per_update(5) == 5
+    assert spec == LocalH(8) and spec.name == "local-8" and spec.local_steps == 8
+    assert not spec.is_async and spec.barrier and spec.gathers_deltas
 
 
 @pytest.mark.parametrize("bad", ["local-0", "local-abc", "local-", "local--3", "local-1.5"])
@@ -143,9 +143,9 @@ def test_bad_local_steps_are_refused_in_one_line(bad: str) -> None:
 
 def test_a_spec_checks_its_own_local_steps() -> None:
     with pytest.raises(ScheduleError):
-        ProtocolSpec(Protocol.LOCAL)
-    with pytest.raises(ScheduleError):
-        ProtocolSpec(Protocol.BSP, local_steps=3)
+        LocalH(0)
+    with pytest.raises(TypeError):
+        LocalH()  # type: ignore[call-arg]
 
 
 # -- oracles -------------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def test_server_momentum_reset_at_the_end_of_a_local_phase_is_observable() -> No
         drive(sync, Problem(2))
         before = sync.optimizer.state_dict()["momentum_buffer"]
         assert before is not None  # the BSP phase built one; the local phase never used it
-        sync.switch_to(ProtocolSpec(Protocol.BSP), reason="test")
+        sync.switch_to(BSP, reason="test")
         buffers[policy] = sync.optimizer.state_dict()["momentum_buffer"]
     assert buffers[StatePolicy.RESET] is None
     assert buffers[StatePolicy.KEEP] is not None
@@ -283,7 +283,7 @@ def test_a_gradient_sent_before_a_switch_into_a_local_phase_is_applied_at_once()
     sync = make_sync("asp:0.1,local-4", workers=2, total=10_000)
     for sequence in range(25):  # 25 x 40 samples: 0.1 of 10,000, so the phase ends
         sync.submit(Gradient(0, sequence, sync.live.version, torch.ones(DIM), 40, 1.0, 0.01))
-    assert sync.live.spec.protocol is Protocol.LOCAL
+    assert sync.live.spec.gathers_deltas
     version = sync.live.version
     outcome = sync.submit(Gradient(1, 0, 0, torch.ones(DIM), 40, 1.0, 0.01))
     assert outcome.released == [1] and sync.live.version == version + 1
@@ -294,7 +294,7 @@ def test_a_delta_caught_by_a_switch_out_of_a_local_phase_is_applied_as_its_share
     sync = make_sync("local-4", workers=2, total=10_000)
     sync.submit(Gradient(0, 0, 0, torch.full((DIM,), 2.0), 4 * BATCH, 1.0, 0.01, local_steps=4))
     assert sync.room.waiting == {0}
-    outcome = sync.switch_to(ProtocolSpec(Protocol.ASP), reason="test")
+    outcome = sync.switch_to(ASP, reason="test")
     assert outcome.released == [0] and len(outcome.applied) == 1
     assert torch.allclose(sync.optimizer.weights, torch.full((DIM,), -1.0))  # 2.0 x 1/2 workers
     assert sync.live.samples_by_protocol == {"local": 4 * BATCH}
@@ -327,7 +327,7 @@ def test_the_outer_optimizer_state_survives_a_checkpoint_and_resume() -> None:
     original = make_sync("bsp:0.25,local-2", workers=3, total=total, local=config)
     problem = Problem(3)
     drive_rounds(original, problem, rounds=8)  # 6 BSP updates, then 2 local rounds
-    assert original.live.spec.protocol is Protocol.LOCAL and original.local.outer.buffer is not None
+    assert original.live.spec.gathers_deltas and original.local.outer.buffer is not None
     state = original.snapshot("test").state
     buffer = io.BytesIO()
     torch.save(state.to_plain(), buffer)
@@ -384,7 +384,7 @@ def test_qsr_grows_h_as_the_learning_rate_decays_and_is_capped() -> None:
 
 
 def test_a_round_is_cut_to_the_phase_s_end() -> None:
-    spec = ProtocolSpec(Protocol.LOCAL, local_steps=16)
+    spec = LocalH(16)
     config = LocalConfig(worker_batch=4)
     kw = {"lr_factor_start": 1.0, "lr_factor_now": 1.0, "active_workers": 2}
     assert round_steps(spec, config, samples_left=1000, **kw) == 16
@@ -484,7 +484,7 @@ def test_a_bsp_gradient_caught_by_a_switch_into_a_local_phase_counts_as_bsp() ->
     # Issue 47: it was counted under an `asp` bucket though no ASP phase ran.
     sync = make_sync("bsp", workers=2, total=10_000)
     sync.submit(Gradient(0, 0, 0, torch.ones(DIM), BATCH, 1.0, 0.01))
-    sync.switch_to(ProtocolSpec(Protocol.LOCAL, local_steps=4), reason="test")
+    sync.switch_to(LocalH(4), reason="test")
     sync.submit(Gradient(1, 0, 0, torch.ones(DIM), BATCH, 1.0, 0.01))
     assert set(sync.live.samples_by_protocol) <= {"bsp", "local"}
     assert sync.live.samples_by_protocol["bsp"] == 2 * BATCH

@@ -5,7 +5,7 @@ from collections.abc import Callable
 import pytest
 
 from syncswitch.core.sync.protocol import Schedule
-from syncswitch.core.timing.search import (
+from syncswitch.core.timing.fraction_search import (
     BASELINE,
     SearchSpec,
     SearchSpecError,

@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from syncswitch.core.timing.search import (
+from syncswitch.core.timing.fraction_search import (
     BASELINE,
     SearchDecision,
     SearchSpec,

@@ -1,12 +1,12 @@
 """Running the switch-point search: trial trainings, stored as they finish, then the decision.
 
-The pure search (`syncswitch.core.timing.search.next_step`) says which trials it needs; this
-module runs them through a `Trainer` that the caller passes in (the CLI passes the runtime's,
-`syncswitch.runtime.ray.search_trainer`: one `train()` per trial; several at once in threads of
-this driver when the trainer has room), stores each in the registry the moment it finishes,
-and stores the decision at the end. Before running anything it reads the job's finished trials
-from the registry, so a search that was stopped resumes where it was: no finished trial runs
-again.
+The pure search (`syncswitch.core.timing.fraction_search.next_step`) says which trials it
+needs; this module runs them through a `Trainer` that the caller passes in (the CLI passes the
+runtime's, `syncswitch.runtime.ray.search_trainer`: one `train()` per trial; several at once in
+threads of this driver when the trainer has room), stores each in the registry the moment it
+finishes, and stores the decision at the end. Before running anything it reads the job's
+finished trials from the registry, so a search that was stopped resumes where it was: no
+finished trial runs again.
 
 The directories (`<search_dir>/<fingerprint[:12]>/trial-<fraction>-s<seed>/`, with the
 markers that say which job made them) are laid out and checked in `search_dirs`.
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from syncswitch.config import ConfigError, TrainConfig
-from syncswitch.core.timing.search import (
+from syncswitch.core.timing.fraction_search import (
     SearchDecision,
     SearchSpec,
     SearchSpecError,
@@ -33,7 +33,6 @@ from syncswitch.core.timing.search import (
 )
 from syncswitch.errors import RunDirError
 from syncswitch.files import write_json_atomic
-from syncswitch.recurring.report import TraceWriter, write_report
 from syncswitch.recurring.results import SearchResult, time_saved, trial_from_summary
 from syncswitch.recurring.search_dirs import (
     DEFAULT_SEARCH_ROOT,
@@ -49,6 +48,7 @@ from syncswitch.recurring.search_dirs import (
     require_plain_dir,
     trial_dir,
 )
+from syncswitch.recurring.search_report import TraceWriter, write_report
 from syncswitch.registry import (
     JobRecord,
     Registry,

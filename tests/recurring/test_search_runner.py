@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from syncswitch.config import ConfigError, TrainConfig
-from syncswitch.core.timing.search import SearchSpec, StepKind, TrialKey, next_step
-from syncswitch.recurring.search import SearchError, SearchOptions, run_search, trial_dir
+from syncswitch.core.timing.fraction_search import SearchSpec, StepKind, TrialKey, next_step
+from syncswitch.recurring.search_runner import SearchError, SearchOptions, run_search, trial_dir
 from syncswitch.registry import Registry, TrialRecord, fingerprint
 from syncswitch.rundir import Summary, names
 from tests.rundir.samples import sample_summary
