@@ -210,7 +210,7 @@ def online_timing_line(timing: OnlineTimingSummary) -> str:
     if not timing.switched:
         why = f"decided ({timing.reason})" if timing.reason else "not decided"
         return (
-            f"no switch of its own: {why} (a rollback's pinned protocol or an online policy "
+            f"no switch of its own: {why} (a rollback's pinned protocol or a straggler policy "
             f"may have had the last word); {rule}"
         )
     why = {

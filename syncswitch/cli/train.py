@@ -31,6 +31,7 @@ from syncswitch.config.declare import (
     OUTPUT_GROUP,
     SCHEDULE_GROUP,
     flag_groups,
+    flag_names,
     from_flags_only,
     named_again,
     resume_overrides,
@@ -57,7 +58,7 @@ _EXAMPLES = """examples:
   syncswitch train --schedule auto                   # this job's stored switch point
   syncswitch train --schedule bsp:0.1,asp:0.8,bsp --momentum-at-switch ramp
   syncswitch train --step-time-ms 20 --jitter-sigma 0.2   # emulate 20 ms GPU steps
-  syncswitch train --step-time-ms 20 --stragglers slow.yaml --online-policy elastic
+  syncswitch train --step-time-ms 20 --stragglers slow.yaml --straggler-policy elastic
   syncswitch train --config job.yaml --seed 3        # file values, overridden by flags
   syncswitch train --resume runs/20261203-101500-bsp0.25-asp   # continue a killed run
   syncswitch train --logger tensorboard,mlflow       # also log to TensorBoard and MLflow
@@ -125,12 +126,15 @@ def add_config_arguments(
         if f.name in exclude:
             continue
         group = groups[flag_group(f.name)]
-        flag = "--" + f.name.replace("_", "-")
+        flags = flag_names(f)
         default = field_default(f)
         help_text = f.metadata["help"].replace("%", "%%")
+        if len(flags) > 1:
+            help_text += f" ({', '.join(flags[1:])}: its old spelling, an alias)"
         if str(f.type) == "bool":
             group.add_argument(
-                flag,
+                *flags,
+                dest=f.name,
                 action=argparse.BooleanOptionalAction,
                 default=None,
                 help=f"{help_text} (default: {default})",
@@ -139,7 +143,8 @@ def add_config_arguments(
         choices = f.metadata.get("choices")
         shown = f" (default: {default})" if default is not None else ""
         group.add_argument(
-            flag,
+            *flags,
+            dest=f.name,
             default=None,
             action="append" if f.metadata.get("repeatable") else "store",
             metavar="FILE" if f.metadata.get("from_file") else _metavar(str(f.type), choices),
@@ -192,7 +197,7 @@ def config_for_resume(args: argparse.Namespace) -> TrainConfig:
     """The job a run directory was started with; a resumed run is the same job."""
     run_dir = Path(args.resume)
     given = [
-        "--" + f.name.replace("_", "-")
+        flag_names(f)[0]
         for f in config_fields()
         if getattr(args, f.name, None) is not None
         and f.name not in _RESUME_OVERRIDES + _NAMED_AGAIN

@@ -5,6 +5,8 @@
 - `declare`: what a role says (`--help` group, part in the job's identity, what `--resume`
   does with it) and what is derived from the roles (`flag_groups`, `resume_overrides`, ...);
 - `validation`: what relates options to each other, checked once, and what that parses;
+- `components`: each component's configuration built from the options, one function per
+  component (the only place that builds it);
 - `checks`: the per-option checks (type, size, choices, `Range`) that fields declare;
 - `limits`: the choices and the bounds of every size a user may ask for;
 - `files`: reading YAML/TOML job, cluster and list files safely;

@@ -78,8 +78,16 @@ class Role:
 
 def option(default: Any, help: str, role: Role, **checks: Any) -> Any:
     """A TrainConfig field with its declaration; `checks` are checks.py's (`choices=`,
-    `range=`) and the flag's shape (`repeatable=`, `from_file=`, `online_only=`)."""
+    `range=`) and the flag's shape (`repeatable=`, `from_file=`, `online_only=`, and
+    `flags=` when its flags are not the field's name: see `flag_names`)."""
     return field(default=default, metadata={"help": help, "role": role, **checks})
+
+
+def flag_names(f: Field) -> tuple[str, ...]:
+    """A field's `syncswitch train` flags: the documented one first, then its aliases (old
+    spellings that still work). Without `flags=` the one flag is the field's name, with
+    dashes; the field's name is its key in config files and config.json either way."""
+    return tuple(f.metadata.get("flags", ("--" + f.name.replace("_", "-"),)))
 
 
 def role_of(f: Field) -> Role:

@@ -162,13 +162,17 @@ class TrainOptions(JobOptions):
         Role(EMULATION_GROUP, Identity.WHEN_SET),
         from_file=True,
     )
-    # Online reaction to stragglers (detection runs whenever a policy or stragglers are set).
+    # The reaction to stragglers (detection runs whenever a policy or stragglers are set).
+    # Its flag is --straggler-policy; the field keeps its first name, online_policy, which is
+    # its key in config files, config.json and the fingerprint (old run directories and
+    # stored jobs read as before), and --online-policy stays an alias.
     online_policy: str = option(
         "none",
         "reaction to detected stragglers: none (log only), greedy (switch to ASP at once) or "
         "elastic (the BSP barrier stops waiting for them until they recover)",
         Role(EMULATION_GROUP, Identity.WHEN_SET),
         choices=[k.value for k in StragglerPolicyKind],
+        flags=("--straggler-policy", "--online-policy"),
     )
     greedy_return: bool = option(
         False,

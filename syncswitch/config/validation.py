@@ -9,20 +9,26 @@ and the command line get the same checks: a TrainConfig is validated when it is 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from syncswitch.cluster_address import parse_cluster_address
+from syncswitch.config.components import (
+    cluster_model,
+    detector_config,
+    emulation_config,
+    fault_plan,
+    lr_schedule,
+    straggler_scenario,
+)
 from syncswitch.config.declare import online_only
 from syncswitch.config.limits import AUTO_SCHEDULE, CIFAR_TRAIN_SAMPLES, MAX_TOTAL_SAMPLES
 from syncswitch.config.options import TrainOptions
 from syncswitch.core.cluster.emulation import EmulationConfig
 from syncswitch.core.cluster.model import ClusterModel
-from syncswitch.core.reliability.faults import FaultPlan, parse_faults
-from syncswitch.core.stragglers.detector import DetectorConfig
+from syncswitch.core.reliability.faults import FaultPlan
 from syncswitch.core.stragglers.policies import StragglerPolicyKind
-from syncswitch.core.stragglers.scenarios import StragglerScenario, build_scenario
-from syncswitch.core.sync.hyperparams import LrSchedule, LrScheduleKind
+from syncswitch.core.stragglers.scenarios import StragglerScenario
+from syncswitch.core.sync.hyperparams import LrSchedule
 from syncswitch.core.sync.protocol import Schedule, ScheduleError
 from syncswitch.core.sync.server_optimizer import OptimizerKind
 from syncswitch.errors import ConfigError
@@ -36,7 +42,8 @@ SWITCH_OPTIONS: tuple[str, ...] = online_only(fields(TrainOptions))
 
 @dataclass(frozen=True)
 class Parsed:
-    """What validating a config parsed, kept so that nothing parses it again."""
+    """What validating a config parsed, kept so that nothing parses it again; each part
+    built by its component's function (components.py)."""
 
     schedule: Schedule | None  # None: 'auto', still to be resolved
     lr_schedule: LrSchedule
@@ -44,6 +51,12 @@ class Parsed:
     emulation: EmulationConfig
     faults: FaultPlan
     cluster: ClusterModel | None  # the simulator's; None on Ray
+
+    def sim_cluster(self) -> ClusterModel:
+        """The simulator's cluster model, for a job that runs on it (`--runtime sim`)."""
+        if self.cluster is None:
+            raise ConfigError("a Ray job has no cluster model: it applies to --runtime sim")
+        return self.cluster
 
 
 class SwitchOptionsError(ConfigError):
@@ -58,13 +71,13 @@ class StalenessOptionsError(ConfigError):
     """Staleness options set for a schedule with no ASP/SSP phase."""
 
 
-def validate_job(config: TrainOptions, build_cluster: Callable[[], ClusterModel]) -> Parsed:
+def validate_job(config: TrainOptions) -> Parsed:
     """Every check that relates options to each other, in order; the parsed parts."""
     _check_own_code(config)
     _check_workload_size(config)
     if config.ray_address is not None:
         parse_cluster_address(config.ray_address)
-    cluster = _check_cluster(config, build_cluster)
+    cluster = _check_cluster(config)
     _check_gpus(config)
     if config.greedy_return and config.online_policy != StragglerPolicyKind.GREEDY:
         raise ConfigError(
@@ -91,18 +104,13 @@ def validate_job(config: TrainOptions, build_cluster: Callable[[], ClusterModel]
         schedule = None if is_auto(config.schedule) else Schedule.parse(config.schedule)
         if schedule is not None:
             schedule = schedule.with_online_ceiling(config.switch_ceiling)
-        scenario = _build_scenario(config, schedule)
+        scenario = straggler_scenario(config, schedule)
         parsed = Parsed(
             schedule=schedule,
-            lr_schedule=_build_lr_schedule(config),
+            lr_schedule=lr_schedule(config),
             scenario=scenario,
-            emulation=EmulationConfig(
-                step_time_ms=config.step_time_ms,
-                speed_factors=tuple(config.speed_factors or ()),
-                jitter_sigma=config.jitter_sigma,
-                stragglers=scenario,
-            ),
-            faults=parse_faults(config.faults, config.workers),
+            emulation=emulation_config(config, scenario, cluster),
+            faults=fault_plan(config),
             cluster=cluster,
         )
         detector_config(config)  # its own checks of the thresholds
@@ -193,11 +201,9 @@ def _check_gpus(config: TrainOptions) -> None:
         )
 
 
-def _check_cluster(
-    config: TrainOptions, build_cluster: Callable[[], ClusterModel]
-) -> ClusterModel | None:
+def _check_cluster(config: TrainOptions) -> ClusterModel | None:
     if config.runtime == "sim":
-        return build_cluster()
+        return cluster_model(config)
     if config.cluster is not None:
         raise ConfigError(
             f"cluster {config.cluster!r} applies to --runtime sim (the simulator); a Ray "
@@ -244,26 +250,6 @@ def _check_loggers(config: TrainOptions) -> None:
         raise ConfigError("tracking_uri applies to logger mlflow: add --logger mlflow")
 
 
-def _build_lr_schedule(config: TrainOptions) -> LrSchedule:
-    milestones = tuple(config.lr_milestones) if config.lr_milestones else (0.5, 0.75)
-    return LrSchedule(
-        kind=LrScheduleKind(config.lr_schedule),
-        warmup_fraction=config.warmup,
-        milestones=milestones,
-        gamma=config.lr_gamma,
-    )
-
-
-def _build_scenario(config: TrainOptions, schedule: Schedule | None) -> StragglerScenario:
-    if not config.stragglers:
-        return StragglerScenario()
-    # Generated stragglers are placed in the first phase they hold up, one a greedy policy
-    # would detour from (BSP; none while 'auto').
-    phases = schedule.phases if schedule is not None else ()
-    bsp_end = next((p.end for p in phases if p.spec.straggler_detour is not None), None)
-    return build_scenario(config.stragglers, workers=config.workers, bsp_end=bsp_end)
-
-
 def role_devices(options: TrainOptions) -> dict[str, str]:
     """Each role's device as asked ('auto' still to be resolved against the cluster); the
     evaluator's and servers' 'auto' follows --device."""
@@ -276,16 +262,6 @@ def role_devices(options: TrainOptions) -> dict[str, str]:
         "evaluator": follow(options.evaluator_device),
         "server": follow(options.server_device),
     }
-
-
-def detector_config(options: TrainOptions) -> DetectorConfig:
-    """The straggler detector's settings (its own checks run as it is built)."""
-    return DetectorConfig(
-        window=options.straggler_window,
-        threshold=options.straggler_threshold,
-        recover_threshold=options.straggler_recover_threshold,
-        min_steps=min(DetectorConfig.min_steps, options.straggler_window),
-    )
 
 
 def is_auto(schedule: str) -> bool:

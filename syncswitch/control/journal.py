@@ -72,7 +72,7 @@ def announce(
             parameters=parameters,
             runtime=plan.runtime,
             emulation=plan.timing_label(),
-            online=plan.online.describe() if plan.online else None,
+            online=plan.stragglers.describe() if plan.stragglers else None,
             faults=plan.faults.describe() or None,
         )
     )

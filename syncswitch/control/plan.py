@@ -4,15 +4,28 @@
 parsed, the emulation, fault plan and straggler scenario built, the workload counted in
 samples. Everything downstream reads the plan, so nothing is parsed twice and every part of
 the run sees the same values.
+
+`RunPlan.resolve` only composes: each component's config is built in one place, by the
+function named after it in config/components.py (what the options alone decide) or here
+(`sync_config`, `ReliabilityConfig.of`, `TimingPlan.of`: what the run decides too).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from syncswitch.config import ConfigError, TrainConfig
+from syncswitch.config.components import (
+    async_lr_policy,
+    first_moment_decay,
+    local_config,
+    momentum_policy,
+    optimizer_config,
+    staleness_config,
+    straggler_monitor_config,
+)
 from syncswitch.core.cluster.emulation import EmulationConfig
 from syncswitch.core.cluster.model import ClusterModel
 from syncswitch.core.reliability.divergence import RollbackConfig
@@ -32,6 +45,16 @@ class ReliabilityConfig:
     max_worker_restarts: int
     divergence_guard: bool
     rollback: RollbackConfig
+
+    @classmethod
+    def of(cls, config: TrainConfig) -> ReliabilityConfig:
+        return cls(
+            checkpoint_every_s=config.checkpoint_every_s,
+            worker_timeout_s=config.worker_timeout_s,
+            max_worker_restarts=config.max_worker_restarts,
+            divergence_guard=config.divergence_guard,
+            rollback=RollbackConfig(lr_factor=config.rollback_lr_factor),
+        )
 
 
 # The estimator's half-life, as a fraction of the run's BSP rounds, and how often the rule is
@@ -123,7 +146,8 @@ class RunPlan:
     sync: SyncConfig
     emulation: EmulationConfig
     faults: FaultPlan
-    online: StragglerMonitorConfig | None  # None: stragglers are neither emulated nor acted on
+    # How stragglers are detected and acted on; None: they are neither emulated nor acted on.
+    stragglers: StragglerMonitorConfig | None
     reliability: ReliabilityConfig
     runtime: str = "ray"  # "ray": measured (or emulated) wall time; "sim": a simulated clock
     cluster: ClusterModel | None = None  # the simulator's cluster model (None on Ray)
@@ -142,18 +166,6 @@ class RunPlan:
         total_samples = round(config.epochs * train_samples)
         _check_eval_floor(config, total_samples)
         schedule = config.parsed_schedule()
-        cluster = config.cluster_model() if config.runtime == "sim" else None
-        emulation = config.emulation()
-        if cluster is not None:
-            # The simulator draws step times exactly as an emulated Ray worker does, from the
-            # cluster's compute model (and the same straggler scenario).
-            compute = cluster.compute
-            emulation = replace(
-                emulation,
-                step_time_ms=compute.step_time_ms,
-                jitter_sigma=compute.jitter_sigma,
-                speed_factors=compute.speed_factors,
-            )
         timing = (
             TimingPlan.of(config, schedule, total_samples)
             if schedule.online_index is not None
@@ -163,44 +175,15 @@ class RunPlan:
             job=config,
             total_samples=total_samples,
             schedule=schedule,
-            sync=SyncConfig(
-                workers=config.workers,
-                total_samples=total_samples,
-                schedule=schedule,
-                lr=config.lr,
-                momentum=config.first_moment_decay(),
-                momentum_policy=config.switch_momentum_policy(),
-                async_lr=config.async_lr_policy(),
-                optimizer=config.optimizer_config(),
-                momentum_ramp_fraction=config.momentum_ramp,
-                lr_schedule=config.lr_schedule_spec(),
-                eval_every=config.eval_every,
-                count_bsp_by_work=config.greedy_return,
-                checkpoint_every=config.checkpoint_every,
-                local=config.local_config(),
-                staleness=config.staleness_config(),
-                wire_dtype=WireDtype(config.wire_dtype),
-                # Shards measure gradient statistics only for a rule that reads them.
-                stats_coordinates=(
-                    STATS_COORDINATES
-                    if timing is not None and not uses_losses(timing.rule)
-                    else None
-                ),
-                stats_every=timing.stats_every if timing is not None else 1,
-                stats_workers=STATS_WORKERS,
-            ),
-            emulation=emulation,
-            faults=config.fault_plan(),
-            online=config.online() if config.watches_stragglers else None,
-            reliability=ReliabilityConfig(
-                checkpoint_every_s=config.checkpoint_every_s,
-                worker_timeout_s=config.worker_timeout_s,
-                max_worker_restarts=config.max_worker_restarts,
-                divergence_guard=config.divergence_guard,
-                rollback=RollbackConfig(lr_factor=config.rollback_lr_factor),
-            ),
+            sync=sync_config(config, schedule, total_samples, timing),
+            # On the simulator, step times from its cluster's compute model
+            # (components.emulation_config).
+            emulation=config.parsed.emulation,
+            faults=config.parsed.faults,
+            stragglers=(straggler_monitor_config(config) if config.watches_stragglers else None),
+            reliability=ReliabilityConfig.of(config),
             runtime=config.runtime,
-            cluster=cluster,
+            cluster=config.parsed.cluster,  # the simulator's; None on Ray
             timing=timing,
             metric=metric or DEFAULT,
         )
@@ -226,17 +209,50 @@ class RunPlan:
         return self.sync.workers
 
     @property
-    def policy_name(self) -> str | None:
-        """The online policy's name as its decisions carry it, or None without one."""
-        if self.online is None:
+    def straggler_policy_name(self) -> str | None:
+        """The straggler policy's name as its decisions carry it, or None without one."""
+        if self.stragglers is None:
             return None
-        return "greedy+return" if self.online.greedy_return else self.online.policy.value
+        if self.stragglers.greedy_return:
+            return "greedy+return"
+        return self.stragglers.policy.value
 
     @property
     def planned_bsp_fraction(self) -> float:
         phases = self.schedule.phases
         starts = [0.0, *(p.end for p in phases[:-1])]
         return sum(p.end - a for p, a in zip(phases, starts, strict=True) if p.spec == BSP)
+
+
+def sync_config(
+    config: TrainConfig, schedule: Schedule, total_samples: int, timing: TimingPlan | None
+) -> SyncConfig:
+    """The synchronizer's configuration (core/sync/config.py): the job's update rule, and
+    what the shards measure for the timing plan (statistics only for a rule that reads them).
+    Built here, not in config/components.py, since it depends on the run's timing plan."""
+    return SyncConfig(
+        workers=config.workers,
+        total_samples=total_samples,
+        schedule=schedule,
+        lr=config.lr,
+        momentum=first_moment_decay(config),
+        momentum_policy=momentum_policy(config),
+        async_lr=async_lr_policy(config),
+        optimizer=optimizer_config(config),
+        momentum_ramp_fraction=config.momentum_ramp,
+        lr_schedule=config.parsed.lr_schedule,
+        eval_every=config.eval_every,
+        count_bsp_by_work=config.greedy_return,
+        checkpoint_every=config.checkpoint_every,
+        local=local_config(config),
+        staleness=staleness_config(config),
+        wire_dtype=WireDtype(config.wire_dtype),
+        stats_coordinates=(
+            STATS_COORDINATES if timing is not None and not uses_losses(timing.rule) else None
+        ),
+        stats_every=timing.stats_every if timing is not None else 1,
+        stats_workers=STATS_WORKERS,
+    )
 
 
 # Evaluations one step may trigger (each crossed multiple of eval_every is one, of the same

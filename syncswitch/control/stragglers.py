@@ -60,10 +60,10 @@ class StragglerResponse:
         self.monitor = (
             StragglerMonitor(
                 plan.workers,
-                plan.online,
+                plan.stragglers,
                 plan.emulation.stragglers if plan.emulation.enabled else None,
             )
-            if plan.online is not None
+            if plan.stragglers is not None
             else None
         )
 

@@ -47,7 +47,7 @@ def build_summary(
         measured[TEST] = record.test
     wall_s = final.time_s if final else state.time_s
     samples = state.samples
-    policy = plan.policy_name
+    policy = plan.straggler_policy_name
     return Summary(
         status=status,
         metric=metric,
@@ -87,7 +87,7 @@ def build_summary(
         precision=plan.job.precision,
         emulation=plan.timing_label(),
         cluster=plan.cluster.describe() if plan.cluster is not None else None,
-        online=_online_summary(plan, record, state),
+        online=_stragglers_summary(plan, record, state),
         online_timing=_timing_summary(plan, record),
         reliability=Reliability(
             checkpoints=record.checkpoints,
@@ -96,7 +96,7 @@ def build_summary(
             pinned_protocol=state.pinned.name if state.pinned else None,
             lr_scale=state.lr_scale,
             guard_initial_loss=record.guard_initial_level,
-            # Quarantines, rollbacks: every decision but the online policy's.
+            # Quarantines, rollbacks: every decision but the straggler policy's.
             decisions=[
                 d.to_plain() for d in record.decisions if d.policy not in (policy, TIMING_POLICY)
             ],
@@ -190,14 +190,16 @@ def _timing_summary(plan: RunPlan, record: RunRecord) -> OnlineTimingSummary | N
     )
 
 
-def _online_summary(plan: RunPlan, record: RunRecord, state: ShardState) -> dict[str, Any] | None:
-    if plan.online is None:
+def _stragglers_summary(
+    plan: RunPlan, record: RunRecord, state: ShardState
+) -> dict[str, Any] | None:
+    if plan.stragglers is None:
         return None
     events = record.straggler_events
     detected = [e for e in events if e.kind is EventKind.DETECTED]
     delays = [e.delay_s for e in detected if e.delay_s is not None]
     return {
-        **plan.online.describe(),
+        **plan.stragglers.describe(),
         "planned_bsp_samples": round(plan.planned_bsp_fraction * plan.total_samples),
         "bsp_samples": state.samples_by_protocol.get("bsp", 0),
         "detections": len(detected),
@@ -207,6 +209,8 @@ def _online_summary(plan: RunPlan, record: RunRecord, state: ShardState) -> dict
         ),
         "detection_delay_s_median": float(np.median(delays)) if delays else None,
         "excluded_at_end": list(state.excluded),
-        "decisions": [d.to_plain() for d in record.decisions if d.policy == plan.policy_name],
+        "decisions": [
+            d.to_plain() for d in record.decisions if d.policy == plan.straggler_policy_name
+        ],
         "straggler_events": [e.to_plain() for e in events],
     }

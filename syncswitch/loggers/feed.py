@@ -92,7 +92,7 @@ class LoggerFeed:
         of a backend switched off later, in place of the one given at construction."""
         if on_failure is not None:
             self._on_failure = on_failure
-        # Every scheduled protocol has its series from the first point on (an online policy
+        # Every scheduled protocol has its series from the first point on (a straggler policy
         # may add one later).
         try:
             scheduled = [p.spec.name for p in Schedule.parse(str(config.get("schedule"))).phases]

@@ -99,5 +99,5 @@ def _measured_on(config: TrainConfig) -> dict[str, Any]:
     """Where the decision's trials ran: the same runtime (and cluster) as this job's, since
     the fingerprint holds both."""
     if config.runtime == "sim":
-        return {"runtime": "sim", "cluster": config.cluster_model().name}
+        return {"runtime": "sim", "cluster": config.parsed.sim_cluster().name}
     return {"runtime": "ray"}

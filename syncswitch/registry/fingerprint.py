@@ -24,6 +24,7 @@ from enum import Enum
 from typing import Any
 
 from syncswitch.config import TrainConfig
+from syncswitch.config.components import momentum_policy
 from syncswitch.config.declare import Identity, role_of, with_identity
 from syncswitch.workloads.identity import Workload
 from syncswitch.workloads.pysource import PYSOURCE, corpus_sha256
@@ -82,12 +83,12 @@ def describe_job(config: TrainConfig, workload: Workload | None = None) -> dict[
         job["mnist1d_samples"] = None
     _describe_corpus(job, config, workload)
     if config.lr_schedule == "step":
-        job["lr_milestones"] = [float(m) for m in config.lr_schedule_spec().milestones]
+        job["lr_milestones"] = [float(m) for m in config.parsed.lr_schedule.milestones]
     else:
         job["lr_milestones"] = job["lr_gamma"] = None
     # The policy in force, whether named or the optimizer's default (a job stored before the
     # default depended on the optimizer named "scale").
-    job["momentum_at_switch"] = config.switch_momentum_policy().value
+    job["momentum_at_switch"] = momentum_policy(config).value
     if job["momentum_at_switch"] != "ramp":
         job["momentum_ramp"] = None
     if not job.get("speed_factors"):
@@ -96,7 +97,7 @@ def describe_job(config: TrainConfig, workload: Workload | None = None) -> dict[
         # A simulated job is its own job, identified by its cluster model's numbers (not by
         # a file name or a preset name, which may come to mean other numbers): a decision
         # found on the simulator is never taken for one measured on real workers.
-        cluster = config.cluster_model().describe()
+        cluster = config.parsed.sim_cluster().describe()
         cluster.pop("name")
         cluster.pop("notes")
         job["runtime"] = "sim"

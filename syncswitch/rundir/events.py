@@ -105,7 +105,7 @@ class RunStarted(RunEvent):
     parameters: int
     runtime: str
     emulation: dict[str, Any]  # the timing label
-    online: dict[str, Any] | None  # the online policy, described
+    online: dict[str, Any] | None  # the straggler policy, described (key: old files)
     faults: list[dict[str, Any]] | None  # the injected faults, described
 
 

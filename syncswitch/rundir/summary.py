@@ -38,7 +38,7 @@ RUNNING = "running"
 
 @dataclass(frozen=True)
 class Reliability:
-    """Checkpoints, failures, rollbacks and every decision but the online policy's."""
+    """Checkpoints, failures, rollbacks and every decision but the straggler policy's."""
 
     checkpoints: int
     failures: list[dict[str, Any]]
@@ -179,7 +179,7 @@ class Summary:
     precision: str = "32"
     emulation: dict[str, Any]  # the timing label: {"enabled": ..., "kind": ..., ...}
     cluster: dict[str, Any] | None = None  # the simulator's cluster model
-    online: dict[str, Any] | None = None  # the online policy's figures, when one ran
+    online: dict[str, Any] | None = None  # the straggler policy's figures (key: old files)
     online_timing: OnlineTimingSummary | None = None  # where an online phase ended, and why
     reliability: Reliability | None = None
     placement: dict[str, Any] | None = None  # where the actors ran, as the runtime said

@@ -55,21 +55,21 @@ def shard_specs(
     restore: tuple[SynchronizerState, ...] | None,
 ) -> list[ShardSpec]:
     """The run's shards, one per parameter slice; the first reports arriving steps when an
-    online policy decides on them."""
+    straggler policy decides on them."""
     return [
         ShardSpec(
             # Which shard of how many: a clipped BSP round's norm is all of theirs.
             replace(plan.sync, shard=index, shards=len(slices)),
             initial[part],
             restore=restore[index] if restore else None,
-            observe_steps=index == 0 and plan.online is not None,
+            observe_steps=index == 0 and plan.stragglers is not None,
         )
         for index, part in enumerate(slices)
     ]
 
 
 def carry_out(decision: Decision) -> ShardAction:
-    """An online policy's decision, for every shard alike."""
+    """A straggler policy's decision, for every shard alike."""
     return partial(ServerShard.carry_out, decision=decision)
 
 

@@ -49,6 +49,9 @@ SHARED_FILE_NAMES: dict[str, tuple[str, ...]] = {
     # The data plane's socket end and the parameter-server actor: both a server's side of one
     # thing, never imported side by side.
     "server.py": ("runtime/dataplane/server.py", "runtime/ray/server.py"),
+    # A worker as each runtime runs it (a Ray actor, a simulated one): one runtime's package
+    # never imports the other's.
+    "worker.py": ("runtime/ray/worker.py", "runtime/sim/worker.py"),
     # config/job.py (TrainConfig) is another engineer's now; runtime/job.py is the Python
     # API's job parts. A rename waits for that change to land.
     "job.py": ("config/job.py", "runtime/job.py"),

@@ -111,11 +111,12 @@ def test_bad_straggler_scenarios_are_refused_in_one_line(
     assert fragment in one_line_error(capsys, ["train", "--stragglers", str(spec)])
 
 
-def test_online_policy_options_are_checked(capsys) -> None:
+def test_straggler_policy_options_are_checked(capsys) -> None:
     err = one_line_error(capsys, ["train", "--greedy-return"])
     assert "greedy_return applies to online_policy greedy" in err
-    err = one_line_error(capsys, ["train", "--online-policy", "lazy"])
-    assert "choose one of none, greedy, elastic" in err
+    for flag in ("--straggler-policy", "--online-policy"):
+        err = one_line_error(capsys, ["train", flag, "lazy"])
+        assert "choose one of none, greedy, elastic" in err
     err = one_line_error(capsys, ["train", "--straggler-threshold", "0.9"])
     assert "threshold 0.9 must be > 1" in err
 
@@ -133,7 +134,7 @@ def test_straggler_file_may_be_toml_and_generators_expand(tmp_path: Path) -> Non
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
     args = ["train", "--stragglers", str(spec), "--schedule", "bsp:0.25,asp"]
-    scenario = config_from_args(parser.parse_args(args)).scenario()
+    scenario = config_from_args(parser.parse_args(args)).parsed.scenario
     assert len(scenario.episodes) == 5
     paper = [e for e in scenario.episodes if e.delay_ms == 30]
     assert len(paper) == 4 and all(len(e.workers) == 2 for e in paper)
@@ -209,3 +210,16 @@ def test_train_command_runs_a_job_and_says_where_results_are(tmp_path: Path) -> 
     stored = "stored the online run's BSP share" in proc.stderr
     assert stored == (timing.reason == "signal"), proc.stderr  # a ceiling's share is not kept
     assert printed["final_value"] == summary.final_value
+
+
+@pytest.mark.parametrize("flag", ["--straggler-policy", "--online-policy"])
+def test_the_straggler_policy_flag_and_its_old_spelling_set_one_option(flag: str) -> None:
+    import argparse
+
+    from syncswitch.cli.train import add_parser, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    config = config_from_args(parser.parse_args(["train", flag, "elastic"]))
+    # The option keeps its key (config files, config.json): old run directories read.
+    assert config.online_policy == "elastic"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import syncswitch.config.job as job_module
+import syncswitch.config.components as components_module
 from syncswitch.cli.main import main
 from syncswitch.config import TrainConfig
 from syncswitch.core.sync.protocol import Schedule
@@ -24,7 +24,7 @@ def calls(monkeypatch) -> Counter:
     validate, parse, read = (
         TrainConfig._validate,
         Schedule.parse.__func__,
-        job_module.read_structured_file,
+        components_module.read_structured_file,
     )
 
     def counted_validate(self) -> None:
@@ -41,7 +41,7 @@ def calls(monkeypatch) -> Counter:
 
     monkeypatch.setattr(TrainConfig, "_validate", counted_validate)
     monkeypatch.setattr(Schedule, "parse", classmethod(counted_parse))
-    monkeypatch.setattr(job_module, "read_structured_file", counted_read)
+    monkeypatch.setattr(components_module, "read_structured_file", counted_read)
     return seen
 
 
@@ -70,4 +70,4 @@ def test_a_config_is_frozen_and_keeps_what_it_parsed() -> None:
     with pytest.raises(AttributeError):
         config.workers = 3  # type: ignore[misc]
     assert config.parsed_schedule() is config.parsed_schedule()
-    assert config.emulation().stragglers is config.scenario()
+    assert config.parsed.emulation.stragglers is config.parsed.scenario

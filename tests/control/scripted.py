@@ -183,7 +183,7 @@ class ScriptedRun:
                 self.plan.sync,
                 initial[part],
                 restore=restore[i] if restore else None,
-                observe_steps=i == 0 and self.plan.online is not None,
+                observe_steps=i == 0 and self.plan.stragglers is not None,
                 clock=lambda: self.now_s,
             )
             for i, part in enumerate(self.slices)

@@ -576,7 +576,7 @@ def test_hostile_cluster_files_end_in_one_line(data):
         path.write_text(_json_text(data))  # JSON is YAML
         try:
             config = make_config({"runtime": "sim", "cluster": str(path), "workers": 2})
-            config.cluster_model()
+            config.parsed.sim_cluster()
         except UserError as error:
             assert "\n" not in str(error) and str(error).strip()
 

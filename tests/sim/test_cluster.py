@@ -61,12 +61,12 @@ def test_a_file_gives_the_node_shape_and_host_cpu_and_old_files_still_load(tmp_p
         "nodes: {workers_per_node: 16, cores: 2, servers_with_workers: true}\n"
         "host_cpu: {worker_ms: 0.5, compute_ms: 1.6}\n"
     )
-    model = TrainConfig(runtime="sim", cluster=str(path)).cluster_model()
+    model = TrainConfig(runtime="sim", cluster=str(path)).parsed.sim_cluster()
     assert (model.nodes.workers_per_node, model.nodes.cores) == (16, 2)
     assert model.nodes.servers_with_workers and model.host_cpu.compute_ms == 1.6
     old = tmp_path / "old.yaml"  # a file from before nodes: nothing shared, as then
     old.write_text("network: {latency_ms: 0.2}\nserver: {message_ms: 1}\n")
-    model = TrainConfig(runtime="sim", cluster=str(old)).cluster_model()
+    model = TrainConfig(runtime="sim", cluster=str(old)).parsed.sim_cluster()
     assert not model.nodes.contended and not model.host_cpu.any
     assert "nodes" not in model.describe() and "host_cpu" not in model.describe()
 
@@ -81,16 +81,18 @@ def test_network_and_server_times_follow_the_sizes() -> None:
 
 
 def test_without_a_cluster_the_emulation_flags_give_the_compute_model() -> None:
-    assert TrainConfig(runtime="sim").cluster_model().compute.step_time_ms == DEFAULT_STEP_TIME_MS
+    assert (
+        TrainConfig(runtime="sim").parsed.sim_cluster().compute.step_time_ms == DEFAULT_STEP_TIME_MS
+    )
     model = TrainConfig(
         runtime="sim", workers=2, step_time_ms=5, jitter_sigma=0.1, speed_factors=[1, 2]
-    ).cluster_model()
+    ).parsed.sim_cluster()
     assert (model.compute.step_time_ms, model.compute.jitter_sigma) == (5, 0.1)
     assert model.compute.speed_factors == (1.0, 2.0)
 
 
 def test_the_paper_preset_documents_what_was_fitted() -> None:
-    model = TrainConfig(runtime="sim", cluster="paper-k80").cluster_model()
+    model = TrainConfig(runtime="sim", cluster="paper-k80").parsed.sim_cluster()
     assert model.name == "paper-k80"
     assert "fitted" in model.notes
 

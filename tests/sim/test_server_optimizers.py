@@ -120,24 +120,26 @@ def test_a_local_round_with_adam_takes_adam_steps() -> None:
 
 
 def test_asynchronous_updates_take_bsp_lr_with_adam_and_its_share_with_sgd() -> None:
+    from syncswitch.config.components import async_lr_policy
     from syncswitch.core.sync.hyperparams import AsyncLrPolicy
 
-    assert TrainConfig().async_lr_policy() is AsyncLrPolicy.LINEAR
-    assert TrainConfig(optimizer="adamw").async_lr_policy() is AsyncLrPolicy.NONE
-    assert TrainConfig(optimizer="adam", async_lr="linear").async_lr_policy() is (
+    assert async_lr_policy(TrainConfig()) is AsyncLrPolicy.LINEAR
+    assert async_lr_policy(TrainConfig(optimizer="adamw")) is AsyncLrPolicy.NONE
+    assert async_lr_policy(TrainConfig(optimizer="adam", async_lr="linear")) is (
         AsyncLrPolicy.LINEAR
     )
-    assert TrainConfig(async_lr="none").async_lr_policy() is AsyncLrPolicy.NONE
+    assert async_lr_policy(TrainConfig(async_lr="none")) is AsyncLrPolicy.NONE
 
 
 def test_at_a_switch_adam_keeps_beta1_and_sgd_scales_its_momentum() -> None:
+    from syncswitch.config.components import momentum_policy
     from syncswitch.core.sync.hyperparams import MomentumPolicy
     from syncswitch.registry.fingerprint import describe_job
 
-    assert TrainConfig().switch_momentum_policy() is MomentumPolicy.SCALE
-    assert TrainConfig(optimizer="adamw").switch_momentum_policy() is MomentumPolicy.KEEP
+    assert momentum_policy(TrainConfig()) is MomentumPolicy.SCALE
+    assert momentum_policy(TrainConfig(optimizer="adamw")) is MomentumPolicy.KEEP
     named = TrainConfig(optimizer="adam", momentum_at_switch="reset")
-    assert named.switch_momentum_policy() is MomentumPolicy.RESET
+    assert momentum_policy(named) is MomentumPolicy.RESET
     # A job stored before the default depended on the optimizer named "scale".
     assert describe_job(TrainConfig())["momentum_at_switch"] == "scale"
     assert describe_job(TrainConfig(momentum_at_switch="scale")) == describe_job(TrainConfig())

@@ -1,6 +1,9 @@
 """Straggler policies: how a run reacts, while it runs, to stragglers the detector reports.
 
-(`--online-policy` picks one; the flag, the config field and the recorded names keep the word.)
+`--straggler-policy` picks one (`--online-policy`, its old spelling, is an alias); the run
+takes it as `RunPlan.stragglers`. "Online" names only online timing (`--schedule online`).
+What files hold keeps the old word so that old run directories read: the config field and
+key `online_policy`, and summary.json's and the journal's `online`.
 
 They compose with the offline schedule (the BSP prefix, then ASP) and only ever act on the
 BSP part of it, where one slow worker stalls everyone:
