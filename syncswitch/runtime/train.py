@@ -44,7 +44,7 @@ from syncswitch.rundir import (
 )
 from syncswitch.rundir.weights import read_best_weights
 from syncswitch.runtime.announce import announce_memory, announce_staleness_rules
-from syncswitch.runtime.job import JobParts, builtin_task, job_parts
+from syncswitch.runtime.job_parts import JobParts, builtin_task, job_parts
 from syncswitch.runtime.progress import starting, startup_status
 from syncswitch.runtime.run_dir_checks import (
     as_it_began,

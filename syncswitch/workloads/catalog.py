@@ -155,5 +155,5 @@ register_dataset(PYSOURCE, _pysource, arrays=False)
 register_model("cnn1d", models.cnn1d_for, fits=("mnist1d",))
 register_model("resnet20", models.resnet_for(20), fits=("cifar10", "cifar100"))
 register_model("resnet32", models.resnet_for(32), fits=("cifar10", "cifar100"))
-# Built by runtime/job.py for pysource (its CharTransformerFactory); the same model here.
+# Built by runtime/job_parts.py for pysource (its CharTransformerFactory); the same model here.
 register_model(CHAR_TRANSFORMER, lambda _: CharTransformer(), fits=(PYSOURCE,))

@@ -52,9 +52,6 @@ SHARED_FILE_NAMES: dict[str, tuple[str, ...]] = {
     # A worker as each runtime runs it (a Ray actor, a simulated one): one runtime's package
     # never imports the other's.
     "worker.py": ("runtime/ray/worker.py", "runtime/sim/worker.py"),
-    # config/job.py (TrainConfig) is another engineer's now; runtime/job.py is the Python
-    # API's job parts. A rename waits for that change to land.
-    "job.py": ("config/job.py", "runtime/job.py"),
     # Each option's declared checks (config) and a first batch through model and loss
     # (workloads): checks of a job, at two layers.
     "checks.py": ("config/checks.py", "workloads/checks.py"),

@@ -50,6 +50,6 @@ def test_load_builtin_refuses_an_unknown_name_listing_every_dataset() -> None:
 
 
 def test_load_dataset_refuses_the_text_corpus() -> None:
-    # load_dataset() gives an ArrayDataset; pysource goes through train() (runtime/job.py).
+    # load_dataset() gives an ArrayDataset; pysource goes through train() (runtime/job_parts.py).
     with pytest.raises(WorkloadError, match="unknown dataset 'pysource'"):
         catalog.load_dataset("pysource")

@@ -16,7 +16,7 @@ from syncswitch.config import TrainConfig
 from syncswitch.registry.fingerprint import describe_job, fingerprint
 from syncswitch.reports import Report
 from syncswitch.rundir.weights import flat_weights, read_final_weights
-from syncswitch.runtime.job import workload_of
+from syncswitch.runtime.job_parts import workload_of
 from syncswitch.runtime.train import train
 from syncswitch.workloads import ArrayDataset, model_name_of, prepare_batch
 

@@ -63,7 +63,7 @@ class RayTrainer:
         return slots, note
 
     def run(self, config: TrainConfig, source: dict[str, Any], started: threading.Event) -> Any:
-        from syncswitch.runtime.job import BuiltinModel, shape_only
+        from syncswitch.runtime.job_parts import BuiltinModel, shape_only
         from syncswitch.runtime.train import train
         from syncswitch.workloads import load_dataset
 
