@@ -5,8 +5,8 @@ is its name ("add a protocol"), and a `###` section of that name ("Add an option
 file path either one names must exist: a `dir/name.ext` path relative to the repository or to
 syncswitch/, and a bare `name.ext` relative to the folder of the path named before it in the
 same text ("tests/core/sync/test_protocol.py, test_synchronizer.py"); a bare name that is not
-a module (config.json, summary.json) is a run directory's file, not checked. A recipe that other
-work has not written yet is skipped; "add an option" must be there.
+a module (config.json, summary.json) is a run directory's file, not checked. Each of the three
+recipes must be there.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 RECIPES = ("add a protocol", "add an option", "add a built-in dataset")
-REQUIRED = ("add an option",)
+REQUIRED = RECIPES
 # A file path: folders (optional) and a name with one of these suffixes.
 PATH = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w-]+\.(?:py|md|toml|yaml|yml|json|txt|cfg))\b")
 # Where a path with a folder may be relative to.

@@ -53,7 +53,9 @@ def test_bsp_equals_single_process_sgd_on_concatenated_batches(ray_session, smal
 
 
 def test_asp_records_staleness_and_accounts_for_every_gradient(ray_session, small_mnist, tmp_path):
-    result = run(tmp_path, small_mnist, schedule="asp", workers=4)
+    # Emulated steps, so that four workers compute side by side: with real compute alone, a
+    # loaded 2-core machine may run them one after another, every gradient on fresh weights.
+    result = run(tmp_path, small_mnist, schedule="asp", workers=4, step_time_ms=10.0)
     summary = result.summary
     rows = read_updates(result.run_dir)
     acct = summary["gradients"]
