@@ -8,8 +8,8 @@ parameters, 67.6 MB in float32; the model issue 43 measured) and `mlp100m` (101M
 servers' machine pass values through shared memory; `bsp-socket` is BSP with every value on
 the loopback socket instead (SYNCSWITCH_DATAPLANE=socket), as before shared memory.
 `bsp-2servers` shards the model over two server processes (`--servers 2`); `local-4-socket` is
-local-4 on the socket, and "x BSP, same path" compares each protocol with the BSP whose values
-travel the same way.
+local-4 and `bsp-bf16-socket` the bfloat16 wire on the socket, and "x BSP, same path" compares
+each system with the float32 BSP whose values travel the same way.
 Batch 32 per process or worker, SGD with momentum 0.9, one torch thread per process, as in
 benchmarks/throughput.py, whose loops and steady-window measurement this script reuses
 (samples/s over 20%-90% of each run's steps; ratios taken within a repeat, medians of
@@ -88,6 +88,7 @@ SYSTEMS = (
     "bsp",
     "bsp-socket",
     "bsp-bf16",
+    "bsp-bf16-socket",
     "bsp-2servers",
     "asp",
     "local-4",
@@ -108,6 +109,7 @@ SYNCSWITCH = {
     "bsp": System("bsp"),
     "bsp-socket": System("bsp", shared_memory=False),
     "bsp-bf16": System("bsp", "bfloat16"),
+    "bsp-bf16-socket": System("bsp", "bfloat16", shared_memory=False),
     "bsp-2servers": System("bsp", servers=2),
     "asp": System("asp"),
     "local-4": System("local-4"),
@@ -116,10 +118,11 @@ SYNCSWITCH = {
 
 
 def same_path_bsp(system: str) -> str | None:
-    """The BSP whose values travel as `system`'s do: a protocol's gain over BSP is read on
-    one data path (a local phase saves messages, which cost more on the socket)."""
+    """The float32 BSP whose values travel as `system`'s do: a protocol's or a wire dtype's gain
+    over it is read on one data path (a local phase saves messages and a bfloat16 wire halves
+    their bytes, both of which cost more on the socket)."""
     known = SYNCSWITCH.get(system)
-    if known is None or system.startswith("bsp"):
+    if known is None or system in ("bsp", "bsp-socket"):
         return None
     return "bsp" if known.shared_memory else "bsp-socket"
 

@@ -36,4 +36,6 @@ def test_a_protocol_is_compared_with_the_bsp_on_its_own_data_path() -> None:
     assert large_model.same_path_bsp("local-4-socket") == "bsp-socket"
     assert large_model.same_path_bsp("asp") == "bsp"
     assert large_model.same_path_bsp("bsp-socket") is None
+    assert large_model.same_path_bsp("bsp-bf16") == "bsp"
+    assert large_model.same_path_bsp("bsp-bf16-socket") == "bsp-socket"
     assert large_model.same_path_bsp("ddp") is None
