@@ -77,8 +77,7 @@ class Registry:
         *,
         create: bool = True,
     ) -> None:
-        """`create=False` (listing): a database without a registry in it is one
-        RegistryError line, and nothing is written to it (no tables, no journal mode)."""
+        """Open the registry at `location` (RegistryDatabase says what `create` does)."""
         self._db = RegistryDatabase(location, create=create)
         self.location = self._db.location
 

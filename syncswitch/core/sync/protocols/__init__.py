@@ -8,7 +8,6 @@ from syncswitch.core.sync.protocols.base import (
     ScheduleError,
     parse_protocol,
     register_protocol,
-    registered_protocols,
 )
 from syncswitch.core.sync.protocols.bsp import BSP, Bsp
 from syncswitch.core.sync.protocols.local_h import MAX_LOCAL_STEPS, LocalH
@@ -29,5 +28,4 @@ __all__ = [
     "Ssp",
     "parse_protocol",
     "register_protocol",
-    "registered_protocols",
 ]

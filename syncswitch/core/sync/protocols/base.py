@@ -115,10 +115,6 @@ def register_protocol(protocol: type[ProtocolSpec]) -> type[ProtocolSpec]:
     return protocol
 
 
-def registered_protocols() -> tuple[type[ProtocolSpec], ...]:
-    return tuple(_REGISTERED.values())
-
-
 def parse_protocol(text: str) -> ProtocolSpec:
     """The registered protocol `text` names, or a ScheduleError listing the allowed ones."""
     text = text.strip().lower()
