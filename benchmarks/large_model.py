@@ -1,9 +1,10 @@
 """Samples/s at the model sizes users train: syncswitch BSP, ASP and a local phase against
 PyTorch DDP (gloo) and one plain process, on the same model, batch and machine, in one run.
 
-No emulation: every system computes real gradients and nothing sleeps. The models are MLPs
-built by benchmarks/wide_models.py on MNIST-1D (generated locally): `mlp17m` (16.9M
-parameters, 67.6 MB in float32; the model issue 43 measured) and `mlp100m` (101M, 404 MB).
+Without --link-gbps nothing is emulated: every system computes real gradients and nothing
+sleeps. The models are MLPs built by benchmarks/wide_models.py on MNIST-1D (generated
+locally): `mlp17m` (16.9M parameters, 67.6 MB in float32; the model issue 43 measured) and
+`mlp100m` (101M, 404 MB).
 `bsp-bf16` is BSP with bfloat16 on the wire (half the bytes each way). Workers on the
 servers' machine pass values through shared memory; `bsp-socket` is BSP with every value on
 the loopback socket instead (SYNCSWITCH_DATAPLANE=socket), as before shared memory.
@@ -35,8 +36,18 @@ handicapped by an allocator choice; `ddp` is DDP as a user runs it.
     python benchmarks/large_model.py --model mlp100m --workers 2,4 --repeats 1
     python benchmarks/large_model.py --repeats 1 --epochs 0.1 --out /tmp/lm   # a quick look
 
-Results: --out (default benchmarks/results/large-model-<model>/): table-wN.md and runs.jsonl,
-written as each run ends; run directories and the loops' stamps under runs/ and raw/.
+With `--link-gbps G` every message crosses an EMULATED link of G Gbit/s per worker, each way
+(syncswitch's `--link-gbps`: the server holds a request, and the worker waits for a reply,
+for latency + bytes / bandwidth), and DDP's all-reduce crosses the same link (a
+communication hook sleeps for the bytes a ring all-reduce moves each way, bucket after bucket,
+overlapping backward as DDP does): the figures for workers on other machines than their
+servers, where the wire is what costs. The compute stays real.
+
+    python benchmarks/large_model.py --link-gbps 1 --systems ddp,bsp,bsp-bf16,asp,local-4
+
+Results: --out (default benchmarks/results/large-model-<model>/, or its link-<G>gbps/):
+table-wN.md and runs.jsonl, written as each run ends; run directories and the loops' stamps
+under runs/ and raw/.
 """
 
 from __future__ import annotations
@@ -244,17 +255,23 @@ def breakdown(run_dir: Path) -> dict[str, float | None]:
 # -- the script -----------------------------------------------------------------------------------
 
 
-def table(model_name: str, workers: int, repeats: list[dict], pieces: dict[str, float]) -> str:
+def table(bench: Bench, workers: int, repeats: list[dict], pieces: dict[str, float]) -> str:
     rates = medians(r["samples_per_s"] for r in repeats)
     loads = ", ".join(f"{r['load']:.1f}" for r in repeats)
+    timing = (
+        f"EMULATED link of {bench.link_gbps:g} Gbit/s per worker each way and "
+        f"{bench.link_latency_ms:g} ms per message (sleeps), real compute"
+        if bench.link_gbps
+        else "No emulation, real compute"
+    )
     head = (
-        f"**No emulation, real compute, {workers} processes on a {os.cpu_count()}-core shared "
-        f"machine.** MNIST-1D, {model_name} ({pieces['parameters'] / 1e6:.1f}M parameters), "
+        f"**{timing}, {workers} processes on a {os.cpu_count()}-core shared "
+        f"machine.** MNIST-1D, {bench.model} ({pieces['parameters'] / 1e6:.1f}M parameters), "
         f"batch {BATCH} per process, one torch thread each; samples/s over the steady window; "
         f"medians of {len(repeats)} repeat(s), ratios taken within a repeat; load average "
         f"{loads} at each repeat's end.\n\n"
     )
-    check_timing(head, Timing.REAL)
+    check_timing(head, Timing.EMULATED if bench.link_gbps else Timing.REAL)
     rows = []
     ran = [s for s in SYSTEMS if any(s in r["samples_per_s"] for r in repeats)]
     for system in ran:
@@ -305,6 +322,8 @@ class Bench:
     epochs: float
     out: Path
     dataset: ArrayDataset
+    link_gbps: float = 0.0  # an EMULATED link for every system's messages; 0: none
+    link_latency_ms: float = 0.0
 
     @property
     def model_path(self) -> str:
@@ -331,6 +350,8 @@ def run_syncswitch_system(bench: Bench, system: str, workers: int, seed: int) ->
         eval_every=1.0,
         checkpoint_every=0.0,
         divergence_guard=False,
+        link_gbps=bench.link_gbps,
+        link_latency_ms=bench.link_latency_ms,
     )
     # The driver passes the choice to its workers (runtime/dataplane/shared.py).
     os.environ["SYNCSWITCH_DATAPLANE"] = "shared" if shared_memory else "socket"
@@ -362,6 +383,8 @@ def run_loop_system(bench: Bench, system: str, workers: int, seed: int) -> dict:
         raw_dir=str(bench.out / "raw" / f"{system}-w{workers}-s{seed}"),
         model=bench.model_path,
         keep_freed_memory=system == "ddp-kept",
+        link_gbps=bench.link_gbps,
+        link_latency_ms=bench.link_latency_ms,
     )
     return run_loop(job)
 
@@ -392,10 +415,22 @@ def main() -> None:
         "10-30 s per system with mlp17m on the 2-core machine)",
     )
     cli.add_argument("--systems", default=",".join(SYSTEMS), help="which systems to run")
+    cli.add_argument(
+        "--link-gbps",
+        type=float,
+        default=0.0,
+        help="an EMULATED link for every system's messages, Gbit/s per worker each way "
+        "(default 0: none)",
+    )
+    cli.add_argument(
+        "--link-latency-ms", type=float, default=0.05, help="its latency per message (0.05)"
+    )
     add_repeats(cli, 3, "rounds of all systems")
     add_out(cli, None, "(default benchmarks/results/large-model-<model>)")
     args = cli.parse_args()
     out = args.out or OUT / f"large-model-{args.model}"
+    if args.link_gbps and not args.out:
+        out = out / f"link-{args.link_gbps:g}gbps"
     out.mkdir(parents=True, exist_ok=True)
     systems = [s for s in SYSTEMS if s in comma_list(args.systems)]
     # Ray's workers import the model's module by name: put this folder on their path.
@@ -406,7 +441,14 @@ def main() -> None:
     pieces = round_pieces(args.model)
     print({k: round(v * 1e3, 1) for k, v in pieces.items() if k.endswith("_s")}, flush=True)
     dataset = load_dataset("mnist1d", mnist1d_samples=TrainConfig().mnist1d_samples)
-    bench = Bench(model=args.model, epochs=args.epochs, out=out, dataset=dataset)
+    bench = Bench(
+        model=args.model,
+        epochs=args.epochs,
+        out=out,
+        dataset=dataset,
+        link_gbps=args.link_gbps,
+        link_latency_ms=args.link_latency_ms if args.link_gbps else 0.0,
+    )
     log = RunLog(out / "runs.jsonl")
     if set(SYNCSWITCH) & set(systems):
         from syncswitch.runtime.ray.connect import start_local
@@ -429,7 +471,7 @@ def main() -> None:
                 print(f"{where}: {rate} samples/s{failed}", flush=True)
             repeat["load"] = os.getloadavg()[0]
             repeats.append(repeat)
-            text = table(args.model, workers, repeats, pieces)
+            text = table(bench, workers, repeats, pieces)
             save_text(out / f"table-w{workers}.md", text)
         print(text, flush=True)
 

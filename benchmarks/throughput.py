@@ -49,7 +49,7 @@ import platform
 import shutil
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -171,6 +171,36 @@ class LoopJob:
     raw_dir: str
     model: str = "cnn1d"  # a built-in name, or an import path (MODULE:NAME)
     keep_freed_memory: bool = False  # glibc malloc as syncswitch's actors set it
+    link_gbps: float = 0.0  # DDP: each rank's EMULATED link (emulated_link_hook); 0: none
+    link_latency_ms: float = 0.0
+
+
+def ring_link_s(nbytes: int, world: int, gbps: float, latency_ms: float) -> float:
+    """A ring all-reduce of `nbytes` on links of `gbps` each way: 2 (n-1) steps (reduce-scatter,
+    then all-gather), each moving a 1/n chunk each way at once, after one latency."""
+    return 2 * (world - 1) * (latency_ms / 1e3 + nbytes / world * 8 / (gbps * 1e9))
+
+
+def emulated_link_hook(gbps: float, latency_ms: float, world: int) -> Callable:
+    """A DDP communication hook for an EMULATED link of `gbps` per rank, each direction: each
+    bucket's all-reduce (gloo, on loopback) is followed by the time a ring all-reduce moves its
+    bytes on that link, 2 (n-1)/n of them each way at once, plus 2 (n-1) latencies. The sleep
+    runs on the thread that completes the collective, so buckets cross the link one after
+    another while backward goes on, as they would on a real link."""
+
+    def hook(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        tensor = bucket.buffer()
+        link_s = ring_link_s(tensor.numel() * tensor.element_size(), world, gbps, latency_ms)
+        work = dist.all_reduce(tensor.div_(world), async_op=True)
+        assert work is not None
+
+        def crossed(done: torch.futures.Future) -> torch.Tensor:
+            time.sleep(link_s)
+            return done.value()[0]
+
+        return work.get_future().then(crossed)
+
+    return hook
 
 
 def loop_model(name: str, dataset: ArrayDataset) -> torch.nn.Module:
@@ -198,6 +228,10 @@ def training_loop(rank: int, job: LoopJob) -> None:
     model.train()
     if job.ddp:
         model = DistributedDataParallel(model)
+        if job.link_gbps > 0:
+            model.register_comm_hook(
+                None, emulated_link_hook(job.link_gbps, job.link_latency_ms, job.world)
+            )
     optimizer = torch.optim.SGD(model.parameters(), lr=job.lr, momentum=job.momentum)
     x = torch.from_numpy(job.dataset.x_train)
     y = torch.from_numpy(job.dataset.y_train)

@@ -45,12 +45,14 @@ from syncswitch.calibration.replay import Replay, cluster_yaml, replay_whole
 from syncswitch.calibration.runs import (
     asp_cycle_sigma,
     computed_on_cpu,
+    emulated_link,
     fit_compute,
     load_runs,
     node_shape,
     startup_s,
 )
 from syncswitch.core.cluster.model import (
+    MAX_BANDWIDTH_GBPS,
     MAX_NAME_CHARS,
     ClusterModel,
     HostCpuModel,
@@ -94,6 +96,18 @@ def calibrate(
     overlap = all(bool(r.run.config.get("step_time_ms")) for r in runs)
     compute = replace(compute, sends_during_step=overlap)
     nodes = node_shape(runs, cores)
+    network = NetworkModel(latency_ms=START[2])
+    link = emulated_link(runs)
+    if link is not None:
+        # The runs' values crossed an emulated link (--link-gbps): the workers' side of the
+        # network is that link, and what latency the local transport adds is fitted on top.
+        gbps, latency_ms = link
+        network = NetworkModel(
+            worker_bandwidth_gbps=gbps,
+            server_bandwidth_gbps=MAX_BANDWIDTH_GBPS,
+            latency_ms=latency_ms + START[2],
+        )
+        nodes = replace(nodes, shared_memory=False)
     recorded = [m for m in (recorded_compute_ms(r.run) for r in runs) if m is not None]
     if recorded and computed_on_cpu(runs):
         # A CPU "device": a step is its compute CPU, and its stretch when the workers
@@ -106,7 +120,7 @@ def calibrate(
     model = ClusterModel(
         name=calibrated_name(paths),
         compute=compute,
-        network=NetworkModel(latency_ms=START[2]),
+        network=network,
         server=ServerModel(
             message_ms=round(max(0.0, server_ms - per_server * 1e-6), 5),
             ns_per_parameter=1,

@@ -290,6 +290,36 @@ def node_shape(runs: list[CalibrationRun], cores: int | None) -> NodeModel:
     return NodeModel(workers_per_node=-(-widest // nodes), cores=cores or 0, shared_memory=shared)
 
 
+def emulated_link(runs: list[CalibrationRun]) -> tuple[float, float] | None:
+    """The emulated link (Gbit/s, latency in ms) every run's messages crossed, or None
+    where none did; runs that differ in it cannot share one cluster model."""
+    links = {_link_of(r.run.config) for r in runs}
+    if len(links) > 1:
+        described = ", ".join(
+            "no link" if link is None else f"{link[0]:g} Gbit/s and {link[1]:g} ms"
+            for link in sorted(links, key=lambda link: link or (0.0, 0.0))
+        )
+        raise ConfigError(
+            f"the runs crossed different emulated links ({described}): calibrate runs of one "
+            "network together"
+        )
+    return links.pop()
+
+
+def _link_of(config: dict[str, Any]) -> tuple[float, float] | None:
+    """A run's --link-gbps and --link-latency-ms from its config.json (which is untrusted:
+    anything but a positive finite number reads as no link)."""
+
+    def number(key: str) -> float:
+        value = config.get(key)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return 0.0
+        return float(value) if math.isfinite(value) and value > 0 else 0.0
+
+    gbps = number("link_gbps")
+    return (gbps, number("link_latency_ms")) if gbps > 0 else None
+
+
 def computed_on_cpu(runs: list[CalibrationRun]) -> bool:
     """Whether every run's workers computed real gradients on the CPU (no emulated step time,
     summary.json's worker device `cpu`): their "device" is then the host's cores."""

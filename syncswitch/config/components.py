@@ -22,9 +22,11 @@ from syncswitch.config.options import TrainOptions
 from syncswitch.core.cluster.emulation import EmulationConfig
 from syncswitch.core.cluster.model import (
     DEFAULT_STEP_TIME_MS,
+    MAX_BANDWIDTH_GBPS,
     ClusterError,
     ClusterModel,
     ComputeModel,
+    NetworkModel,
     parse_cluster,
     preset,
 )
@@ -81,6 +83,8 @@ def emulation_config(
         speed_factors=tuple(options.speed_factors or ()),
         jitter_sigma=options.jitter_sigma,
         stragglers=scenario,
+        link_gbps=options.link_gbps,
+        link_latency_ms=options.link_latency_ms,
     )
     if cluster is None:
         return emulation
@@ -131,6 +135,20 @@ def cluster_model(options: TrainOptions) -> ClusterModel:
                 speed_factors=tuple(options.speed_factors or ()),
             )
         )
+    if options.link_gbps > 0:
+        if isinstance(data, dict) and data.get("network"):
+            raise ConfigError(
+                f"{where} gives the network (network: ...), and so does --link-gbps: give "
+                "it in one place"
+            )
+        # The link a Ray run emulates, which limits only the workers' side.
+        network = NetworkModel(
+            worker_bandwidth_gbps=options.link_gbps,
+            server_bandwidth_gbps=MAX_BANDWIDTH_GBPS,
+            latency_ms=options.link_latency_ms,
+        )
+        notes = {**model.notes, "network": "the emulated link of --link-gbps (workers' side)"}
+        model = replace(model, network=network, notes=notes)
     factors = model.compute.speed_factors
     if factors and len(factors) != options.workers:
         raise ConfigError(

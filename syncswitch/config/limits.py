@@ -52,6 +52,7 @@ MIN_EVERY_FRACTION = 1e-4  # eval_every, checkpoint_every: at most 10,000 of eac
 MAX_STEP_TIME_MS = 60_000.0
 MAX_JITTER_SIGMA = 3.0
 MAX_SPEED_FACTOR = 1000.0
+MAX_BANDWIDTH_GBPS = 10_000.0  # an emulated link, as the cluster model bounds its links
 MAX_SECONDS = 7 * 24 * 3600.0  # checkpoint_every_s, worker_timeout_s
 MAX_WORKER_RESTARTS = 10_000
 MAX_STRAGGLER_WINDOW = 10_000

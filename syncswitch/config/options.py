@@ -27,6 +27,7 @@ from syncswitch.config.declare import (
 from syncswitch.config.job_options import JobOptions
 from syncswitch.config.limits import (
     DEVICES,
+    MAX_BANDWIDTH_GBPS,
     MAX_GPUS_PER_ACTOR,
     MAX_JITTER_SIGMA,
     MAX_SECONDS,
@@ -151,6 +152,21 @@ class TrainOptions(JobOptions):
         "sigma of mean-one lognormal jitter on emulated step time",
         Role(EMULATION_GROUP, Identity.JOB),
         range=Range(0, MAX_JITTER_SIGMA),
+    )
+    link_gbps: float = option(
+        0.0,
+        "emulated network: each worker's link to the servers in Gbit/s, each direction (a "
+        "message also takes its bytes' time on it, beside the local transport's); on the "
+        "simulator, the network's worker bandwidth; 0 = off",
+        Role(EMULATION_GROUP, Identity.WHEN_SET),
+        range=Range(0, MAX_BANDWIDTH_GBPS),
+    )
+    link_latency_ms: float = option(
+        0.0,
+        "emulated network: one-way latency per message on each worker's link, in ms (with "
+        "--link-gbps)",
+        Role(EMULATION_GROUP, Identity.WHEN_SET),
+        range=Range(0, MAX_STEP_TIME_MS),
     )
     stragglers: list | None = option(
         None,

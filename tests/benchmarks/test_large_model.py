@@ -39,3 +39,13 @@ def test_a_protocol_is_compared_with_the_bsp_on_its_own_data_path() -> None:
     assert large_model.same_path_bsp("bsp-bf16") == "bsp"
     assert large_model.same_path_bsp("bsp-bf16-socket") == "bsp-socket"
     assert large_model.same_path_bsp("ddp") is None
+
+
+def test_the_ddp_peer_s_emulated_link_moves_what_a_ring_all_reduce_moves() -> None:
+    throughput = load("throughput")
+    # 4 ranks, 100 MB at 1 Gbit/s: 6 steps of 25 MB (0.2 s each) and 6 latencies.
+    assert throughput.ring_link_s(100_000_000, 4, 1.0, 0.5) == pytest.approx(6 * 0.2005)
+    assert throughput.ring_link_s(100_000_000, 1, 1.0, 0.5) == 0.0  # nothing to exchange
+    # Each rank moves 2 (n-1)/n of the bytes each way: less than a server's push and pull.
+    push_pull_s = 2 * 100_000_000 * 8 / 1e9
+    assert throughput.ring_link_s(100_000_000, 8, 1.0, 0.0) < push_pull_s

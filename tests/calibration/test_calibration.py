@@ -209,3 +209,21 @@ def test_real_gradients_on_the_cpu_take_their_compute_cpu_as_the_step() -> None:
     assert not computed_on_cpu([run({}, "cpu"), run({"step_time_ms": 20.0}, "cpu")])
     assert not computed_on_cpu([run({}, "cuda")])
     assert not computed_on_cpu([run({}, None)])  # a summary that does not say
+
+
+def test_runs_over_an_emulated_link_calibrate_to_that_link_and_hostile_values_to_none() -> None:
+    from types import SimpleNamespace
+
+    from syncswitch.calibration.runs import emulated_link
+
+    def run(config: dict):
+        return SimpleNamespace(run=SimpleNamespace(config=config))
+
+    linked = {"link_gbps": 1.0, "link_latency_ms": 2}
+    assert emulated_link([run(linked), run(dict(linked))]) == (1.0, 2.0)
+    assert emulated_link([run({}), run({"link_gbps": 0.0})]) is None
+    for hostile in ("1", float("nan"), float("inf"), -3.0, True, None, [1]):
+        assert emulated_link([run({"link_gbps": hostile})]) is None
+    assert emulated_link([run({"link_gbps": 1, "link_latency_ms": "x"})]) == (1.0, 0.0)
+    with pytest.raises(ConfigError, match=r"different emulated links \(no link, 1 Gbit/s"):
+        emulated_link([run(linked), run({})])

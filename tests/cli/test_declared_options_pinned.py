@@ -28,7 +28,8 @@ PINNED_GROUPS = {
         "local_switch_lr_start",
     },
     "emulation & stragglers": {
-        "step_time_ms", "speed_factors", "jitter_sigma", "stragglers", "online_policy",
+        "step_time_ms", "speed_factors", "jitter_sigma", "link_gbps", "link_latency_ms",
+        "stragglers", "online_policy",
         "greedy_return", "straggler_threshold", "straggler_recover_threshold",
         "straggler_window",
     },

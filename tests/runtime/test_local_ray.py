@@ -66,23 +66,18 @@ def test_bsp_then_local_16_trains_on_ray_and_shows_the_phase(tmp_path: Path) -> 
 
 
 @pytest.mark.ray
-def test_online_s_chosen_local_phase_runs_on_ray(ray_session, monkeypatch, tmp_path: Path):
-    """The choice is the driver's (control/timing.py): with the threshold lowered below what
-    loopback measures, the run chooses a local phase, and the Ray shards and workers enter it
-    from the decision (not from their schedule, which says asp) and finish in it."""
+def test_online_s_chosen_local_phase_runs_on_ray(ray_session, tmp_path: Path):
+    """The choice is the driver's (control/timing.py): over an emulated link on which a
+    message costs several steps (each shard's 10.4 kB at 10 Mbit/s: 8.3 ms each way, against
+    5 ms steps), the run chooses a local phase, and the Ray shards and workers enter it from
+    the decision (not from their schedule, which says asp) and finish in it."""
     from syncswitch.config import TrainConfig
-    from syncswitch.control import plan
-    from syncswitch.core.timing import follower
     from syncswitch.runtime.train import train
 
-    # Zero: whatever loopback measures (through shared memory a round may cost nothing more
-    # than its longest step).
-    monkeypatch.setattr(follower, "LOCAL_RATIO", 0.0)
-    # As if the workers were on other machines (on one, ASP follows whatever the ratio).
-    monkeypatch.setattr(plan, "runs_on_one_machine", lambda config: False)
     config = TrainConfig(
         schedule="online", workers=4, servers=2, epochs=4, mnist1d_samples=1000,
-        batch_size=8, step_time_ms=5.0, progress=False, out=str(tmp_path / "run"),
+        batch_size=8, step_time_ms=5.0, link_gbps=0.01, progress=False,
+        out=str(tmp_path / "run"),
     )  # fmt: skip
     summary = train(config).summary
     timing = summary.online_timing

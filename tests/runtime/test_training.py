@@ -218,3 +218,23 @@ def test_python_api_trains_a_user_model_on_a_user_dataset(ray_session, tmp_path)
     )
     assert result.summary["final_value"] > 0.9
     assert len(result.final_weights) == sum(p.numel() for p in TinyMlp().parameters())
+
+
+def test_an_emulated_link_delays_every_message_and_changes_no_bit(
+    ray_session, small_mnist, tmp_path
+):
+    # BSP's values do not depend on when messages arrive: the link may only cost time.
+    job = dict(schedule="bsp", epochs=0.6, servers=2)
+    plain = run(tmp_path / "plain", small_mnist, **job)
+    linked = run(tmp_path / "linked", small_mnist, link_gbps=100.0, link_latency_ms=40.0, **job)
+    np.testing.assert_array_equal(plain.final_weights, linked.final_weights)
+    # Every round's request is held and its reply waited for: at least two latencies each
+    # (a lower bound of sleeps, which a slow machine only exceeds).
+    rounds = linked.summary["updates"]
+    assert rounds >= 5
+    assert linked.summary["wall_time_s"] >= rounds * 2 * 0.040
+    config = json.loads((linked.run_dir / "config.json").read_text())
+    link = config["emulation"]["link"]
+    assert (link["gbps"], link["latency_ms"]) == (100.0, 40.0)
+    assert "EMULATED" in link["kind"]
+    assert not (plain.run_dir / "config.json").read_text().count('"link"')

@@ -104,6 +104,27 @@ def test_compute_given_twice_is_refused(tmp_path) -> None:
         TrainConfig(runtime="sim", cluster=str(path), step_time_ms=20)
 
 
+def test_the_emulated_link_is_the_simulated_workers_network(tmp_path) -> None:
+    # What a Ray run emulates, the simulator times: the workers' links, latency per message,
+    # and no limit on the servers' side (the emulation does not limit it).
+    model = TrainConfig(runtime="sim", link_gbps=2.5, link_latency_ms=3).parsed.sim_cluster()
+    assert model.network == NetworkModel(
+        worker_bandwidth_gbps=2.5, server_bandwidth_gbps=10_000.0, latency_ms=3.0
+    )
+    assert "--link-gbps" in model.notes["network"]
+    path = tmp_path / "c.yaml"
+    path.write_text("network: {latency_ms: 1}\n")
+    with pytest.raises(ConfigError, match="and so does --link-gbps: give it in one place"):
+        TrainConfig(runtime="sim", cluster=str(path), link_gbps=1)
+
+
+def test_an_emulated_link_needs_a_bandwidth_and_no_negative_values() -> None:
+    with pytest.raises(ConfigError, match="latency 5 ms needs a link bandwidth"):
+        TrainConfig(link_latency_ms=5)
+    with pytest.raises(ConfigError, match="link_gbps = -1"):
+        TrainConfig(link_gbps=-1)
+
+
 def test_speed_factors_must_match_the_workers(tmp_path) -> None:
     path = tmp_path / "c.toml"
     path.write_text("[compute]\nspeed_factors = [1, 2, 3]\n")

@@ -4,6 +4,13 @@ A worker pads each step up to an emulated device time (a sleep, which uses no CP
 this model: base step time x the worker's speed factor x mean-one lognormal jitter. Real
 gradients are still computed inside that time. With emulation off the same worker code runs
 unchanged on real hardware. Every result file records the model through `describe()`.
+
+An emulated link stands in for the network between a worker and the servers when they share
+one machine: each message also takes latency + bytes / bandwidth on the worker's link (each
+direction, each shard's message in parallel, as the simulator's network model times it). A
+request is held by the server until that time has passed after the step; a reply is waited
+for by the worker after it arrived. The time is added to the local transport's own (shared
+memory or the socket), which is small beside a link slow enough to matter.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ class EmulationConfig:
     speed_factors: tuple[float, ...] = ()  # per worker; empty means all 1.0
     jitter_sigma: float = 0.0  # sigma of the mean-one lognormal multiplier; 0 = no jitter
     stragglers: StragglerScenario = field(default_factory=StragglerScenario)
+    link_gbps: float = 0.0  # each worker's emulated link, each direction; 0 = no link
+    link_latency_ms: float = 0.0  # one way, per message, on the emulated link
 
     def __post_init__(self) -> None:
         if self.step_time_ms < 0:
@@ -30,11 +39,27 @@ class EmulationConfig:
             raise ValueError(f"speed factors {self.speed_factors} must all be > 0")
         if self.jitter_sigma < 0:
             raise ValueError(f"jitter sigma {self.jitter_sigma} must be >= 0")
+        if self.link_gbps < 0 or self.link_latency_ms < 0:
+            raise ValueError(
+                f"emulated link {self.link_gbps} Gbit/s, {self.link_latency_ms} ms: "
+                "both must be >= 0"
+            )
+        if self.link_latency_ms > 0 and self.link_gbps == 0:
+            raise ValueError(
+                f"emulated link latency {self.link_latency_ms} ms needs a link bandwidth "
+                "(--link-gbps > 0)"
+            )
 
     @property
     def enabled(self) -> bool:
-        """Whether any step time is emulated: a device time, or transient stragglers."""
-        return self.step_time_ms > 0 or bool(self.stragglers.episodes)
+        """Whether any time is emulated: a device time, transient stragglers or a link."""
+        return self.step_time_ms > 0 or bool(self.stragglers.episodes) or self.link_gbps > 0
+
+    def link_s(self, nbytes: int) -> float:
+        """One message's time on a worker's emulated link (0 without one)."""
+        if self.link_gbps <= 0:
+            return 0.0
+        return self.link_latency_ms / 1e3 + nbytes * 8 / (self.link_gbps * 1e9)
 
     def speed_factor(self, worker: int) -> float:
         return self.speed_factors[worker] if self.speed_factors else 1.0
@@ -42,7 +67,7 @@ class EmulationConfig:
     def describe(self) -> dict[str, Any]:
         if not self.enabled:
             return {"enabled": False}
-        return {
+        described: dict[str, Any] = {
             "enabled": True,
             "kind": (
                 "emulated device time per step: the real gradient is computed inside it and "
@@ -55,6 +80,17 @@ class EmulationConfig:
             ),
             "stragglers": self.stragglers.describe() or "none",
         }
+        if self.link_gbps > 0:
+            # Only where there is one: runs without a link describe themselves as before.
+            described["link"] = {
+                "kind": (
+                    "EMULATED network: each message also takes latency + bytes / bandwidth "
+                    "on the worker's link, each direction, beside the local transport's time"
+                ),
+                "gbps": self.link_gbps,
+                "latency_ms": self.link_latency_ms,
+            }
+        return described
 
 
 class StepTimeModel:

@@ -72,6 +72,12 @@ class Worker:
         self.model = spec.model_factory().to(self.device)
         self.model.train()
         self.flat = FlatParameters(self.model)
+        # Each shard's message on the emulated link, if there is one (its values' bytes).
+        total = self.flat.values.numel()
+        self._link_s = [
+            spec.emulation.link_s(len(range(*part.indices(total))) * spec.wire_dtype.itemsize)
+            for part in spec.shards
+        ]
         self._step_times: list[float] = []
         self._compute_times: list[float] = []
         # The step's CPU as well as its wall time: where workers share cores, wall time
@@ -231,6 +237,7 @@ class Worker:
         ready_at: float | None,
     ) -> Pulled:
         spec = self.spec
+        link_s = self._link_s  # per shard: its message's time on the emulated link, or 0
         replies = channel.exchange(
             [
                 (
@@ -242,15 +249,18 @@ class Worker:
                         spec.batch_size * max(step.steps, 1),
                         step.loss,
                         step_s,
-                        ready_at,
+                        None if ready_at is None else ready_at + link,
                         step.steps,
                         step.norm,
                     ),
                     encode(step.gradient[shard], spec.wire_dtype),
                 )
-                for shard, version in zip(spec.shards, versions, strict=True)
+                for shard, version, link in zip(spec.shards, versions, link_s, strict=True)
             ]
         )
+        if link_s[0]:
+            # The replies cross the emulated link too, each shard's at once (its own route).
+            time.sleep(max(link_s))
         return join_replies(replies, ray.get, whole=self._whole)
 
     def _probe_servers(self) -> bool:

@@ -1,0 +1,33 @@
+"""The emulated link: a message's time on a worker's link, and how result files name it."""
+
+import pytest
+
+from syncswitch.core.cluster.emulation import EmulationConfig
+from syncswitch.core.cluster.model import NetworkModel
+
+
+def test_a_message_takes_the_latency_and_its_bytes_time_as_the_simulator_times_it() -> None:
+    link = EmulationConfig(link_gbps=1.0, link_latency_ms=2.0)
+    network = NetworkModel(worker_bandwidth_gbps=1.0, latency_ms=2.0)
+    for nbytes in (0, 4, 67_600_000):
+        assert link.link_s(nbytes) == pytest.approx(network.worker_s(nbytes))
+    assert link.link_s(125_000_000) == pytest.approx(1.002)  # 1 Gbit plus 2 ms
+    assert EmulationConfig().link_s(10**9) == 0.0
+
+
+def test_a_link_alone_labels_the_run_emulated_and_only_a_link_adds_its_key() -> None:
+    linked = EmulationConfig(link_gbps=10.0).describe()
+    assert linked["enabled"] is True
+    assert linked["link"]["gbps"] == 10.0
+    assert "EMULATED" in linked["link"]["kind"]
+    assert "link" not in EmulationConfig(step_time_ms=20).describe()
+    assert EmulationConfig().describe() == {"enabled": False}
+
+
+@pytest.mark.parametrize(
+    ("gbps", "latency_ms", "message"),
+    [(-1.0, 0.0, "must be >= 0"), (0.0, 5.0, "needs a link bandwidth")],
+)
+def test_a_link_that_cannot_be_is_refused(gbps: float, latency_ms: float, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        EmulationConfig(link_gbps=gbps, link_latency_ms=latency_ms)
