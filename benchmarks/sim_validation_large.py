@@ -11,6 +11,11 @@ BSP to ASP, other worker counts, other seeds.
 
     python benchmarks/sim_validation_large.py                # the table in docs/large-models.md
     python benchmarks/sim_validation_large.py --reuse-ray    # calibrate and predict again
+    python benchmarks/sim_validation_large.py --link-gbps 1  # over an EMULATED 1 Gbit/s link
+
+With `--link-gbps G` every Ray run's messages also cross an EMULATED link of G Gbit/s per
+worker each way (`syncswitch train --link-gbps`); calibration reads the link from the runs, so
+the simulator times the same link (results in --out's link-<G>gbps/).
 
 Batch 32 per worker, one evaluation at the end and no checkpoint but the final one (as
 benchmarks/large_model.py measures the training path). Results in --out: runs.jsonl (one line
@@ -74,12 +79,26 @@ def main() -> None:
     cli.add_argument(
         "--reuse-ray", action="store_true", help="predict again from the Ray runs kept in --out"
     )
+    cli.add_argument(
+        "--link-gbps",
+        type=float,
+        default=0.0,
+        help="an EMULATED link for the Ray runs' messages, Gbit/s per worker (default 0: none)",
+    )
+    cli.add_argument(
+        "--link-latency-ms", type=float, default=0.05, help="its latency per message (0.05)"
+    )
     args = cli.parse_args()
+    link = (
+        {"link_gbps": args.link_gbps, "link_latency_ms": args.link_latency_ms}
+        if args.link_gbps
+        else {}
+    )
     # Ray's workers import the model's module by name: put this folder on their path.
     here = str(Path(__file__).resolve().parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
     sys.path.insert(0, here)
-    out: Path = args.out
+    out: Path = args.out / f"link-{args.link_gbps:g}gbps" if link else args.out
     runs = out / "runs"
     dataset = load_dataset("mnist1d", mnist1d_samples=TrainConfig().mnist1d_samples)
     log = RunLog(out / "runs.jsonl")
@@ -94,7 +113,7 @@ def main() -> None:
         shutil.rmtree(runs, ignore_errors=True)
         runs.mkdir(parents=True)
         log.clear()
-        measured = measure_on_ray(runs, dataset, args.epochs, log)
+        measured = measure_on_ray(runs, dataset, args.epochs, log, link)
 
     basis = [Path(measured[c.name]["dir"]) for c in CASES if c.role == CALIBRATE]
     model, report = calibrate(basis, model_path=MODEL)
@@ -114,14 +133,16 @@ def main() -> None:
                     "wall_time_s": summary.wall_time_s,
                     "host_time_s": summary.host_time_s})  # fmt: skip
         print(f"sim {case.name}: {summary.wall_time_s:.2f} SIMULATED s", flush=True)
-    text = table(args.epochs, measured, predicted, model.nodes.shared_memory)
+    text = table(args.epochs, measured, predicted, model.nodes.shared_memory, link)
     save_text(out / "table.md", text + "\n")
     print(text)
 
 
-def measure_on_ray(runs: Path, dataset, epochs: float, log: RunLog) -> dict[str, dict]:
-    """Each case trained on a local Ray: its measured wall seconds and load (logged as each
-    run ends)."""
+def measure_on_ray(
+    runs: Path, dataset, epochs: float, log: RunLog, link: dict[str, float]
+) -> dict[str, dict]:
+    """Each case trained on a local Ray (over the emulated `link`, if any): its measured wall
+    seconds and load (logged as each run ends)."""
     from syncswitch.runtime.ray.connect import start_local
 
     start_local(max(c.workers for c in CASES) + 4)
@@ -131,7 +152,7 @@ def measure_on_ray(runs: Path, dataset, epochs: float, log: RunLog) -> dict[str,
     for case in CASES:
         run_dir = runs / f"ray-{case.workers}w-{case.schedule}-s{case.seed}"
         before = os.getloadavg()[0]
-        config = job(case, run_dir, epochs)
+        config = job(case, run_dir, epochs, **link)
         summary = train(config, dataset=dataset, print_summary=False).summary
         load = [round(before, 2), round(os.getloadavg()[0], 2)]
         measured[case.name] = {"case": case.name, "role": case.role, "runtime": "ray",
@@ -145,15 +166,24 @@ def measure_on_ray(runs: Path, dataset, epochs: float, log: RunLog) -> dict[str,
     return measured
 
 
-def table(epochs: float, measured: dict, predicted: dict, shared_memory: bool) -> str:
+def table(
+    epochs: float, measured: dict, predicted: dict, shared_memory: bool, link: dict[str, float]
+) -> str:
+    ray_timing = (
+        f"real compute, every message over an EMULATED link of {link['link_gbps']:g} Gbit/s "
+        f"and {link['link_latency_ms']:g} ms (sleeps)"
+        if link
+        else "real compute, no emulation"
+    )
     title = (
         f"mlp17m (16.9M parameters) on MNIST-1D, {epochs:g} epochs, batch 32 per worker, "
-        f"{os.cpu_count()}-core machine. Ray: real compute, no emulation, measured wall seconds "
+        f"{os.cpu_count()}-core machine. Ray: {ray_timing}, measured wall seconds "
         "of training. Simulator: SIMULATED seconds under the cluster model calibrated on the "
         f"runs marked * alone (values through shared memory in the model: {shared_memory}). "
         "Load: the 1-minute load average before / after each Ray run."
     )
-    check_timing(title, Timing.REAL, Timing.SIMULATED)
+    timings = (Timing.REAL, Timing.SIMULATED) + ((Timing.EMULATED,) if link else ())
+    check_timing(title, *timings)
     rows, errors = [], []
     for case in CASES:
         m, p = measured[case.name], predicted[case.name]

@@ -75,9 +75,12 @@ def replay(model: ClusterModel, run: CalibrationRun, *, probe: bool) -> dict[str
             job,
             runtime="sim",
             cluster=str(path),
+            # The cluster model gives the compute and the network (an emulated link too).
             step_time_ms=0.0,
             jitter_sigma=0.0,
             speed_factors=None,
+            link_gbps=0.0,
+            link_latency_ms=0.0,
             epochs=job.epochs * share,
             eval_every=min(1.0, job.eval_every / share),
             checkpoint_every=0.0 if probe else job.checkpoint_every,

@@ -193,6 +193,21 @@ def test_the_fitted_nodes_pass_values_through_shared_memory_as_the_runs_did(
     assert model.nodes.shared_memory is shared
 
 
+def test_runs_over_an_emulated_link_fit_that_link_and_replay_under_it(
+    sim_run: Path, tmp_path: Path
+) -> None:
+    run = as_if_ray(sim_run, tmp_path)
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "link_gbps": 0.5, "link_latency_ms": 1}))
+    (run / "actors.json").write_text(json.dumps({"data_plane_shared_memory": {"connections": 2}}))
+    # The replays run the job under the model, whose network is the link (not the flags too).
+    model, report = calibrate(run, refine=False)
+    assert model.network.worker_bandwidth_gbps == 0.5
+    assert model.network.latency_ms > 1.0  # the link's, and the local transport's start
+    assert model.nodes.shared_memory is False  # the values crossed the link
+    assert report["replays"]
+
+
 def test_real_gradients_on_the_cpu_take_their_compute_cpu_as_the_step() -> None:
     """A CPU "device": the step is the recorded compute CPU, the cores' queue adding the rest;
     an emulated step or a GPU keeps the step time the run measured."""
