@@ -170,6 +170,9 @@ def calibrate(
         "startup": "the first phase's excess over its steady pace (median over the runs)",
         "kept_default": "bandwidths (10 Gbps), ns_per_parameter (1)",
     }
+    if link is not None:
+        notes["network"] = "the runs' emulated link (--link-gbps) on the workers' side"
+        notes["kept_default"] = "ns_per_parameter (1); the servers' links unlimited, as emulated"
     return replace(model, notes=notes), report
 
 

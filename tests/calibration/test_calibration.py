@@ -205,7 +205,7 @@ def test_runs_over_an_emulated_link_fit_that_link_and_replay_under_it(
     assert model.network.worker_bandwidth_gbps == 0.5
     assert model.network.latency_ms > 1.0  # the link's, and the local transport's start
     assert model.nodes.shared_memory is False  # the values crossed the link
-    assert report["replays"]
+    assert report["replays"] and "emulated link" in model.notes["network"]
 
 
 def test_real_gradients_on_the_cpu_take_their_compute_cpu_as_the_step() -> None:
