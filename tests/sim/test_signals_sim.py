@@ -15,8 +15,11 @@ from syncswitch.cli.main import main
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_stops_a_simulated_run_in_one_line_and_it_resumes(tmp_path, number):
     run_dir = tmp_path / "run"
+    # 200 epochs train for about 7 s here after the first checkpoint: a test process starved
+    # on a loaded machine must not see the run end before its signal (30 epochs took 1 s, and
+    # a CI run once finished first, exiting 0).
     argv = [
-        "train", "--runtime", "sim", "--workers", "4", "--epochs", "30", "--schedule", "bsp",
+        "train", "--runtime", "sim", "--workers", "4", "--epochs", "200", "--schedule", "bsp",
         "--mnist1d-samples", "1000", "--checkpoint-every", "0.01", "--no-progress",
         "--out", str(run_dir),
     ]  # fmt: skip
