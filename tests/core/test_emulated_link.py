@@ -20,6 +20,12 @@ def test_a_link_alone_labels_the_run_emulated_and_only_a_link_adds_its_key() -> 
     assert linked["enabled"] is True
     assert linked["link"]["gbps"] == 10.0
     assert "EMULATED" in linked["link"]["kind"]
+    assert linked["kind"].startswith("real compute; only the network")
+    assert (
+        EmulationConfig(step_time_ms=20, link_gbps=1)
+        .describe()["kind"]
+        .startswith("emulated device time")
+    )
     assert "link" not in EmulationConfig(step_time_ms=20).describe()
     assert EmulationConfig().describe() == {"enabled": False}
 

@@ -67,11 +67,14 @@ class EmulationConfig:
     def describe(self) -> dict[str, Any]:
         if not self.enabled:
             return {"enabled": False}
+        device = self.step_time_ms > 0 or bool(self.stragglers.episodes)
         described: dict[str, Any] = {
             "enabled": True,
             "kind": (
                 "emulated device time per step: the real gradient is computed inside it and "
                 "applied by the server when the step's time has elapsed"
+                if device
+                else "real compute; only the network between workers and servers is emulated"
             ),
             "step_time_ms": self.step_time_ms or "off (real compute time)",
             "speed_factors": list(self.speed_factors) or "all 1.0",
