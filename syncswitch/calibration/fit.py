@@ -51,8 +51,8 @@ from syncswitch.calibration.runs import (
     node_shape,
     startup_s,
 )
+from syncswitch.core.cluster.emulation import link_network
 from syncswitch.core.cluster.model import (
-    MAX_BANDWIDTH_GBPS,
     MAX_NAME_CHARS,
     ClusterModel,
     HostCpuModel,
@@ -102,11 +102,7 @@ def calibrate(
         # The runs' values crossed an emulated link (--link-gbps): the workers' side of the
         # network is that link, and what latency the local transport adds is fitted on top.
         gbps, latency_ms = link
-        network = NetworkModel(
-            worker_bandwidth_gbps=gbps,
-            server_bandwidth_gbps=MAX_BANDWIDTH_GBPS,
-            latency_ms=latency_ms + START[2],
-        )
+        network = link_network(gbps, latency_ms + START[2])
         nodes = replace(nodes, shared_memory=False)
     recorded = [m for m in (recorded_compute_ms(r.run) for r in runs) if m is not None]
     if recorded and computed_on_cpu(runs):

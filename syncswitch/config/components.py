@@ -19,14 +19,12 @@ from typing import Any
 
 from syncswitch.config.files import read_structured_file
 from syncswitch.config.options import TrainOptions
-from syncswitch.core.cluster.emulation import EmulationConfig
+from syncswitch.core.cluster.emulation import EmulationConfig, link_network
 from syncswitch.core.cluster.model import (
     DEFAULT_STEP_TIME_MS,
-    MAX_BANDWIDTH_GBPS,
     ClusterError,
     ClusterModel,
     ComputeModel,
-    NetworkModel,
     parse_cluster,
     preset,
 )
@@ -141,12 +139,7 @@ def cluster_model(options: TrainOptions) -> ClusterModel:
                 f"{where} gives the network (network: ...), and so does --link-gbps: give "
                 "it in one place"
             )
-        # The link a Ray run emulates, which limits only the workers' side.
-        network = NetworkModel(
-            worker_bandwidth_gbps=options.link_gbps,
-            server_bandwidth_gbps=MAX_BANDWIDTH_GBPS,
-            latency_ms=options.link_latency_ms,
-        )
+        network = link_network(options.link_gbps, options.link_latency_ms)
         notes = {**model.notes, "network": "the emulated link of --link-gbps (workers' side)"}
         model = replace(model, network=network, notes=notes)
     factors = model.compute.speed_factors

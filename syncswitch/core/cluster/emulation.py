@@ -20,6 +20,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from syncswitch.core.cluster.model import MAX_BANDWIDTH_GBPS, NetworkModel
 from syncswitch.core.stragglers.scenarios import StragglerScenario
 
 
@@ -59,7 +60,7 @@ class EmulationConfig:
         """One message's time on a worker's emulated link (0 without one)."""
         if self.link_gbps <= 0:
             return 0.0
-        return self.link_latency_ms / 1e3 + nbytes * 8 / (self.link_gbps * 1e9)
+        return link_network(self.link_gbps, self.link_latency_ms).worker_s(nbytes)
 
     def speed_factor(self, worker: int) -> float:
         return self.speed_factors[worker] if self.speed_factors else 1.0
@@ -94,6 +95,14 @@ class EmulationConfig:
                 "latency_ms": self.link_latency_ms,
             }
         return described
+
+
+def link_network(gbps: float, latency_ms: float) -> NetworkModel:
+    """The network of `--link-gbps` for the simulator: the workers' links as emulated on Ray,
+    and the servers' links unlimited, as the emulation does not limit them."""
+    return NetworkModel(
+        worker_bandwidth_gbps=gbps, server_bandwidth_gbps=MAX_BANDWIDTH_GBPS, latency_ms=latency_ms
+    )
 
 
 class StepTimeModel:

@@ -72,11 +72,11 @@ class Worker:
         self.model = spec.model_factory().to(self.device)
         self.model.train()
         self.flat = FlatParameters(self.model)
-        # Each shard's message on the emulated link, if there is one (its values' bytes).
         total = self.flat.values.numel()
+        self._shard_sizes = [len(range(*part.indices(total))) for part in spec.shards]
+        # Each shard's message on the emulated link, if there is one (its values' bytes).
         self._link_s = [
-            spec.emulation.link_s(len(range(*part.indices(total))) * spec.wire_dtype.itemsize)
-            for part in spec.shards
+            spec.emulation.link_s(size * spec.wire_dtype.itemsize) for size in self._shard_sizes
         ]
         self._step_times: list[float] = []
         self._compute_times: list[float] = []
@@ -179,10 +179,7 @@ class Worker:
     def _shared_memory(self) -> list[int] | None:
         """Each server's number of values, offered through shared memory (servers on this
         machine take it: dataplane/shared.py)."""
-        if not self.spec.shared_memory:
-            return None
-        total = self.flat.values.numel()
-        return [len(range(*part.indices(total))) for part in self.spec.shards]
+        return self._shard_sizes if self.spec.shared_memory else None
 
     def _compute_in(self, channel: WorkerChannel) -> None:
         """Where every server shares memory with this worker and float32 is on the wire,
