@@ -1,10 +1,10 @@
 """Samples/s at the model sizes users train: syncswitch BSP, ASP and a local phase against
 PyTorch DDP (gloo) and one plain process, on the same model, batch and machine, in one run.
 
-Without --link-gbps nothing is emulated: every system computes real gradients and nothing
-sleeps. The models are MLPs built by benchmarks/wide_models.py on MNIST-1D (generated
-locally): `mlp17m` (16.9M parameters, 67.6 MB in float32; the model issue 43 measured) and
-`mlp100m` (101M, 404 MB).
+Without --link-gbps or --server-link-gbps nothing is emulated: every system computes real
+gradients and nothing sleeps. The models are MLPs built by benchmarks/wide_models.py on
+MNIST-1D (generated locally): `mlp17m` (16.9M parameters, 67.6 MB in float32; the model
+issue 43 measured) and `mlp100m` (101M, 404 MB).
 `bsp-bf16` is BSP with bfloat16 on the wire (half the bytes each way). Workers on the
 servers' machine pass values through shared memory; `bsp-socket` is BSP with every value on
 the loopback socket instead (SYNCSWITCH_DATAPLANE=socket), as before shared memory.
@@ -45,7 +45,16 @@ servers, where the wire is what costs. The compute stays real.
 
     python benchmarks/large_model.py --link-gbps 1 --systems ddp,bsp,bsp-bf16,asp,local-4
 
-Results: --out (default benchmarks/results/large-model-<model>/, or its link-<G>gbps/):
+With `--server-link-gbps S` each server's messages also cross an EMULATED link of S Gbit/s
+of its own, which its workers' requests and replies take in turn: what `--servers N`
+spreads (`bsp-2servers`, `bsp-4servers`). DDP has no servers; its ring crosses the workers'
+links alone.
+
+    python benchmarks/large_model.py --link-gbps 2.5 --server-link-gbps 2.5 \
+        --systems ddp,bsp,bsp-2servers,bsp-4servers
+
+Results: --out (default benchmarks/results/large-model-<model>/, or its link-<G>gbps/,
+link-<G>gbps-servers-<S>gbps/):
 table-wN.md and runs.jsonl, written as each run ends; run directories and the loops' stamps
 under runs/ and raw/.
 """
@@ -101,6 +110,7 @@ SYSTEMS = (
     "bsp-bf16",
     "bsp-bf16-socket",
     "bsp-2servers",
+    "bsp-4servers",
     "asp",
     "local-4",
     "local-4-socket",
@@ -122,6 +132,7 @@ SYNCSWITCH = {
     "bsp-bf16": System("bsp", "bfloat16"),
     "bsp-bf16-socket": System("bsp", "bfloat16", shared_memory=False),
     "bsp-2servers": System("bsp", servers=2),
+    "bsp-4servers": System("bsp", servers=4),
     "asp": System("asp"),
     "local-4": System("local-4"),
     "local-4-socket": System("local-4", shared_memory=False),
@@ -264,6 +275,11 @@ def table(bench: Bench, workers: int, repeats: list[dict], pieces: dict[str, flo
         if bench.link_gbps
         else "No emulation, real compute"
     )
+    if bench.server_link_gbps:
+        timing += (
+            f"; an EMULATED link of {bench.server_link_gbps:g} Gbit/s per server each way, "
+            "its workers' messages in turn"
+        )
     head = (
         f"**{timing}, {workers} processes on a {os.cpu_count()}-core shared "
         f"machine.** MNIST-1D, {bench.model} ({pieces['parameters'] / 1e6:.1f}M parameters), "
@@ -271,7 +287,7 @@ def table(bench: Bench, workers: int, repeats: list[dict], pieces: dict[str, flo
         f"medians of {len(repeats)} repeat(s), ratios taken within a repeat; load average "
         f"{loads} at each repeat's end.\n\n"
     )
-    check_timing(head, Timing.EMULATED if bench.link_gbps else Timing.REAL)
+    check_timing(head, Timing.EMULATED if bench.emulated else Timing.REAL)
     rows = []
     ran = [s for s in SYSTEMS if any(s in r["samples_per_s"] for r in repeats)]
     for system in ran:
@@ -324,6 +340,11 @@ class Bench:
     dataset: ArrayDataset
     link_gbps: float = 0.0  # an EMULATED link for every system's messages; 0: none
     link_latency_ms: float = 0.0
+    server_link_gbps: float = 0.0  # an EMULATED link of each server's own; 0: none
+
+    @property
+    def emulated(self) -> bool:
+        return bool(self.link_gbps or self.server_link_gbps)
 
     @property
     def model_path(self) -> str:
@@ -352,6 +373,7 @@ def run_syncswitch_system(bench: Bench, system: str, workers: int, seed: int) ->
         divergence_guard=False,
         link_gbps=bench.link_gbps,
         link_latency_ms=bench.link_latency_ms,
+        server_link_gbps=bench.server_link_gbps,
     )
     # The driver passes the choice to its workers (runtime/dataplane/shared.py).
     os.environ["SYNCSWITCH_DATAPLANE"] = "shared" if shared_memory else "socket"
@@ -425,12 +447,21 @@ def main() -> None:
     cli.add_argument(
         "--link-latency-ms", type=float, default=0.05, help="its latency per message (0.05)"
     )
+    cli.add_argument(
+        "--server-link-gbps",
+        type=float,
+        default=0.0,
+        help="an EMULATED link of each syncswitch server's own, Gbit/s each way, which its "
+        "workers' messages take in turn (default 0: none)",
+    )
     add_repeats(cli, 3, "rounds of all systems")
     add_out(cli, None, "(default benchmarks/results/large-model-<model>)")
     args = cli.parse_args()
     out = args.out or OUT / f"large-model-{args.model}"
     if args.link_gbps and not args.out:
         out = out / f"link-{args.link_gbps:g}gbps"
+    if args.server_link_gbps and not args.out:
+        out = out.with_name(f"{out.name}-servers-{args.server_link_gbps:g}gbps")
     out.mkdir(parents=True, exist_ok=True)
     systems = [s for s in SYSTEMS if s in comma_list(args.systems)]
     # Ray's workers import the model's module by name: put this folder on their path.
@@ -448,12 +479,15 @@ def main() -> None:
         dataset=dataset,
         link_gbps=args.link_gbps,
         link_latency_ms=args.link_latency_ms if args.link_gbps else 0.0,
+        server_link_gbps=args.server_link_gbps,
     )
     log = RunLog(out / "runs.jsonl")
     if set(SYNCSWITCH) & set(systems):
         from syncswitch.runtime.ray.connect import start_local
 
-        start_local(max(comma_list(args.workers, int)) + 4)
+        # A CPU per worker, server and the evaluator, and some to spare.
+        servers = max(SYNCSWITCH[s].servers for s in systems if s in SYNCSWITCH)
+        start_local(max(comma_list(args.workers, int)) + servers + 3)
     for workers in comma_list(args.workers, int):
         repeats: list[dict] = []
         for seed in range(args.repeats):

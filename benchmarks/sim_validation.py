@@ -59,6 +59,7 @@ class Case:
     jitter_sigma: float = 0.0
     stragglers: list[dict[str, Any]] | None = None
     same_as: str | None = None  # a repeat: the case whose job it measures again
+    servers: int = 1  # --servers (benchmarks/sim_validation_large.py's sharded cases)
 
 
 CASES = (

@@ -12,10 +12,15 @@ BSP to ASP, other worker counts, other seeds.
     python benchmarks/sim_validation_large.py                # the table in docs/large-models.md
     python benchmarks/sim_validation_large.py --reuse-ray    # calibrate and predict again
     python benchmarks/sim_validation_large.py --link-gbps 1  # over an EMULATED 1 Gbit/s link
+    python benchmarks/sim_validation_large.py --link-gbps 2.5 --server-link-gbps 2.5
 
 With `--link-gbps G` every Ray run's messages also cross an EMULATED link of G Gbit/s per
 worker each way (`syncswitch train --link-gbps`); calibration reads the link from the runs, so
-the simulator times the same link (results in --out's link-<G>gbps/).
+the simulator times the same link (results in --out's link-<G>gbps/). With
+`--server-link-gbps S` each server has an EMULATED link of its own too, which its workers'
+messages take in turn, and the held-out jobs shard the model over 2 and 4 servers
+(`--servers`): calibrated on one server's runs, the simulator predicts what sharding gains
+(results in link-<G>gbps-servers-<S>gbps/).
 
 Batch 32 per worker, one evaluation at the end and no checkpoint but the final one (as
 benchmarks/large_model.py measures the training path). Results in --out: runs.jsonl (one line
@@ -48,6 +53,15 @@ CASES = (
     Case("3w bsp s0", HELD_OUT, 3, "bsp"),
     Case("3w asp s1", HELD_OUT, 3, "asp", seed=1),
 )
+# Over the servers' links: calibrated on one server, held out with the model on 2 and 4.
+SHARDED_CASES = (
+    Case("4w bsp s0", CALIBRATE, 4, "bsp"),
+    Case("4w asp s0", CALIBRATE, 4, "asp"),
+    Case("4w bsp 2 servers", HELD_OUT, 4, "bsp", servers=2),
+    Case("4w bsp 4 servers", HELD_OUT, 4, "bsp", servers=4),
+    Case("4w asp 2 servers s1", HELD_OUT, 4, "asp", seed=1, servers=2),
+    Case("4w bsp:0.5,asp 2 servers s1", HELD_OUT, 4, "bsp:0.5,asp", seed=1, servers=2),
+)
 GOAL = 0.10  # the simulator's time within 10% of Ray's
 
 
@@ -57,6 +71,7 @@ def job(case: Case, out: Path, epochs: float, **changes) -> TrainConfig:
             "workers": case.workers,
             "schedule": case.schedule,
             "seed": case.seed,
+            "servers": case.servers,
             "batch_size": 32,
             "epochs": epochs,
             "model": MODEL,
@@ -88,17 +103,27 @@ def main() -> None:
     cli.add_argument(
         "--link-latency-ms", type=float, default=0.05, help="its latency per message (0.05)"
     )
-    args = cli.parse_args()
-    link = (
-        {"link_gbps": args.link_gbps, "link_latency_ms": args.link_latency_ms}
-        if args.link_gbps
-        else {}
+    cli.add_argument(
+        "--server-link-gbps",
+        type=float,
+        default=0.0,
+        help="an EMULATED link of each server's own, Gbit/s each way, and held-out jobs on "
+        "2 and 4 servers (default 0: none)",
     )
+    args = cli.parse_args()
+    link: dict[str, float] = {}
+    if args.link_gbps:
+        link = {"link_gbps": args.link_gbps, "link_latency_ms": args.link_latency_ms}
+    if args.server_link_gbps:
+        link["server_link_gbps"] = args.server_link_gbps
+    cases = SHARDED_CASES if args.server_link_gbps else CASES
     # Ray's workers import the model's module by name: put this folder on their path.
     here = str(Path(__file__).resolve().parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
     sys.path.insert(0, here)
-    out: Path = args.out / f"link-{args.link_gbps:g}gbps" if link else args.out
+    out: Path = args.out / f"link-{args.link_gbps:g}gbps" if args.link_gbps else args.out
+    if args.server_link_gbps:
+        out = out.with_name(f"{out.name}-servers-{args.server_link_gbps:g}gbps")
     runs = out / "runs"
     dataset = load_dataset("mnist1d", mnist1d_samples=TrainConfig().mnist1d_samples)
     log = RunLog(out / "runs.jsonl")
@@ -107,15 +132,15 @@ def main() -> None:
         kept = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
         measured = {m["case"]: m for m in kept if m["runtime"] == "ray"}
         log.clear()
-        for case in CASES:
+        for case in cases:
             log.append(measured[case.name])
     else:
         shutil.rmtree(runs, ignore_errors=True)
         runs.mkdir(parents=True)
         log.clear()
-        measured = measure_on_ray(runs, dataset, args.epochs, log, link)
+        measured = measure_on_ray(runs, cases, dataset, args.epochs, log, link)
 
-    basis = [Path(measured[c.name]["dir"]) for c in CASES if c.role == CALIBRATE]
+    basis = [Path(measured[c.name]["dir"]) for c in cases if c.role == CALIBRATE]
     model, report = calibrate(basis, model_path=MODEL)
     cluster = out / "cluster.yaml"
     cluster.write_text(cluster_yaml(model))
@@ -123,8 +148,8 @@ def main() -> None:
     save_text(out / "calibration.json", json.dumps({**report, "replays": replays}, indent=1))
     print(f"calibrated: worst replay error {100 * report['worst_error']:.1f}%", flush=True)
     predicted: dict[str, float] = {}
-    for case in CASES:
-        run_dir = runs / f"sim-{case.workers}w-{case.schedule}-s{case.seed}"
+    for case in cases:
+        run_dir = runs / f"sim-{run_name(case)}"
         shutil.rmtree(run_dir, ignore_errors=True)  # predicted afresh
         config = job(case, run_dir, args.epochs, runtime="sim", cluster=str(cluster))
         summary = train(config, dataset=dataset, print_summary=False).summary
@@ -133,24 +158,28 @@ def main() -> None:
                     "wall_time_s": summary.wall_time_s,
                     "host_time_s": summary.host_time_s})  # fmt: skip
         print(f"sim {case.name}: {summary.wall_time_s:.2f} SIMULATED s", flush=True)
-    text = table(args.epochs, measured, predicted, model.nodes.shared_memory, link)
+    text = table(cases, args.epochs, measured, predicted, model.nodes.shared_memory, link)
     save_text(out / "table.md", text + "\n")
     print(text)
 
 
+def run_name(case: Case) -> str:
+    return f"{case.workers}w-{case.schedule}-s{case.seed}-{case.servers}servers"
+
+
 def measure_on_ray(
-    runs: Path, dataset, epochs: float, log: RunLog, link: dict[str, float]
+    runs: Path, cases: tuple[Case, ...], dataset, epochs: float, log: RunLog, link: dict
 ) -> dict[str, dict]:
     """Each case trained on a local Ray (over the emulated `link`, if any): its measured wall
     seconds and load (logged as each run ends)."""
     from syncswitch.runtime.ray.connect import start_local
 
-    start_local(max(c.workers for c in CASES) + 4)
+    start_local(max(c.workers for c in cases) + max(c.servers for c in cases) + 3)
     # A fresh Ray instance runs its first job slower: one short run, not measured, takes that.
-    train(job(CASES[0], runs / "warm-up", 0.05), dataset=dataset, print_summary=False)
+    train(job(cases[0], runs / "warm-up", 0.05), dataset=dataset, print_summary=False)
     measured: dict[str, dict] = {}
-    for case in CASES:
-        run_dir = runs / f"ray-{case.workers}w-{case.schedule}-s{case.seed}"
+    for case in cases:
+        run_dir = runs / f"ray-{run_name(case)}"
         before = os.getloadavg()[0]
         config = job(case, run_dir, epochs, **link)
         summary = train(config, dataset=dataset, print_summary=False).summary
@@ -167,14 +196,24 @@ def measure_on_ray(
 
 
 def table(
-    epochs: float, measured: dict, predicted: dict, shared_memory: bool, link: dict[str, float]
+    cases: tuple[Case, ...],
+    epochs: float,
+    measured: dict,
+    predicted: dict,
+    shared_memory: bool,
+    link: dict[str, float],
 ) -> str:
     ray_timing = (
         f"real compute, every message over an EMULATED link of {link['link_gbps']:g} Gbit/s "
         f"and {link['link_latency_ms']:g} ms (sleeps)"
-        if link
+        if link.get("link_gbps")
         else "real compute, no emulation"
     )
+    if link.get("server_link_gbps"):
+        ray_timing += (
+            f", each server's messages over an EMULATED link of {link['server_link_gbps']:g} "
+            "Gbit/s of its own, in turn"
+        )
     title = (
         f"mlp17m (16.9M parameters) on MNIST-1D, {epochs:g} epochs, batch 32 per worker, "
         f"{os.cpu_count()}-core machine. Ray: {ray_timing}, measured wall seconds "
@@ -185,7 +224,7 @@ def table(
     timings = (Timing.REAL, Timing.SIMULATED) + ((Timing.EMULATED,) if link else ())
     check_timing(title, *timings)
     rows, errors = [], []
-    for case in CASES:
+    for case in cases:
         m, p = measured[case.name], predicted[case.name]
         error = _error(p, m["wall_time_s"])
         if case.role == HELD_OUT and error is not None:

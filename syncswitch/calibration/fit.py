@@ -99,10 +99,10 @@ def calibrate(
     network = NetworkModel(latency_ms=START[2])
     link = emulated_link(runs)
     if link is not None:
-        # The runs' values crossed an emulated link (--link-gbps): the workers' side of the
-        # network is that link, and what latency the local transport adds is fitted on top.
-        gbps, latency_ms = link
-        network = link_network(gbps, latency_ms + START[2])
+        # The runs' values crossed emulated links (--link-gbps, --server-link-gbps): the
+        # network is those links, and what latency the local transport adds is fitted on top.
+        gbps, latency_ms, server_gbps = link
+        network = link_network(gbps, latency_ms + START[2], server_gbps)
         nodes = replace(nodes, shared_memory=False)
     recorded = [m for m in (recorded_compute_ms(r.run) for r in runs) if m is not None]
     if recorded and computed_on_cpu(runs):
@@ -167,8 +167,11 @@ def calibrate(
         "kept_default": "bandwidths (10 Gbps), ns_per_parameter (1)",
     }
     if link is not None:
-        notes["network"] = "the runs' emulated link (--link-gbps) on the workers' side"
-        notes["kept_default"] = "ns_per_parameter (1); the servers' links unlimited, as emulated"
+        notes["network"] = (
+            "the runs' emulated links (--link-gbps, --server-link-gbps); a side without one "
+            "unlimited, as emulated"
+        )
+        notes["kept_default"] = "ns_per_parameter (1)"
     return replace(model, notes=notes), report
 
 

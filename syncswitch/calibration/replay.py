@@ -81,6 +81,7 @@ def replay(model: ClusterModel, run: CalibrationRun, *, probe: bool) -> dict[str
             speed_factors=None,
             link_gbps=0.0,
             link_latency_ms=0.0,
+            server_link_gbps=0.0,
             epochs=job.epochs * share,
             eval_every=min(1.0, job.eval_every / share),
             checkpoint_every=0.0 if probe else job.checkpoint_every,

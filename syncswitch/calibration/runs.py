@@ -290,14 +290,17 @@ def node_shape(runs: list[CalibrationRun], cores: int | None) -> NodeModel:
     return NodeModel(workers_per_node=-(-widest // nodes), cores=cores or 0, shared_memory=shared)
 
 
-def emulated_link(runs: list[CalibrationRun]) -> tuple[float, float] | None:
-    """The emulated link (Gbit/s, latency in ms) every run's messages crossed, or None
-    where none did; runs that differ in it cannot share one cluster model."""
+def emulated_link(runs: list[CalibrationRun]) -> tuple[float, float, float] | None:
+    """The emulated links every run's messages crossed (the workers' Gbit/s and latency in ms,
+    the servers' Gbit/s; 0: none on that side), or None where none did; runs that differ in
+    them cannot share one cluster model."""
     links = {_link_of(r.run.config) for r in runs}
     if len(links) > 1:
         described = ", ".join(
-            "no link" if link is None else f"{link[0]:g} Gbit/s and {link[1]:g} ms"
-            for link in sorted(links, key=lambda link: link or (0.0, 0.0))
+            "no link"
+            if link is None
+            else f"{link[0]:g} Gbit/s and {link[1]:g} ms (servers' {link[2]:g} Gbit/s)"
+            for link in sorted(links, key=lambda link: link or (0.0, 0.0, 0.0))
         )
         raise ConfigError(
             f"the runs crossed different emulated links ({described}): calibrate runs of one "
@@ -306,9 +309,9 @@ def emulated_link(runs: list[CalibrationRun]) -> tuple[float, float] | None:
     return links.pop()
 
 
-def _link_of(config: dict[str, Any]) -> tuple[float, float] | None:
-    """A run's --link-gbps and --link-latency-ms from its config.json (which is untrusted:
-    anything but a positive finite number reads as no link)."""
+def _link_of(config: dict[str, Any]) -> tuple[float, float, float] | None:
+    """A run's --link-gbps, --link-latency-ms and --server-link-gbps from its config.json
+    (which is untrusted: anything but a positive finite number reads as no link)."""
 
     def number(key: str) -> float:
         value = config.get(key)
@@ -316,8 +319,10 @@ def _link_of(config: dict[str, Any]) -> tuple[float, float] | None:
             return 0.0
         return float(value) if math.isfinite(value) and value > 0 else 0.0
 
-    gbps = number("link_gbps")
-    return (gbps, number("link_latency_ms")) if gbps > 0 else None
+    gbps, server_gbps = number("link_gbps"), number("server_link_gbps")
+    if gbps == 0 and server_gbps == 0:
+        return None
+    return gbps, number("link_latency_ms") if gbps > 0 else 0.0, server_gbps
 
 
 def computed_on_cpu(runs: list[CalibrationRun]) -> bool:

@@ -83,6 +83,7 @@ def emulation_config(
         stragglers=scenario,
         link_gbps=options.link_gbps,
         link_latency_ms=options.link_latency_ms,
+        server_link_gbps=options.server_link_gbps,
     )
     if cluster is None:
         return emulation
@@ -133,14 +134,19 @@ def cluster_model(options: TrainOptions) -> ClusterModel:
                 speed_factors=tuple(options.speed_factors or ()),
             )
         )
-    if options.link_gbps > 0:
+    if options.link_gbps > 0 or options.server_link_gbps > 0:
+        flag = "--link-gbps" if options.link_gbps > 0 else "--server-link-gbps"
         if isinstance(data, dict) and data.get("network"):
             raise ConfigError(
-                f"{where} gives the network (network: ...), and so does --link-gbps: give "
-                "it in one place"
+                f"{where} gives the network (network: ...), and so does {flag}: give it in "
+                "one place"
             )
-        network = link_network(options.link_gbps, options.link_latency_ms)
-        notes = {**model.notes, "network": "the emulated link of --link-gbps (workers' side)"}
+        network = link_network(options.link_gbps, options.link_latency_ms, options.server_link_gbps)
+        notes = {
+            **model.notes,
+            "network": "the emulated links of --link-gbps and --server-link-gbps (a side "
+            "without one unlimited)",
+        }
         model = replace(model, network=network, notes=notes)
     factors = model.compute.speed_factors
     if factors and len(factors) != options.workers:

@@ -168,6 +168,14 @@ class TrainOptions(JobOptions):
         Role(EMULATION_GROUP, Identity.WHEN_SET),
         range=Range(0, MAX_STEP_TIME_MS),
     )
+    server_link_gbps: float = option(
+        0.0,
+        "emulated network: each server's link in Gbit/s, each direction, which its workers' "
+        "messages cross in turn (what --servers spreads); on the simulator, the network's "
+        "server bandwidth; 0 = off",
+        Role(EMULATION_GROUP, Identity.WHEN_SET),
+        range=Range(0, MAX_BANDWIDTH_GBPS),
+    )
     stragglers: list | None = option(
         None,
         "emulated transient stragglers: a YAML/TOML FILE holding a list of episodes {workers, "

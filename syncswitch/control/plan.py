@@ -88,10 +88,10 @@ def stats_every(workers: int, half_life_rounds: float) -> int:
 def runs_on_one_machine(config: TrainConfig) -> bool:
     """Whether every process of the run is on this machine, with nothing between them but
     host CPU: Ray's local instance (no --ray-address or RAY_ADDRESS names a cluster to join)
-    and no emulated link (--link-gbps puts a network between the workers and the servers).
-    The simulator's cluster model places its workers itself."""
+    and no emulated link (--link-gbps or --server-link-gbps puts a network between the
+    workers and the servers). The simulator's cluster model places its workers itself."""
     local = config.runtime == "ray" and not (config.ray_address or os.environ.get("RAY_ADDRESS"))
-    return local and config.link_gbps == 0
+    return local and config.link_gbps == 0 and config.server_link_gbps == 0
 
 
 @dataclass(frozen=True)

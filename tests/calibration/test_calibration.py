@@ -205,7 +205,8 @@ def test_runs_over_an_emulated_link_fit_that_link_and_replay_under_it(
     assert model.network.worker_bandwidth_gbps == 0.5
     assert model.network.latency_ms > 1.0  # the link's, and the local transport's start
     assert model.nodes.shared_memory is False  # the values crossed the link
-    assert report["replays"] and "emulated link" in model.notes["network"]
+    assert model.network.server_bandwidth_gbps == 10_000.0  # no servers' link emulated
+    assert report["replays"] and "emulated links" in model.notes["network"]
 
 
 def test_real_gradients_on_the_cpu_take_their_compute_cpu_as_the_step() -> None:
@@ -235,10 +236,16 @@ def test_runs_over_an_emulated_link_calibrate_to_that_link_and_hostile_values_to
         return SimpleNamespace(run=SimpleNamespace(config=config))
 
     linked = {"link_gbps": 1.0, "link_latency_ms": 2}
-    assert emulated_link([run(linked), run(dict(linked))]) == (1.0, 2.0)
+    assert emulated_link([run(linked), run(dict(linked))]) == (1.0, 2.0, 0.0)
     assert emulated_link([run({}), run({"link_gbps": 0.0})]) is None
     for hostile in ("1", float("nan"), float("inf"), -3.0, True, None, [1]):
         assert emulated_link([run({"link_gbps": hostile})]) is None
-    assert emulated_link([run({"link_gbps": 1, "link_latency_ms": "x"})]) == (1.0, 0.0)
+        assert emulated_link([run({"server_link_gbps": hostile})]) is None
+    assert emulated_link([run({"link_gbps": 1, "link_latency_ms": "x"})]) == (1.0, 0.0, 0.0)
+    # The servers' links alone: the workers' side unlimited (0), and no latency without it.
+    servers = {"server_link_gbps": 2.0, "link_latency_ms": 5}
+    assert emulated_link([run(servers)]) == (0.0, 0.0, 2.0)
+    with pytest.raises(ConfigError, match=r"servers' 2 Gbit/s"):
+        emulated_link([run(servers), run({**linked, "server_link_gbps": 1.0})])
     with pytest.raises(ConfigError, match=r"different emulated links \(no link, 1 Gbit/s"):
         emulated_link([run(linked), run({})])

@@ -29,7 +29,7 @@ PINNED_GROUPS = {
     },
     "emulation & stragglers": {
         "step_time_ms", "speed_factors", "jitter_sigma", "link_gbps", "link_latency_ms",
-        "stragglers", "online_policy",
+        "server_link_gbps", "stragglers", "online_policy",
         "greedy_return", "straggler_threshold", "straggler_recover_threshold",
         "straggler_window",
     },

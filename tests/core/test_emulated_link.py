@@ -2,7 +2,7 @@
 
 import pytest
 
-from syncswitch.core.cluster.emulation import EmulationConfig
+from syncswitch.core.cluster.emulation import EmulationConfig, received_at, sent_at
 from syncswitch.core.cluster.model import NetworkModel
 
 
@@ -37,3 +37,29 @@ def test_a_link_alone_labels_the_run_emulated_and_only_a_link_adds_its_key() -> 
 def test_a_link_that_cannot_be_is_refused(gbps: float, latency_ms: float, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         EmulationConfig(link_gbps=gbps, link_latency_ms=latency_ms)
+
+
+def test_a_workers_messages_cross_its_link_one_after_another() -> None:
+    # Two shards of 0.5 s and 0.25 s each way: sent in shard order, the last leaves the
+    # worker's link 0.75 s after the step (not 0.5 s, as if each had a link of its own).
+    assert sent_at(10.0, [0.5, 0.25]) == [10.5, 10.75]
+    assert sent_at(10.0, [0.0, 0.0]) == [10.0, 10.0]
+    # The replies: each once it has crossed its server's link, in that order, in turn.
+    assert received_at(10.0, [None, None], [0.5, 0.25]) == 10.75
+    assert received_at(10.0, [11.0, None], [0.5, 0.25]) == 11.5  # 10.0-10.25, then 11-11.5
+    assert received_at(10.0, [11.0, 10.5], [0.5, 0.25]) == 11.5
+    assert received_at(10.0, [10.2, 10.1], [0.5, 0.5]) == 11.1
+
+
+def test_a_servers_link_times_bytes_as_the_simulators_server_bandwidth() -> None:
+    link = EmulationConfig(server_link_gbps=2.0)
+    assert link.server_link_s(250_000_000) == pytest.approx(1.0)  # 2 Gbit at 2 Gbit/s
+    assert link.link_s(10**9) == 0.0  # the workers' side not emulated
+    network = link.network()
+    assert network.server_bandwidth_gbps == 2.0 and network.worker_bandwidth_gbps == 10_000.0
+    assert EmulationConfig(link_gbps=1.0).server_link_s(10**9) == 0.0
+    described = link.describe()
+    assert described["kind"].startswith("real compute; only the network")
+    assert "EMULATED" in described["server_link"]["kind"] and "link" not in described
+    with pytest.raises(ValueError, match=r"servers' -1\.0 Gbit/s: all must be >= 0"):
+        EmulationConfig(server_link_gbps=-1.0)

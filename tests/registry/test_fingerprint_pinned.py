@@ -43,7 +43,7 @@ PINNED_ADDED_WHEN_SET = {
     "val_fraction", "pysource_bytes", "optimizer", "betas", "eps", "async_lr",
     "staleness_lr", "staleness_lr_floor", "delay_compensation", "wire_dtype",
     "local_switch_warmup", "local_switch_lr_start", "grad_clip", "early_stop_patience",
-    "early_stop_min_delta", "precision", "link_gbps", "link_latency_ms",
+    "early_stop_min_delta", "precision", "link_gbps", "link_latency_ms", "server_link_gbps",
 }  # fmt: skip
 PINNED_NOT_JOB_FIELDS = {
     "schedule", "switch_rule", "switch_threshold", "switch_floor", "switch_ceiling", "seed",

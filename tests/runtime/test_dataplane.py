@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import socket
 import struct
 import threading
@@ -189,6 +190,51 @@ def test_emulated_steps_count_as_arrived_when_they_end_in_that_order(echo):
         if request.ready_at is not None:
             assert seen_at >= request.ready_at
             assert seen_at - request.ready_at < 0.03  # held no longer than it must be
+
+
+def test_a_servers_emulated_link_takes_requests_in_turn_and_stamps_each_reply():
+    # 0.1 s per message: three requests due at once are handled one link-time apart, and
+    # the replies, sent at once, each carry the time its turn on the link ends.
+    server = Echo(4)
+    server.endpoint = ServerEndpoint(
+        LOOPBACK, 4, server.handle, clock=time.time, link_s=lambda nbytes: nbytes / 160
+    )
+    try:
+        channels = [
+            WorkerChannel([(server.endpoint.address, server.endpoint.token)], probe=lambda: True)
+            for _ in range(3)
+        ]
+        due = time.time() + 0.05
+        results: list = [None] * 3
+
+        def exchange(index: int) -> None:
+            request = (_request(index, ready_at=due, worker=index), np.ones(4, np.float32))
+            [results[index]] = channels[index].exchange([request])
+
+        threads = [threading.Thread(target=exchange, args=(i,)) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=10)
+        for channel in channels:
+            channel.close()
+    finally:
+        server.endpoint.close()
+    handled = sorted(at for at, _ in server.seen)
+    for turn, at in enumerate(handled, start=1):
+        assert at >= due + 0.1 * turn  # 16 bytes at 160 bytes/s: 0.1 s each, in turn
+    assert handled[-1] - due < 0.3 + 0.1  # and no longer than the turns take (with slack)
+    stamps = sorted(reply.link_until for reply in results)
+    # Each reply crossed after the one before it: 0.1 s apart, from its handling on.
+    assert stamps[0] >= handled[0] + 0.1
+    assert all(b - a >= 0.1 - 1e-6 for a, b in itertools.pairwise(stamps))
+
+
+def test_without_a_servers_link_a_reply_carries_no_link_time(echo):
+    channel = WorkerChannel([(echo.endpoint.address, echo.endpoint.token)], probe=lambda: True)
+    [reply] = channel.exchange([(_request(sequence=1), np.ones(4, np.float32))])
+    channel.close()
+    assert reply.link_until is None
 
 
 def test_a_reply_from_another_thread_wakes_the_socket_thread(echo):

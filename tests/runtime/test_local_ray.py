@@ -19,14 +19,17 @@ from syncswitch.runtime.dataplane.wire import (
     decode_request,
     encode_reply,
     encode_request,
+    with_link_until,
 )
 
 
 def test_a_reply_carries_the_workers_local_round_and_a_request_its_delta_steps() -> None:
     local = LocalRound(steps=16, lr=0.2, momentum=0.9, weight_decay=1e-4, epoch=7,
                        keep_inner_state=True)  # fmt: skip
-    assert decode_reply(encode_reply(3, False, 0.5, local)) == (3, False, 0.5, local)
-    assert decode_reply(encode_reply(3, True, 1.0)) == (3, True, 1.0, None)
+    assert decode_reply(encode_reply(3, False, 0.5, local)) == (3, False, 0.5, local, None)
+    assert decode_reply(encode_reply(3, True, 1.0)) == (3, True, 1.0, None, None)
+    stamped = with_link_until(encode_reply(3, False, 0.5, local), 12.25)
+    assert decode_reply(stamped) == (3, False, 0.5, local, 12.25)
     header = encode_request(1, 0, 5, 3, 512, 0.7, 0.3, None, 16)
     assert len(header) == REQUEST.size and REPLY.size == len(encode_reply(0, False, 0.0))
     request = decode_request(header, values=None)  # type: ignore[arg-type]

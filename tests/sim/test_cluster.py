@@ -118,11 +118,22 @@ def test_the_emulated_link_is_the_simulated_workers_network(tmp_path) -> None:
         TrainConfig(runtime="sim", cluster=str(path), link_gbps=1)
 
 
+def test_the_emulated_servers_links_are_the_simulated_servers_network() -> None:
+    model = TrainConfig(runtime="sim", server_link_gbps=4).parsed.sim_cluster()
+    assert model.network == NetworkModel(
+        worker_bandwidth_gbps=10_000.0, server_bandwidth_gbps=4.0, latency_ms=0.0
+    )
+    both = TrainConfig(runtime="sim", link_gbps=1, server_link_gbps=4).parsed.sim_cluster()
+    assert (both.network.worker_bandwidth_gbps, both.network.server_bandwidth_gbps) == (1, 4)
+
+
 def test_an_emulated_link_needs_a_bandwidth_and_no_negative_values() -> None:
     with pytest.raises(ConfigError, match="latency 5 ms needs a link bandwidth"):
         TrainConfig(link_latency_ms=5)
     with pytest.raises(ConfigError, match="link_gbps = -1"):
         TrainConfig(link_gbps=-1)
+    with pytest.raises(ConfigError, match="server_link_gbps = -2"):
+        TrainConfig(server_link_gbps=-2)
 
 
 def test_speed_factors_must_match_the_workers(tmp_path) -> None:

@@ -1,4 +1,5 @@
-from syncswitch.runtime.sim.engine import EventQueue, FifoQueue
+from syncswitch.core.cluster.fifo import FifoQueue
+from syncswitch.runtime.sim.engine import EventQueue
 
 
 def test_events_run_in_time_order_and_ties_in_the_order_made() -> None:

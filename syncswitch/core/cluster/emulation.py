@@ -7,9 +7,12 @@ unchanged on real hardware. Every result file records the model through `describ
 
 An emulated link stands in for the network between a worker and the servers when they share
 one machine: each message also takes latency + bytes / bandwidth on the worker's link (each
-direction, each shard's message in parallel, as the simulator's network model times it). A
-request is held by the server until that time has passed after the step; a reply is waited
-for by the worker after it arrived. The time is added to the local transport's own (shared
+direction; a worker's messages to several servers cross its link one after another, as the
+simulator's network model times them). A request is held by the server until that time has
+passed after the step; a reply is waited for by the worker after it arrived. A server's own
+link (`server_link_gbps`) is a queue its workers' messages take in turn, each way: a request
+is held again for its turn on it, and a reply carries the time its turn ends, which the
+worker waits for before its own link. The time is added to the local transport's own (shared
 memory or the socket), which is small beside a link slow enough to matter.
 """
 
@@ -32,6 +35,7 @@ class EmulationConfig:
     stragglers: StragglerScenario = field(default_factory=StragglerScenario)
     link_gbps: float = 0.0  # each worker's emulated link, each direction; 0 = no link
     link_latency_ms: float = 0.0  # one way, per message, on the emulated link
+    server_link_gbps: float = 0.0  # each server's emulated link, each direction; 0 = no link
 
     def __post_init__(self) -> None:
         if self.step_time_ms < 0:
@@ -40,10 +44,10 @@ class EmulationConfig:
             raise ValueError(f"speed factors {self.speed_factors} must all be > 0")
         if self.jitter_sigma < 0:
             raise ValueError(f"jitter sigma {self.jitter_sigma} must be >= 0")
-        if self.link_gbps < 0 or self.link_latency_ms < 0:
+        if self.link_gbps < 0 or self.link_latency_ms < 0 or self.server_link_gbps < 0:
             raise ValueError(
-                f"emulated link {self.link_gbps} Gbit/s, {self.link_latency_ms} ms: "
-                "both must be >= 0"
+                f"emulated link {self.link_gbps} Gbit/s, {self.link_latency_ms} ms, servers' "
+                f"{self.server_link_gbps} Gbit/s: all must be >= 0"
             )
         if self.link_latency_ms > 0 and self.link_gbps == 0:
             raise ValueError(
@@ -54,13 +58,28 @@ class EmulationConfig:
     @property
     def enabled(self) -> bool:
         """Whether any time is emulated: a device time, transient stragglers or a link."""
-        return self.step_time_ms > 0 or bool(self.stragglers.episodes) or self.link_gbps > 0
+        return self.step_time_ms > 0 or bool(self.stragglers.episodes) or self.has_link
+
+    @property
+    def has_link(self) -> bool:
+        """Whether messages cross an emulated link (a worker's, a server's or both)."""
+        return self.link_gbps > 0 or self.server_link_gbps > 0
+
+    def network(self) -> NetworkModel:
+        """The emulated links as the simulator's network model (an unset side unlimited)."""
+        return link_network(self.link_gbps, self.link_latency_ms, self.server_link_gbps)
 
     def link_s(self, nbytes: int) -> float:
         """One message's time on a worker's emulated link (0 without one)."""
         if self.link_gbps <= 0:
             return 0.0
-        return link_network(self.link_gbps, self.link_latency_ms).worker_s(nbytes)
+        return self.network().worker_s(nbytes)
+
+    def server_link_s(self, nbytes: int) -> float:
+        """One message's time on a server's emulated link, once its turn comes (0 without)."""
+        if self.server_link_gbps <= 0:
+            return 0.0
+        return self.network().server_s(nbytes)
 
     def speed_factor(self, worker: int) -> float:
         return self.speed_factors[worker] if self.speed_factors else 1.0
@@ -94,15 +113,47 @@ class EmulationConfig:
                 "gbps": self.link_gbps,
                 "latency_ms": self.link_latency_ms,
             }
+        if self.server_link_gbps > 0:
+            described["server_link"] = {
+                "kind": (
+                    "EMULATED network: each server's link, each direction, shared by its "
+                    "workers' messages in turn (bytes / bandwidth each)"
+                ),
+                "gbps": self.server_link_gbps,
+            }
         return described
 
 
-def link_network(gbps: float, latency_ms: float) -> NetworkModel:
-    """The network of `--link-gbps` for the simulator: the workers' links as emulated on Ray,
-    and the servers' links unlimited, as the emulation does not limit them."""
+def link_network(gbps: float, latency_ms: float, server_gbps: float = 0.0) -> NetworkModel:
+    """The network of `--link-gbps` (and `--server-link-gbps`) for the simulator: the links
+    as emulated on Ray, a side with no emulated link unlimited."""
     return NetworkModel(
-        worker_bandwidth_gbps=gbps, server_bandwidth_gbps=MAX_BANDWIDTH_GBPS, latency_ms=latency_ms
+        worker_bandwidth_gbps=gbps or MAX_BANDWIDTH_GBPS,
+        server_bandwidth_gbps=server_gbps or MAX_BANDWIDTH_GBPS,
+        latency_ms=latency_ms,
     )
+
+
+def sent_at(ready_at: float, link_s: list[float]) -> list[float]:
+    """When each of a worker's messages (one per shard, ready at `ready_at`) has crossed its
+    emulated link: one after another, in shard order, as the simulator sends them."""
+    crossed = ready_at
+    times = []
+    for seconds in link_s:
+        crossed += seconds
+        times.append(crossed)
+    return times
+
+
+def received_at(now: float, link_until: list[float | None], link_s: list[float]) -> float:
+    """When the last of a worker's replies, here at `now`, has crossed its emulated link: each
+    once it has crossed its server's link (`link_until`; None: no such link), in that order,
+    one after another."""
+    arrivals = [now if until is None else until for until in link_until]
+    crossed = now
+    for until, seconds in sorted(zip(arrivals, link_s, strict=True)):
+        crossed = max(crossed, until) + seconds
+    return crossed
 
 
 class StepTimeModel:

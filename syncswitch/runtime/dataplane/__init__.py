@@ -18,11 +18,13 @@ The wire, little-endian:
 - a request: u32 byte length of the values, a 64-byte header (`encode_request`), the raw
   values (a gradient, or in a local phase a delta: the same size) in the job's
   `--wire-dtype` (float32, or bfloat16/float16 as 16-bit words: core/sync/wire_dtype.py);
-- a reply: u32 byte length of the weights, a 54-byte header (`encode_reply`: the version,
-  and in a local phase the worker's next round), the weights in the same dtype.
+- a reply: u32 byte length of the weights, a 62-byte header (`encode_reply`: the version,
+  in a local phase the worker's next round, and under an emulated servers' link the time
+  the reply has crossed it), the weights in the same dtype.
 
 The server reads every connection without blocking on one thread that owns the reading
-(`selectors`), holds an emulated gradient until its step ends, and calls the handler; any
+(`selectors`), holds an emulated gradient until its step ends (and its turn on an emulated
+servers' link has passed), and calls the handler; any
 thread may answer with `send`. A wrong token, a length over the shard's size or values that
 are not whole values of the wire's dtype close the connection before anything is allocated
 for it, and are counted. A connection that does not send the token within 3 s is closed, at

@@ -131,7 +131,7 @@ class WorkerChannel:
         head = memoryview(self._head)
         self._receive_into(sock, head)
         (length,) = LENGTH.unpack_from(self._head)
-        version, done, progress, local = decode_reply(self._head, LENGTH.size)
+        version, done, progress, local, link_until = decode_reply(self._head, LENGTH.size)
         dtype = self._dtype
         count = length // dtype.itemsize
         if regions is not None:
@@ -139,7 +139,7 @@ class WorkerChannel:
         else:
             raw = np.empty(count, dtype=dtype.raw_numpy)
             self._receive_into(sock, raw.data.cast("B"))
-        return Reply(version, decode(raw, dtype), done, progress, local)
+        return Reply(version, decode(raw, dtype), done, progress, local, link_until)
 
     def _receive_into(self, sock: socket.socket, target: memoryview) -> None:
         got = 0

@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from syncswitch.core.cluster.fifo import FifoQueue
 from syncswitch.core.sync.wire_dtype import WireDtype
 from syncswitch.runtime.dataplane.connection import Connection
 from syncswitch.runtime.dataplane.wire import (
@@ -39,6 +40,7 @@ from syncswitch.runtime.dataplane.wire import (
     Request,
     no_delay,
     send_buffers,
+    with_link_until,
 )
 
 _EXACT_WAIT_S = 0.002  # held gradients due sooner than this are waited for by a sleep
@@ -69,6 +71,11 @@ class ServerEndpoint:
     `handle(ident, request)` is called on that thread, in the order the gradients count as
     arrived (an emulated one when its step ends). It and any other thread answer a worker with
     `send(ident, header, weights)`; `ident` names the connection the request came on.
+
+    `link_s`, an emulated link of this server's (seconds for a message of so many bytes):
+    requests cross it in turn, in the order they are due, before they are handled; replies
+    cross it in turn the other way, each stamped with the time its turn ends, for its worker
+    to wait for (the weights cannot wait here: the next apply may change them).
     """
 
     def __init__(
@@ -79,6 +86,7 @@ class ServerEndpoint:
         *,
         clock: Callable[[], float],
         wire_dtype: WireDtype = WireDtype.FLOAT32,
+        link_s: Callable[[int], float] | None = None,
     ) -> None:
         self.token = secrets.token_bytes(TOKEN_BYTES)
         self.max_values = max_values
@@ -96,8 +104,12 @@ class ServerEndpoint:
         self._logged_at = -_LOG_EVERY_S
         self._idents = itertools.count()
         self._send_lock = threading.Lock()
-        self._held: list[tuple[float, int, int, Request]] = []  # emulated, until ready_at
+        # Emulated requests until they are due: (due, order, ident, request, on the server's
+        # link yet); one not yet across the link is due when it has crossed the worker's.
+        self._held: list[tuple[float, int, int, Request, bool]] = []
         self._order = itertools.count()
+        self._link_s = link_s
+        self._link_in, self._link_out = FifoQueue(), FifoQueue()
         self.rejected: dict[str, int] = {}
         self.attached = 0  # connections whose values travel through shared memory
         self.declined: dict[str, int] = {}  # shared-memory offers not attached, by reason
@@ -126,8 +138,11 @@ class ServerEndpoint:
             if remaining <= 0 or not writable.poll(1000 * remaining):
                 raise TimeoutError
 
-        buffers = [LENGTH.pack(weights.nbytes), header, weights]
         with self._send_lock:
+            if self._link_s is not None:
+                until = self._link_out.serve(self._clock(), self._link_s(weights.nbytes))
+                header = with_link_until(header, until)
+            buffers = [LENGTH.pack(weights.nbytes), header, weights]
             try:
                 shared = connection.shared
                 if shared is not None:
@@ -318,10 +333,11 @@ class ServerEndpoint:
         if connection.answer is not None and not self._answer_offer(connection):
             return
         for request in requests:
-            if request.ready_at is not None and request.ready_at > self._clock():
-                heapq.heappush(
-                    self._held, (request.ready_at, next(self._order), connection.ident, request)
-                )
+            on_link = self._link_s is not None
+            due = self._clock() if request.ready_at is None else request.ready_at
+            if on_link or due > self._clock():
+                held = (due, next(self._order), connection.ident, request, not on_link)
+                heapq.heappush(self._held, held)
             else:
                 self._handle(connection.ident, request)
 
@@ -358,7 +374,13 @@ class ServerEndpoint:
                 return
             if wait_s > 0:
                 time.sleep(wait_s)
-            _, _, ident, request = heapq.heappop(held)
+            due, order, ident, request, crossed = heapq.heappop(held)
+            if not crossed and self._link_s is not None:
+                # Its turn on this server's link, in the order the requests reached it.
+                nbytes = request.values.size * self.wire_dtype.itemsize
+                crossed_at = self._link_in.serve(due, self._link_s(nbytes))
+                heapq.heappush(held, (crossed_at, order, ident, request, True))
+                continue
             self._handle(ident, request)
 
 

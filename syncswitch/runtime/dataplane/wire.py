@@ -24,8 +24,10 @@ LENGTH = struct.Struct("<I")
 # gradient's, when the run clips: core/sync/clipping.py; NaN: not measured)
 REQUEST = struct.Struct("<iiqqidddid")
 # version, done, progress, then the worker's local round (steps 0: none): steps, lr,
-# momentum, weight_decay, epoch, keep_inner_state
-REPLY = struct.Struct("<qBdidddqB")
+# momentum, weight_decay, epoch, keep_inner_state; last, the wall time at which the reply has
+# crossed the server's emulated link (NaN: no such link), which the sending endpoint stamps
+REPLY = struct.Struct("<qBdidddqBd")
+_LINK_UNTIL = struct.Struct("<d")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,7 @@ class Reply(NamedTuple):
     done: bool
     progress: float  # fraction of the training samples applied (emulated stragglers use it)
     local: LocalRound | None = None  # the worker's next round in a local phase
+    link_until: float | None = None  # emulation: when it has crossed the server's link
 
 
 class MalformedMessage(ValueError):
@@ -127,7 +130,7 @@ def encode_reply(
     version: int, done: bool, progress: float, local: LocalRound | None = None
 ) -> bytes:
     if local is None:
-        return REPLY.pack(version, done, progress, 0, 0.0, 0.0, 0.0, 0, False)
+        return REPLY.pack(version, done, progress, 0, 0.0, 0.0, 0.0, 0, False, math.nan)
     return REPLY.pack(
         version,
         done,
@@ -138,20 +141,26 @@ def encode_reply(
         local.weight_decay,
         local.epoch,
         local.keep_inner_state,
+        math.nan,
     )
+
+
+def with_link_until(header: bytes, until: float) -> bytes:
+    """A reply's header stamped with the time it has crossed the server's emulated link."""
+    return header[: -_LINK_UNTIL.size] + _LINK_UNTIL.pack(until)
 
 
 def decode_reply(
     header: bytes | bytearray | memoryview, offset: int = 0
-) -> tuple[int, bool, float, LocalRound | None]:
-    """(version, done, progress, local round) from a reply's header."""
-    version, done, progress, steps, lr, momentum, decay, epoch, keep = REPLY.unpack_from(
+) -> tuple[int, bool, float, LocalRound | None, float | None]:
+    """(version, done, progress, local round, link_until) from a reply's header."""
+    version, done, progress, steps, lr, momentum, decay, epoch, keep, until = REPLY.unpack_from(
         header, offset
     )
     local = None
     if steps > 0:
         local = LocalRound(steps, lr, momentum, decay, epoch, bool(keep))
-    return version, bool(done), progress, local
+    return version, bool(done), progress, local, None if math.isnan(until) else until
 
 
 def no_delay(sock: socket.socket) -> None:

@@ -21,6 +21,7 @@ import ray
 import torch
 
 from syncswitch.control.shard import ServerShard, ShardReport
+from syncswitch.core.cluster.emulation import EmulationConfig
 from syncswitch.core.sync.records import Gradient, Outcome
 from syncswitch.core.sync.wire_dtype import WireDtype
 from syncswitch.runtime import shards
@@ -45,9 +46,11 @@ class ParameterServer:
         threads: int = 1,
         device: str = "cpu",
         host: str | None = None,
+        link: EmulationConfig | None = None,
     ) -> None:
         """The shard is built here, on the actor's node and `device`, as the simulator
-        builds its own (runtime/shards.py)."""
+        builds its own (runtime/shards.py). `link`: the run's emulation, whose servers' link
+        (if any) this server's messages cross."""
         torch.set_num_threads(threads)
         keep_freed_memory()  # a barrier's sum and the optimizer's temporaries (allocator.py)
         self.device = device
@@ -68,6 +71,7 @@ class ParameterServer:
             self._on_request,
             clock=time.time,
             wire_dtype=spec.config.wire_dtype,
+            link_s=link.server_link_s if link is not None and link.server_link_gbps else None,
         )
 
     def where(self) -> ActorPlace:

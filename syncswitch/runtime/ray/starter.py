@@ -58,7 +58,7 @@ class ActorStarter:
                 # Steps arrive on the data plane, not as calls: these threads serve only the
                 # control calls (rejoin, ping, drain, decisions), none of which blocks long.
                 max_concurrency=16,
-            ).remote(spec, threads=role.threads, device=role.device)
+            ).remote(spec, threads=role.threads, device=role.device, link=self.plan.emulation)
             for index, spec in enumerate(
                 shards.shard_specs(self.plan, self.initial, self.shards, restore)
             )

@@ -17,7 +17,7 @@ import ray
 import torch
 from ray.exceptions import GetTimeoutError
 
-from syncswitch.core.cluster.emulation import EmulationConfig
+from syncswitch.core.cluster.emulation import EmulationConfig, received_at, sent_at
 from syncswitch.core.reliability.faults import Fault, FaultKind
 from syncswitch.core.sync.local import ModelBuffers
 from syncswitch.core.sync.optimizer import FlatParameters
@@ -235,6 +235,8 @@ class Worker:
     ) -> Pulled:
         spec = self.spec
         link_s = self._link_s  # per shard: its message's time on the emulated link, or 0
+        # When each shard's message has crossed that link, for its server to hold it until.
+        due = [None] * len(link_s) if ready_at is None else sent_at(ready_at, link_s)
         replies = channel.exchange(
             [
                 (
@@ -246,18 +248,22 @@ class Worker:
                         spec.batch_size * max(step.steps, 1),
                         step.loss,
                         step_s,
-                        None if ready_at is None else ready_at + link,
+                        due_at,
                         step.steps,
                         step.norm,
                     ),
                     encode(step.gradient[shard], spec.wire_dtype),
                 )
-                for shard, version, link in zip(spec.shards, versions, link_s, strict=True)
+                for shard, version, due_at in zip(spec.shards, versions, due, strict=True)
             ]
         )
-        if link_s[0]:
-            # The replies cross the emulated link too, each shard's at once (its own route).
-            time.sleep(max(link_s))
+        if spec.emulation.has_link:
+            # The replies cross the emulated links too: their servers' (the time each
+            # crossed it is stamped on it), then this worker's, one after another.
+            now = time.time()
+            until = received_at(now, [r.link_until for r in replies], link_s)
+            if until > now:
+                time.sleep(until - now)
         return join_replies(replies, ray.get, whole=self._whole)
 
     def _probe_servers(self) -> bool:

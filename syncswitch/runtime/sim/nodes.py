@@ -6,8 +6,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+from syncswitch.core.cluster.fifo import FifoQueue
 from syncswitch.core.cluster.model import ClusterModel
-from syncswitch.runtime.sim.engine import FifoQueue
 
 
 class CorePool:

@@ -9,8 +9,8 @@ simulator's events make them, so a run is reproducible to the last bit.
 from __future__ import annotations
 
 from syncswitch.control.plan import RunPlan
+from syncswitch.core.cluster.fifo import FifoQueue
 from syncswitch.core.cluster.model import BYTES_PER_PARAMETER, ClusterModel
-from syncswitch.runtime.sim.engine import FifoQueue
 from syncswitch.runtime.sim.nodes import SimNodes
 
 
@@ -48,6 +48,9 @@ class SimPaths:
             for node in self.nodes.worker_node
         ]
         self.latency_s = network.latency_ms / 1e3
+        # A worker's own link, each way: its messages to the shards cross it in turn.
+        self._worker_out = [FifoQueue() for _ in range(workers)]
+        self._worker_in = [FifoQueue() for _ in range(workers)]
         self.reset(len(slices))
 
     @classmethod
@@ -65,7 +68,7 @@ class SimPaths:
 
     def reply_arrives_s(self, worker: int, shard: int, ready_s: float) -> float:
         """A shard's weights to one worker: from the server's CPU and over its link (replies
-        leave one after another), then the worker's."""
+        leave one after another), then in turn the worker's link."""
         if self.reply_s:
             ready_s = self.server_cpu(shard, ready_s, self.reply_s)
         if self.in_memory[worker][shard]:
@@ -73,7 +76,7 @@ class SimPaths:
         sent = self._links_out[shard].serve(ready_s, self.server_link_s[shard])
         if self.nic_s[shard]:
             sent = self._through_nics(worker, shard, sent, inbound=False)
-        return sent + self.worker_link_s[shard]
+        return self._worker_in[worker].serve(sent, self.worker_link_s[shard])
 
     def worker_cpu(self, worker: int, now: float, steps: int) -> tuple[float, float]:
         """(device start, computed): the worker's host CPU (taking in the weights, then the
@@ -89,11 +92,12 @@ class SimPaths:
         return started_s, computed_s
 
     def gradient_on_server_s(self, worker: int, shard: int, now: float) -> float:
-        """Over the worker's link (and the NICs between nodes), then in turn over the
-        server's link; through shared memory, the header's latency alone."""
+        """In turn over the worker's link (its messages to the shards one after another),
+        the NICs between nodes, then in turn over the server's link; through shared memory,
+        the header's latency alone."""
         if self.in_memory[worker][shard]:
             return now + self.latency_s
-        leaves = now + self.worker_link_s[shard]
+        leaves = self._worker_out[worker].serve(now, self.worker_link_s[shard])
         if self.nic_s[shard]:
             leaves = self._through_nics(worker, shard, leaves, inbound=True)
         return self._links_in[shard].serve(leaves, self.server_link_s[shard])
