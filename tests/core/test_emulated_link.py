@@ -44,11 +44,14 @@ def test_a_workers_messages_cross_its_link_one_after_another() -> None:
     # worker's link 0.75 s after the step (not 0.5 s, as if each had a link of its own).
     assert sent_at(10.0, [0.5, 0.25]) == [10.5, 10.75]
     assert sent_at(10.0, [0.0, 0.0]) == [10.0, 10.0]
-    # The replies: each once it has crossed its server's link, in that order, in turn.
-    assert received_at(10.0, [None, None], [0.5, 0.25]) == 10.75
-    assert received_at(10.0, [11.0, None], [0.5, 0.25]) == 11.5  # 10.0-10.25, then 11-11.5
-    assert received_at(10.0, [11.0, 10.5], [0.5, 0.25]) == 11.5
-    assert received_at(10.0, [10.2, 10.1], [0.5, 0.5]) == 11.1
+    # The replies, without servers' links: in turn on the worker's link from their arrival.
+    assert received_at(10.0, [None, None], [0.5, 0.25], [0.0, 0.0]) == 10.75
+    # With them, a reply streams through both links: the worker's takes it from when the
+    # server's began to carry it (1.0 s of 0.5 s each: 10.5-11.0), in turn after the other.
+    assert received_at(10.0, [11.0, None], [0.5, 0.25], [0.5, 0.0]) == 11.0
+    assert received_at(10.0, [11.0, 10.5], [0.5, 0.25], [0.5, 0.5]) == 11.0
+    # A slower worker's link sets the time: 10.0 + 1.0, then the second from 11.0 on.
+    assert received_at(10.0, [10.2, 10.1], [1.0, 1.0], [0.1, 0.1]) == 12.0
 
 
 def test_a_servers_link_times_bytes_as_the_simulators_server_bandwidth() -> None:

@@ -32,7 +32,7 @@ os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
-NODE_CPUS = 5  # one node must hold the whole job (3 workers, a server, the evaluator)
+NODE_CPUS = 6  # one node must hold a whole job (3 workers, up to 2 servers, the evaluator)
 JOB = [
     "--workers", "3", "--batch-size", "8", "--mnist1d-samples", "400",
     "--eval-every", "0.25", "--no-progress", "--placement", "spread",
@@ -106,7 +106,10 @@ def main(out: Path) -> None:
         address = cluster.address
 
         begun = time.monotonic()
-        spread = train(address, out / "spread", "--epochs", "1", "--schedule", "bsp:0.5,asp")
+        # The model sharded over two servers, which spread places on the two nodes.
+        spread = train(
+            address, out / "spread", "--epochs", "1", "--schedule", "bsp:0.5,asp", "--servers", "2"
+        )
         report["spread_rc"] = spread.wait(timeout=JOB_TIMEOUT_S)
         report["spread_s"] = round(time.monotonic() - begun, 1)
 

@@ -67,8 +67,10 @@ def test_a_spread_job_runs_on_several_nodes_and_each_node_gets_the_data_once(thr
     assert placed["placement"] == "spread" and len(placed["node_ids"]) >= 2
     assert placed["node_ids"] == actors["node_ids"]
     roles = {name: where["node_id"] for name, where in actors["actors"].items()}
-    assert {"server 0", "evaluator", "worker 0", "worker 1", "worker 2"} <= set(roles)
+    assert {"server 0", "server 1", "evaluator", "worker 0", "worker 1", "worker 2"} <= set(roles)
     assert {roles[f"worker {w}"] for w in range(3)} | {roles["server 0"]} <= set(placed["node_ids"])
+    # The model's two shards are served from two nodes (the run completed across them).
+    assert roles["server 0"] != roles["server 1"]
     # One object-store copy of the dataset on every node that ran a worker (Ray keeps at
     # most one per node), not one per worker.
     worker_nodes = {roles[f"worker {w}"] for w in range(3)}

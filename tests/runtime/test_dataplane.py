@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from syncswitch.core.cluster.emulation import EmulationConfig
 from syncswitch.core.sync.wire_dtype import WireDtype, encode, round_trip
 from syncswitch.runtime.dataplane import (
     MalformedMessage,
@@ -193,12 +194,12 @@ def test_emulated_steps_count_as_arrived_when_they_end_in_that_order(echo):
 
 
 def test_a_servers_emulated_link_takes_requests_in_turn_and_stamps_each_reply():
-    # 0.1 s per message: three requests due at once are handled one link-time apart, and
-    # the replies, sent at once, each carry the time its turn on the link ends.
+    # 0.1 s per message (16 bytes at 1,280 bit/s): three requests due at once are handled
+    # one link-time apart, and the replies, sent at once, each carry the time its turn on
+    # the link ends.
     server = Echo(4)
-    server.endpoint = ServerEndpoint(
-        LOOPBACK, 4, server.handle, clock=time.time, link_s=lambda nbytes: nbytes / 160
-    )
+    links = EmulationConfig(server_link_gbps=1280 / 1e9)
+    server.endpoint = ServerEndpoint(LOOPBACK, 4, server.handle, clock=time.time, links=links)
     try:
         channels = [
             WorkerChannel([(server.endpoint.address, server.endpoint.token)], probe=lambda: True)

@@ -226,19 +226,21 @@ def test_an_emulated_link_delays_every_message_and_changes_no_bit(
     # BSP's values do not depend on when messages arrive: the link may only cost time.
     job = dict(schedule="bsp", epochs=0.6, servers=2)
     plain = run(tmp_path / "plain", small_mnist, **job)
-    # The servers' links: a shard's message (2,605 float32 values) takes 10.4 ms on one.
-    links = dict(link_gbps=100.0, link_latency_ms=40.0, server_link_gbps=0.008)
+    # The servers' links: a shard's message (2,605 float32 values) takes 30 ms on one.
+    links = dict(link_gbps=100.0, link_latency_ms=40.0, server_link_gbps=0.0028)
+    turn_s = 2605 * 4 * 8 / 0.0028e9
     linked = run(tmp_path / "linked", small_mnist, **links, **job)
     np.testing.assert_array_equal(plain.final_weights, linked.final_weights)
-    # Every round's request is held and its reply waited for: at least two latencies each,
-    # and on each server's link the 3 workers' requests and then their replies in turn (a
-    # lower bound of sleeps, which a slow machine only exceeds).
+    # On each server's link, the 3 workers' requests in turn (3 turns, which hide the
+    # workers' 40 ms latency), then their replies in turn, the last of which starts 2 turns
+    # after the first and reaches its worker a latency later: a lower bound of sleeps,
+    # which a slow machine only exceeds (without the servers' links: 2 latencies).
     rounds = linked.summary["updates"]
     assert rounds >= 5
-    assert linked.summary["wall_time_s"] >= rounds * (2 * 0.040 + 2 * 3 * 0.0104)
+    assert linked.summary["wall_time_s"] >= rounds * (3 * turn_s + 2 * turn_s + 0.040)
     config = json.loads((linked.run_dir / "config.json").read_text())
     link = config["emulation"]["link"]
     assert (link["gbps"], link["latency_ms"]) == (100.0, 40.0)
     assert "EMULATED" in link["kind"]
-    assert config["emulation"]["server_link"]["gbps"] == 0.008
+    assert config["emulation"]["server_link"]["gbps"] == 0.0028
     assert not (plain.run_dir / "config.json").read_text().count('"link"')

@@ -139,8 +139,9 @@ def test_values_through_shared_memory_cost_a_node_s_messages_only_their_latency(
         for name, path in (("shm", shared), ("socket", socket), ("apart", apart))
     }
     assert rounds["shm"] == pytest.approx(0.022, rel=0.02)
-    # On the links: the server's link carries the round's 4 messages in, then 4 out.
-    assert rounds["socket"] > 0.020 + 4 * 0.0166 + 2 * 0.0166
+    # On the links: the server's link carries the round's 4 messages in, then 4 out (a
+    # worker's next step overlapping the later replies): at least 5 turns beside the step.
+    assert rounds["socket"] > 0.020 + 5 * 0.0166
     assert rounds["apart"] == pytest.approx(rounds["socket"], rel=0.02)  # not on one node
 
 

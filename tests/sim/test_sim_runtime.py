@@ -155,6 +155,36 @@ def test_a_busy_server_link_caps_the_update_rate(mnist, tmp_path) -> None:
     assert rates[16] >= capacity * 0.9  # saturated: the server is the bottleneck
 
 
+def test_a_workers_link_carries_its_messages_to_every_server_in_turn(mnist, tmp_path) -> None:
+    # A BSP round is bound by the workers' links (0.01 Gbps: 16.7 ms per 5,210 float32
+    # parameters each way, against 20 ms steps). Sharding the model over N servers splits
+    # each message but not a worker's link: the shards' messages leave one after another,
+    # and only the last shard's reply is left to cross once they have all left (1/N of the
+    # model), not all N at once as if each had a link of its own.
+    rounds = {}
+    for servers in (1, 2, 4):
+        result = simulate(
+            tmp_path, mnist, f"s{servers}", workers=2, servers=servers, schedule="bsp",
+            epochs=1.0, link_gbps=0.01,
+        )  # fmt: skip
+        rounds[servers] = result.summary["wall_time_s"] / result.summary["updates"]
+    link_s = 5210 * 4 * 8 / 0.01e9
+    for servers, round_s in rounds.items():
+        assert round_s == pytest.approx(0.020 + link_s + link_s / servers, rel=0.05)
+    shared = {}
+    for servers in (1, 4):
+        result = simulate(
+            tmp_path, mnist, f"servers-link-s{servers}", workers=2, servers=servers,
+            schedule="bsp", epochs=1.0, server_link_gbps=0.01,
+        )  # fmt: skip
+        shared[servers] = result.summary["wall_time_s"] / result.summary["updates"]
+    # The servers' links: the 2 workers' requests in turn, then their replies in turn; the
+    # first worker's next request overlaps the second reply, so a round is the step and
+    # three messages' turns, and 4 servers carry a quarter of the bytes each.
+    for servers, round_s in shared.items():
+        assert round_s == pytest.approx(0.020 + 3 * link_s / servers, rel=0.05)
+
+
 def test_dead_hung_and_bad_workers_on_the_simulator(mnist, tmp_path) -> None:
     faults = [
         {"kind": "crash", "worker": 1, "at": 0.3},

@@ -10,9 +10,11 @@ one machine: each message also takes latency + bytes / bandwidth on the worker's
 direction; a worker's messages to several servers cross its link one after another, as the
 simulator's network model times them). A request is held by the server until that time has
 passed after the step; a reply is waited for by the worker after it arrived. A server's own
-link (`server_link_gbps`) is a queue its workers' messages take in turn, each way: a request
-is held again for its turn on it, and a reply carries the time its turn ends, which the
-worker waits for before its own link. The time is added to the local transport's own (shared
+link (`server_link_gbps`) is a queue its workers' messages take in turn, each way. A message
+streams through both links, as over a switch: each link carries it in turn from when the
+link before began to, and it has crossed when both have carried all of it (a request is held
+by the server until then; a reply carries the time its server's link is done with it, and
+the worker waits for its own). The time is added to the local transport's own (shared
 memory or the socket), which is small beside a link slow enough to matter.
 """
 
@@ -23,6 +25,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from syncswitch.core.cluster.fifo import FifoQueue
 from syncswitch.core.cluster.model import MAX_BANDWIDTH_GBPS, NetworkModel
 from syncswitch.core.stragglers.scenarios import StragglerScenario
 
@@ -145,15 +148,22 @@ def sent_at(ready_at: float, link_s: list[float]) -> list[float]:
     return times
 
 
-def received_at(now: float, link_until: list[float | None], link_s: list[float]) -> float:
-    """When the last of a worker's replies, here at `now`, has crossed its emulated link: each
-    once it has crossed its server's link (`link_until`; None: no such link), in that order,
-    one after another."""
-    arrivals = [now if until is None else until for until in link_until]
-    crossed = now
-    for until, seconds in sorted(zip(arrivals, link_s, strict=True)):
-        crossed = max(crossed, until) + seconds
-    return crossed
+def received_at(
+    now: float, link_until: list[float | None], link_s: list[float], server_link_s: list[float]
+) -> float:
+    """When the last of a worker's replies, here at `now`, has crossed its emulated link.
+    Each streams through its server's link (which it has crossed at `link_until`; None: no
+    such link) and the worker's at once: the worker's link takes it, in turn, from when the
+    server's began to carry it, as the simulator's message paths do (runtime/sim/paths.py)."""
+    replies = sorted(
+        (now if until is None else until, worker_s, server_s)
+        for until, worker_s, server_s in zip(link_until, link_s, server_link_s, strict=True)
+    )
+    link = FifoQueue()
+    done = now
+    for until, worker_s, server_s in replies:
+        done = max(done, until, link.serve(until - server_s, worker_s))
+    return done
 
 
 class StepTimeModel:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from syncswitch.core.cluster.emulation import EmulationConfig
 from syncswitch.core.cluster.fifo import FifoQueue
 from syncswitch.core.sync.wire_dtype import WireDtype
 from syncswitch.runtime.dataplane.connection import Connection
@@ -72,10 +73,11 @@ class ServerEndpoint:
     arrived (an emulated one when its step ends). It and any other thread answer a worker with
     `send(ident, header, weights)`; `ident` names the connection the request came on.
 
-    `link_s`, an emulated link of this server's (seconds for a message of so many bytes):
-    requests cross it in turn, in the order they are due, before they are handled; replies
-    cross it in turn the other way, each stamped with the time its turn ends, for its worker
-    to wait for (the weights cannot wait here: the next apply may change them).
+    `links`, the run's emulated links, when they give this server one of its own: requests
+    cross it in turn, in the order their workers' links are done with them, streaming
+    through both (core/cluster/emulation.py), before they are handled; replies cross it in
+    turn the other way, each stamped with the time its turn ends, for its worker to wait
+    for (the weights cannot wait here: the next apply may change them).
     """
 
     def __init__(
@@ -86,7 +88,7 @@ class ServerEndpoint:
         *,
         clock: Callable[[], float],
         wire_dtype: WireDtype = WireDtype.FLOAT32,
-        link_s: Callable[[int], float] | None = None,
+        links: EmulationConfig | None = None,
     ) -> None:
         self.token = secrets.token_bytes(TOKEN_BYTES)
         self.max_values = max_values
@@ -108,7 +110,7 @@ class ServerEndpoint:
         # link yet); one not yet across the link is due when it has crossed the worker's.
         self._held: list[tuple[float, int, int, Request, bool]] = []
         self._order = itertools.count()
-        self._link_s = link_s
+        self._links = links if links is not None and links.server_link_gbps > 0 else None
         self._link_in, self._link_out = FifoQueue(), FifoQueue()
         self.rejected: dict[str, int] = {}
         self.attached = 0  # connections whose values travel through shared memory
@@ -139,9 +141,9 @@ class ServerEndpoint:
                 raise TimeoutError
 
         with self._send_lock:
-            if self._link_s is not None:
-                until = self._link_out.serve(self._clock(), self._link_s(weights.nbytes))
-                header = with_link_until(header, until)
+            if self._links is not None:
+                link_s = self._links.server_link_s(weights.nbytes)
+                header = with_link_until(header, self._link_out.serve(self._clock(), link_s))
             buffers = [LENGTH.pack(weights.nbytes), header, weights]
             try:
                 shared = connection.shared
@@ -333,7 +335,7 @@ class ServerEndpoint:
         if connection.answer is not None and not self._answer_offer(connection):
             return
         for request in requests:
-            on_link = self._link_s is not None
+            on_link = self._links is not None
             due = self._clock() if request.ready_at is None else request.ready_at
             if on_link or due > self._clock():
                 held = (due, next(self._order), connection.ident, request, not on_link)
@@ -375,10 +377,13 @@ class ServerEndpoint:
             if wait_s > 0:
                 time.sleep(wait_s)
             due, order, ident, request, crossed = heapq.heappop(held)
-            if not crossed and self._link_s is not None:
-                # Its turn on this server's link, in the order the requests reached it.
+            if not crossed and self._links is not None:
+                # Its turn on this server's link, from when its worker's link began to carry
+                # it, in the order the workers' links are done with the requests.
                 nbytes = request.values.size * self.wire_dtype.itemsize
-                crossed_at = self._link_in.serve(due, self._link_s(nbytes))
+                link_s = self._links.server_link_s(nbytes)
+                began = due - self._links.link_s(nbytes)
+                crossed_at = max(due, self._link_in.serve(began, link_s))
                 heapq.heappush(held, (crossed_at, order, ident, request, True))
                 continue
             self._handle(ident, request)

@@ -71,7 +71,7 @@ class ParameterServer:
             self._on_request,
             clock=time.time,
             wire_dtype=spec.config.wire_dtype,
-            link_s=link.server_link_s if link is not None and link.server_link_gbps else None,
+            links=link,
         )
 
     def where(self) -> ActorPlace:

@@ -74,10 +74,10 @@ class Worker:
         self.flat = FlatParameters(self.model)
         total = self.flat.values.numel()
         self._shard_sizes = [len(range(*part.indices(total))) for part in spec.shards]
-        # Each shard's message on the emulated link, if there is one (its values' bytes).
-        self._link_s = [
-            spec.emulation.link_s(size * spec.wire_dtype.itemsize) for size in self._shard_sizes
-        ]
+        # Each shard's message on the emulated links, if there are any (its values' bytes).
+        sizes = [size * spec.wire_dtype.itemsize for size in self._shard_sizes]
+        self._link_s = [spec.emulation.link_s(nbytes) for nbytes in sizes]
+        self._server_link_s = [spec.emulation.server_link_s(nbytes) for nbytes in sizes]
         self._step_times: list[float] = []
         self._compute_times: list[float] = []
         # The step's CPU as well as its wall time: where workers share cores, wall time
@@ -258,10 +258,11 @@ class Worker:
             ]
         )
         if spec.emulation.has_link:
-            # The replies cross the emulated links too: their servers' (the time each
-            # crossed it is stamped on it), then this worker's, one after another.
+            # The replies cross the emulated links too: their servers' (the time each is
+            # done with it is stamped on it) and, one after another, this worker's.
             now = time.time()
-            until = received_at(now, [r.link_until for r in replies], link_s)
+            untils = [r.link_until for r in replies]
+            until = received_at(now, untils, link_s, self._server_link_s)
             if until > now:
                 time.sleep(until - now)
         return join_replies(replies, ray.get, whole=self._whole)

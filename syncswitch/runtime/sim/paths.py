@@ -67,16 +67,19 @@ class SimPaths:
         self._cpus = [FifoQueue() for _ in range(shards)]
 
     def reply_arrives_s(self, worker: int, shard: int, ready_s: float) -> float:
-        """A shard's weights to one worker: from the server's CPU and over its link (replies
-        leave one after another), then in turn the worker's link."""
+        """A shard's weights to one worker: from the server's CPU over its link (replies
+        leave one after another), the NICs between nodes and the worker's link, in turn on
+        each and streaming through them (`crossed_s`)."""
         if self.reply_s:
             ready_s = self.server_cpu(shard, ready_s, self.reply_s)
         if self.in_memory[worker][shard]:
             return ready_s + self.latency_s
-        sent = self._links_out[shard].serve(ready_s, self.server_link_s[shard])
-        if self.nic_s[shard]:
-            sent = self._through_nics(worker, shard, sent, inbound=False)
-        return self._worker_in[worker].serve(sent, self.worker_link_s[shard])
+        hops = [
+            (self._links_out[shard], self.server_link_s[shard]),
+            *self._nic_hops(worker, shard, inbound=False),
+            (self._worker_in[worker], self.worker_link_s[shard]),
+        ]
+        return crossed_s(hops, ready_s)
 
     def worker_cpu(self, worker: int, now: float, steps: int) -> tuple[float, float]:
         """(device start, computed): the worker's host CPU (taking in the weights, then the
@@ -92,15 +95,17 @@ class SimPaths:
         return started_s, computed_s
 
     def gradient_on_server_s(self, worker: int, shard: int, now: float) -> float:
-        """In turn over the worker's link (its messages to the shards one after another),
-        the NICs between nodes, then in turn over the server's link; through shared memory,
-        the header's latency alone."""
+        """Over the worker's link (its messages to the shards one after another), the NICs
+        between nodes and the server's link, in turn on each and streaming through them
+        (`crossed_s`); through shared memory, the header's latency alone."""
         if self.in_memory[worker][shard]:
             return now + self.latency_s
-        leaves = self._worker_out[worker].serve(now, self.worker_link_s[shard])
-        if self.nic_s[shard]:
-            leaves = self._through_nics(worker, shard, leaves, inbound=True)
-        return self._links_in[shard].serve(leaves, self.server_link_s[shard])
+        hops = [
+            (self._worker_out[worker], self.worker_link_s[shard]),
+            *self._nic_hops(worker, shard, inbound=True),
+            (self._links_in[shard], self.server_link_s[shard]),
+        ]
+        return crossed_s(hops, now)
 
     def applied_s(self, shard: int, ready_s: float) -> float:
         """When the server's CPU, in turn, has applied a gradient ready at `ready_s` (cores
@@ -121,14 +126,26 @@ class SimPaths:
         """Work of the driver's node (the evaluator, the driver) takes a core meanwhile."""
         self.nodes.cpu(self.nodes.driver_node, now, ms / 1e3)
 
-    def _through_nics(self, worker: int, shard: int, ready_s: float, inbound: bool) -> float:
-        """A message between a worker and a server on different nodes queues for the sending
+    def _nic_hops(self, worker: int, shard: int, inbound: bool) -> list[tuple[FifoQueue, float]]:
+        """A message between a worker and a server on different nodes also takes the sending
         node's NIC and then the receiving node's."""
         worker_node = self.nodes.worker_node[worker]
         server_node = self.nodes.server_node[shard]
-        if worker_node == server_node:
-            return ready_s
-        sender, receiver = (worker_node, server_node) if inbound else (server_node, worker_node)
         nic_s = self.nic_s[shard]
-        ready_s = self.nodes.nic_out[sender].serve(ready_s, nic_s)
-        return self.nodes.nic_in[receiver].serve(ready_s, nic_s)
+        if worker_node == server_node or not nic_s:
+            return []
+        sender, receiver = (worker_node, server_node) if inbound else (server_node, worker_node)
+        return [(self.nodes.nic_out[sender], nic_s), (self.nodes.nic_in[receiver], nic_s)]
+
+
+def crossed_s(hops: list[tuple[FifoQueue, float]], ready_s: float) -> float:
+    """When a message ready at `ready_s` has crossed every link of its path. Its packets
+    stream through them: each link takes it in turn (after the messages before it there)
+    from when the link before began to carry it, and it has crossed when the last link has
+    carried all of it. The slowest link, or the busiest, sets the time, as on a switched
+    network; a message is not stored whole at each hop."""
+    start_s = done_s = ready_s
+    for queue, seconds in hops:
+        end_s = queue.serve(start_s, seconds)
+        start_s, done_s = end_s - seconds, max(done_s, end_s)
+    return done_s
