@@ -231,13 +231,13 @@ def test_an_emulated_link_delays_every_message_and_changes_no_bit(
     turn_s = 2605 * 4 * 8 / 0.0028e9
     linked = run(tmp_path / "linked", small_mnist, **links, **job)
     np.testing.assert_array_equal(plain.final_weights, linked.final_weights)
-    # On each server's link, the 3 workers' requests in turn (3 turns, which hide the
-    # workers' 40 ms latency), then their replies in turn, the last of which starts 2 turns
-    # after the first and reaches its worker a latency later: a lower bound of sleeps,
-    # which a slow machine only exceeds (without the servers' links: 2 latencies).
+    # On each server's link a round's 3 replies go out in turn; the first worker's next
+    # request follows its reply (a turn and a latency), and the 3 requests cross in turn
+    # (3 turns and a latency): a lower bound of sleeps per round, which a slow machine only
+    # exceeds (without the servers' links: 2 latencies).
     rounds = linked.summary["updates"]
     assert rounds >= 5
-    assert linked.summary["wall_time_s"] >= rounds * (3 * turn_s + 2 * turn_s + 0.040)
+    assert linked.summary["wall_time_s"] >= rounds * (4 * turn_s + 2 * 0.040)
     config = json.loads((linked.run_dir / "config.json").read_text())
     link = config["emulation"]["link"]
     assert (link["gbps"], link["latency_ms"]) == (100.0, 40.0)

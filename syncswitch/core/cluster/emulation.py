@@ -68,15 +68,21 @@ class EmulationConfig:
         """Whether messages cross an emulated link (a worker's, a server's or both)."""
         return self.link_gbps > 0 or self.server_link_gbps > 0
 
+    @property
+    def latency_s(self) -> float:
+        """The emulated links' one-way latency per message, in seconds."""
+        return self.link_latency_ms / 1e3
+
     def network(self) -> NetworkModel:
         """The emulated links as the simulator's network model (an unset side unlimited)."""
         return link_network(self.link_gbps, self.link_latency_ms, self.server_link_gbps)
 
     def link_s(self, nbytes: int) -> float:
-        """One message's time on a worker's emulated link (0 without one)."""
+        """How long a message takes up a worker's emulated link (0 without one), its latency
+        (`link_latency_ms`) apart: the link's next message does not wait for that."""
         if self.link_gbps <= 0:
             return 0.0
-        return self.network().worker_s(nbytes)
+        return self.network().worker_link_s(nbytes)
 
     def server_link_s(self, nbytes: int) -> float:
         """One message's time on a server's emulated link, once its turn comes (0 without)."""
@@ -137,24 +143,30 @@ def link_network(gbps: float, latency_ms: float, server_gbps: float = 0.0) -> Ne
     )
 
 
-def sent_at(ready_at: float, link_s: list[float]) -> list[float]:
+def sent_at(ready_at: float, link_s: list[float], latency_s: float) -> list[float]:
     """When each of a worker's messages (one per shard, ready at `ready_at`) has crossed its
-    emulated link: one after another, in shard order, as the simulator sends them."""
-    crossed = ready_at
+    emulated link: one after another on it, in shard order, each a latency after its last
+    byte left, as the simulator sends them (runtime/sim/paths.py)."""
+    left = ready_at
     times = []
     for seconds in link_s:
-        crossed += seconds
-        times.append(crossed)
+        left += seconds
+        times.append(left + latency_s)
     return times
 
 
 def received_at(
-    now: float, link_until: list[float | None], link_s: list[float], server_link_s: list[float]
+    now: float,
+    link_until: list[float | None],
+    link_s: list[float],
+    server_link_s: list[float],
+    latency_s: float,
 ) -> float:
     """When the last of a worker's replies, here at `now`, has crossed its emulated link.
-    Each streams through its server's link (which it has crossed at `link_until`; None: no
-    such link) and the worker's at once: the worker's link takes it, in turn, from when the
-    server's began to carry it, as the simulator's message paths do (runtime/sim/paths.py)."""
+    Each streams through its server's link (which is done with it at `link_until`; None: no
+    such link) and the worker's: the worker's link takes it, in turn, from when the server's
+    began to carry it, and it is in a latency after both are done, as the simulator's
+    message paths time it (runtime/sim/paths.py)."""
     replies = sorted(
         (now if until is None else until, worker_s, server_s)
         for until, worker_s, server_s in zip(link_until, link_s, server_link_s, strict=True)
@@ -162,7 +174,7 @@ def received_at(
     link = FifoQueue()
     done = now
     for until, worker_s, server_s in replies:
-        done = max(done, until, link.serve(until - server_s, worker_s))
+        done = max(done, until + latency_s, link.serve(until - server_s, worker_s) + latency_s)
     return done
 
 

@@ -32,22 +32,19 @@ every simulated run's summary, so a simulated time always says what cluster it s
     restart_s: 5                 # a crashed or killed worker is back after this long
     startup_s: 0                 # before the first steps: processes starting and warming up
 
-Every key is optional; what is left out takes the documented default below. Transient
-stragglers come from `--stragglers` as on Ray. Without `--cluster`, `--step-time-ms`,
-`--jitter-sigma` and `--speed-factors` give the compute model and the defaults the rest.
+Every key is optional (a default below). Without `--cluster` the emulation flags give the
+compute model; stragglers come from `--stragglers`.
 
-How the simulator uses it (syncswitch/runtime/sim): a message of B bytes from a worker to a
-server takes latency + B / worker bandwidth on the worker's side, and the server's link
-carries one transfer at a time at its full bandwidth, in arrival order (the same throughput as
-fair sharing; so a busy server becomes the bottleneck as workers grow). The server's CPU
-applies one gradient at a time, in arrival order. Weights go back the same way.
+How the simulator uses it (runtime/sim/paths.py): a message of B bytes takes up its worker's
+link for B / worker bandwidth and its server's for B / server bandwidth, each one transfer at
+a time (fair sharing's throughput: a busy server becomes the bottleneck as workers grow),
+streams through both and arrives a latency later. Servers apply and reply in arrival order.
 
-Nodes (optional; left out, every process has a core and a link of its own, as before): the
-workers are placed on nodes of `workers_per_node` as `--placement` places them on Ray; every
-role's host CPU (a worker's per step, a server's per gradient, the evaluator's, the driver's)
-queues for its node's `cores`, so more busy processes than cores slow each other down; and
-transfers between nodes queue for each node's NIC. With `shared_memory`, a worker and a
-server on the same node pass values through memory, as the Ray data plane does there
+Nodes (optional; left out, every process has a core and a link of its own): the workers are
+placed on nodes of `workers_per_node` as `--placement` places them on Ray; every role's host
+CPU (a worker's per step, a server's per gradient, the evaluator's, the driver's) queues for
+its node's `cores`; transfers between nodes take each node's NIC too. With `shared_memory`, a
+worker and a server on one node pass values through memory, as the Ray data plane does
 (runtime/dataplane/shared.py): a message takes the latency alone, and what the values cost is
 the server's CPU (its per-gradient and per-reply CPU, which calibration measures).
 """
@@ -104,7 +101,11 @@ class NetworkModel:
 
     def worker_s(self, nbytes: int) -> float:
         """A message's time on a worker's own link, latency included."""
-        return self.latency_ms / 1e3 + nbytes * 8 / (self.worker_bandwidth_gbps * 1e9)
+        return self.latency_ms / 1e3 + self.worker_link_s(nbytes)
+
+    def worker_link_s(self, nbytes: int) -> float:
+        """How long a message takes up a worker's link (its latency apart)."""
+        return nbytes * 8 / (self.worker_bandwidth_gbps * 1e9)
 
     def server_s(self, nbytes: int) -> float:
         """A message's time on a server's link (the part transfers queue for)."""

@@ -23,15 +23,15 @@ The wire, little-endian:
   the reply has crossed it), the weights in the same dtype.
 
 The server reads every connection without blocking on one thread that owns the reading
-(`selectors`), holds an emulated gradient until its step ends (and its turn on an emulated
-servers' link has passed), and calls the handler; any
-thread may answer with `send`. A wrong token, a length over the shard's size or values that
-are not whole values of the wire's dtype close the connection before anything is allocated
-for it, and are counted. A connection that does not send the token within 3 s is closed, at
-most 64 wait for it at once, and no accept or recv error (descriptors exhausted included)
-ends the run (server.py). A worker waits for its replies in slices of `PROBE_S`; between
-slices (and when a connection closes) it asks its `probe` (a Ray call) whether the servers
-are alive, so a dead server ends the worker's run as a failed Ray call did before.
+(`selectors`), holds an emulated gradient until its step ends (and it has crossed an
+emulated servers' link), and calls the handler; any thread may answer with `send`. A wrong
+token, a length over the shard's size or values that are not whole values of the wire's
+dtype close the connection before anything is allocated for it, and are counted. A
+connection that does not send the token within 3 s is closed, at most 64 wait for it at
+once, and no accept or recv error (descriptors exhausted included) ends the run
+(server.py). A worker waits for its replies in slices of `PROBE_S`; between slices (and
+when a connection closes) it asks its `probe` (a Ray call) whether the servers are alive,
+so a dead server ends the worker's run as a failed Ray call did before.
 
 Nothing here imports Ray: the wire format and both ends are tested without it.
 """

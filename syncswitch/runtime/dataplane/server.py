@@ -381,9 +381,9 @@ class ServerEndpoint:
                 # Its turn on this server's link, from when its worker's link began to carry
                 # it, in the order the workers' links are done with the requests.
                 nbytes = request.values.size * self.wire_dtype.itemsize
-                link_s = self._links.server_link_s(nbytes)
-                began = due - self._links.link_s(nbytes)
-                crossed_at = max(due, self._link_in.serve(began, link_s))
+                link_s, latency_s = self._links.server_link_s(nbytes), self._links.latency_s
+                began = due - latency_s - self._links.link_s(nbytes)
+                crossed_at = max(due, self._link_in.serve(began, link_s) + latency_s)
                 heapq.heappush(held, (crossed_at, order, ident, request, True))
                 continue
             self._handle(ident, request)

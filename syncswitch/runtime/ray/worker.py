@@ -236,7 +236,8 @@ class Worker:
         spec = self.spec
         link_s = self._link_s  # per shard: its message's time on the emulated link, or 0
         # When each shard's message has crossed that link, for its server to hold it until.
-        due = [None] * len(link_s) if ready_at is None else sent_at(ready_at, link_s)
+        latency_s = spec.emulation.latency_s
+        due = [None] * len(link_s) if ready_at is None else sent_at(ready_at, link_s, latency_s)
         replies = channel.exchange(
             [
                 (
@@ -262,7 +263,7 @@ class Worker:
             # done with it is stamped on it) and, one after another, this worker's.
             now = time.time()
             untils = [r.link_until for r in replies]
-            until = received_at(now, untils, link_s, self._server_link_s)
+            until = received_at(now, untils, link_s, self._server_link_s, latency_s)
             if until > now:
                 time.sleep(until - now)
         return join_replies(replies, ray.get, whole=self._whole)

@@ -28,7 +28,8 @@ class SimPaths:
         # A message's values as they travel (--wire-dtype: 4 bytes each, or 2).
         message_bytes = [(s.stop - s.start) * bytes_per_value for s in slices]
         network = cluster.network
-        self.worker_link_s = [network.worker_s(b) for b in message_bytes]
+        # How long a message takes up each link (its latency is the wire's, added once).
+        self.worker_link_s = [network.worker_link_s(b) for b in message_bytes]
         self.server_link_s = [network.server_s(b) for b in message_bytes]
         self.apply_s = [cluster.server.apply_s(s.stop - s.start) for s in slices]
         self.nodes = SimNodes.place(cluster, workers, len(slices), placement)
@@ -79,7 +80,7 @@ class SimPaths:
             *self._nic_hops(worker, shard, inbound=False),
             (self._worker_in[worker], self.worker_link_s[shard]),
         ]
-        return crossed_s(hops, ready_s)
+        return crossed_s(hops, ready_s) + self.latency_s
 
     def worker_cpu(self, worker: int, now: float, steps: int) -> tuple[float, float]:
         """(device start, computed): the worker's host CPU (taking in the weights, then the
@@ -105,7 +106,7 @@ class SimPaths:
             *self._nic_hops(worker, shard, inbound=True),
             (self._links_in[shard], self.server_link_s[shard]),
         ]
-        return crossed_s(hops, now)
+        return crossed_s(hops, now) + self.latency_s
 
     def applied_s(self, shard: int, ready_s: float) -> float:
         """When the server's CPU, in turn, has applied a gradient ready at `ready_s` (cores
@@ -139,11 +140,11 @@ class SimPaths:
 
 
 def crossed_s(hops: list[tuple[FifoQueue, float]], ready_s: float) -> float:
-    """When a message ready at `ready_s` has crossed every link of its path. Its packets
-    stream through them: each link takes it in turn (after the messages before it there)
-    from when the link before began to carry it, and it has crossed when the last link has
-    carried all of it. The slowest link, or the busiest, sets the time, as on a switched
-    network; a message is not stored whole at each hop."""
+    """When a message ready at `ready_s` has been carried by every link of its path (its
+    latency apart). Its packets stream through them: each link takes it in turn (after the
+    messages before it there) from when the link before began to carry it, and the last
+    link to finish sets the time, as on a switched network; a message is not stored whole
+    at each hop."""
     start_s = done_s = ready_s
     for queue, seconds in hops:
         end_s = queue.serve(start_s, seconds)
