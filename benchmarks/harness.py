@@ -96,6 +96,37 @@ def add_table(parser: argparse.ArgumentParser, what: str = "") -> None:
     )
 
 
+def add_links(parser: argparse.ArgumentParser, whose: str) -> None:
+    """--link-gbps, --link-latency-ms and --server-link-gbps: EMULATED links for `whose`
+    messages (syncswitch train's options of the same names)."""
+    parser.add_argument(
+        "--link-gbps",
+        type=float,
+        default=0.0,
+        help=f"an EMULATED link for {whose} messages, Gbit/s per worker each way (default 0: none)",
+    )
+    parser.add_argument(
+        "--link-latency-ms", type=float, default=0.05, help="its latency per message (0.05)"
+    )
+    parser.add_argument(
+        "--server-link-gbps",
+        type=float,
+        default=0.0,
+        help="an EMULATED link of each syncswitch server's own, Gbit/s each way, which its "
+        "workers' messages take in turn (default 0: none)",
+    )
+
+
+def link_folder(out: Path, args: argparse.Namespace) -> Path:
+    """Where results over `add_links`' links go: link-<G>gbps/ under `out`, named
+    ...-servers-<S>gbps with a servers' link."""
+    if args.link_gbps:
+        out = out / f"link-{args.link_gbps:g}gbps"
+    if args.server_link_gbps:
+        out = out.with_name(f"{out.name}-servers-{args.server_link_gbps:g}gbps")
+    return out
+
+
 def args_record(args: argparse.Namespace) -> dict[str, Any]:
     """The arguments as JSON can hold them (paths as text), for a results file."""
     return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}

@@ -50,7 +50,7 @@ of its own, which its workers' requests and replies take in turn: what `--server
 spreads (`bsp-2servers`, `bsp-4servers`). DDP has no servers; its ring crosses the workers'
 links alone.
 
-    python benchmarks/large_model.py --link-gbps 2.5 --server-link-gbps 2.5 \
+    python benchmarks/large_model.py --link-gbps 2.5 --server-link-gbps 2.5 \\
         --systems ddp,bsp,bsp-2servers,bsp-4servers
 
 Results: --out (default benchmarks/results/large-model-<model>/, or its link-<G>gbps/,
@@ -78,11 +78,13 @@ import torch.nn.functional as F
 from harness import (
     RunLog,
     Timing,
+    add_links,
     add_out,
     add_repeats,
     cell,
     check_timing,
     comma_list,
+    link_folder,
     markdown_table,
     medians,
     ratio,
@@ -437,31 +439,11 @@ def main() -> None:
         "10-30 s per system with mlp17m on the 2-core machine)",
     )
     cli.add_argument("--systems", default=",".join(SYSTEMS), help="which systems to run")
-    cli.add_argument(
-        "--link-gbps",
-        type=float,
-        default=0.0,
-        help="an EMULATED link for every system's messages, Gbit/s per worker each way "
-        "(default 0: none)",
-    )
-    cli.add_argument(
-        "--link-latency-ms", type=float, default=0.05, help="its latency per message (0.05)"
-    )
-    cli.add_argument(
-        "--server-link-gbps",
-        type=float,
-        default=0.0,
-        help="an EMULATED link of each syncswitch server's own, Gbit/s each way, which its "
-        "workers' messages take in turn (default 0: none)",
-    )
+    add_links(cli, "every system's")
     add_repeats(cli, 3, "rounds of all systems")
     add_out(cli, None, "(default benchmarks/results/large-model-<model>)")
     args = cli.parse_args()
-    out = args.out or OUT / f"large-model-{args.model}"
-    if args.link_gbps and not args.out:
-        out = out / f"link-{args.link_gbps:g}gbps"
-    if args.server_link_gbps and not args.out:
-        out = out.with_name(f"{out.name}-servers-{args.server_link_gbps:g}gbps")
+    out = args.out or link_folder(OUT / f"large-model-{args.model}", args)
     out.mkdir(parents=True, exist_ok=True)
     systems = [s for s in SYSTEMS if s in comma_list(args.systems)]
     # Ray's workers import the model's module by name: put this folder on their path.

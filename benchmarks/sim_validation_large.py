@@ -35,7 +35,17 @@ import shutil
 import sys
 from pathlib import Path
 
-from harness import RunLog, Timing, add_out, check_timing, markdown_table, parser, save_text
+from harness import (
+    RunLog,
+    Timing,
+    add_links,
+    add_out,
+    check_timing,
+    link_folder,
+    markdown_table,
+    parser,
+    save_text,
+)
 from sim_validation import CALIBRATE, HELD_OUT, Case, _error, _pct
 
 from syncswitch.calibration import calibrate, cluster_yaml
@@ -94,22 +104,7 @@ def main() -> None:
     cli.add_argument(
         "--reuse-ray", action="store_true", help="predict again from the Ray runs kept in --out"
     )
-    cli.add_argument(
-        "--link-gbps",
-        type=float,
-        default=0.0,
-        help="an EMULATED link for the Ray runs' messages, Gbit/s per worker (default 0: none)",
-    )
-    cli.add_argument(
-        "--link-latency-ms", type=float, default=0.05, help="its latency per message (0.05)"
-    )
-    cli.add_argument(
-        "--server-link-gbps",
-        type=float,
-        default=0.0,
-        help="an EMULATED link of each server's own, Gbit/s each way, and held-out jobs on "
-        "2 and 4 servers (default 0: none)",
-    )
+    add_links(cli, "the Ray runs'")  # a servers' link: held-out jobs on 2 and 4 servers
     args = cli.parse_args()
     link: dict[str, float] = {}
     if args.link_gbps:
@@ -121,9 +116,7 @@ def main() -> None:
     here = str(Path(__file__).resolve().parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
     sys.path.insert(0, here)
-    out: Path = args.out / f"link-{args.link_gbps:g}gbps" if args.link_gbps else args.out
-    if args.server_link_gbps:
-        out = out.with_name(f"{out.name}-servers-{args.server_link_gbps:g}gbps")
+    out = link_folder(args.out, args)
     runs = out / "runs"
     dataset = load_dataset("mnist1d", mnist1d_samples=TrainConfig().mnist1d_samples)
     log = RunLog(out / "runs.jsonl")

@@ -334,10 +334,11 @@ class ServerEndpoint:
             self._pending.pop(connection.ident, None)
         if connection.answer is not None and not self._answer_offer(connection):
             return
+        on_link = self._links is not None  # every request takes its turn on it first
         for request in requests:
-            on_link = self._links is not None
-            due = self._clock() if request.ready_at is None else request.ready_at
-            if on_link or due > self._clock():
+            now = self._clock()
+            due = now if request.ready_at is None else request.ready_at
+            if on_link or due > now:
                 held = (due, next(self._order), connection.ident, request, not on_link)
                 heapq.heappush(self._held, held)
             else:
